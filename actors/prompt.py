@@ -1,0 +1,70 @@
+"""What a turn hands the model: the window of recent turns, the speaker, the session's cards,
+and notes about the messy space between replies (messages sent mid-reply, interruptions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from providers.chat import ChatMessage
+from storage.records import Card, Turn
+
+SYSTEM = (
+    "You are stillhere, a voice and chat assistant on the person's phone. Answer briefly and "
+    "naturally. Use your tools to remember facts, schedule reminders, and note who is "
+    "speaking when the phone is lent to someone else."
+)
+CUT_MARK = " [cut off here: the person interrupted]"
+NOTE_INTERRUPTED = (
+    "Your previous reply was interrupted by the person and cut off where it ends above. "
+    "Do not pretend it was complete, and do not simply carry on with it."
+)
+NOTE_DURING_REPLY = (
+    "The following messages arrived while you were writing your previous reply. "
+    "Answer them together, in one reply."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptStats:
+    """One line of the log per turn: enough to tell "it forgot" from "it misread"."""
+
+    history_turns: int
+    cards: int
+    speaker: str | None
+    chars: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.history_turns} turns of history, {self.cards} cards, "
+            f"speaker {self.speaker or 'owner'}, {self.chars} chars"
+        )
+
+
+def build_messages(
+    history: list[Turn],
+    new: list[Turn],
+    *,
+    speaker: str | None,
+    cards: list[Card],
+    during_reply: bool,
+    after_interrupt: bool,
+) -> tuple[list[ChatMessage], PromptStats]:
+    system = [SYSTEM]
+    if speaker:
+        system.append(f"The phone is lent: the person speaking now is {speaker}, not the owner.")
+    if cards:
+        system.append("Cards created in this conversation:")
+        system.extend(f"- [{c.kind}] {c.text}" for c in cards)
+    messages = [ChatMessage("system", "\n".join(system))]
+    messages.extend(_as_message(t) for t in history)
+    notes = [n for n, on in ((NOTE_INTERRUPTED, after_interrupt), (NOTE_DURING_REPLY, during_reply)) if on]
+    if notes:
+        messages.append(ChatMessage("system", " ".join(notes)))
+    messages.extend(_as_message(t) for t in new)
+    chars = sum(len(m.content) for m in messages)
+    return messages, PromptStats(len(history), len(cards), speaker, chars)
+
+
+def _as_message(turn: Turn) -> ChatMessage:
+    text = turn.text + CUT_MARK if turn.interrupted else turn.text
+    return ChatMessage(turn.role, text)

@@ -1,0 +1,80 @@
+"""What an actor needs from the loop side, bundled so it can be handed over in one piece.
+
+Actors never await: they hand coroutines to the loop with `run` and hear back by message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.clock import Clock
+from providers.chat import ChatModel
+from storage.store import Store
+
+log = logging.getLogger("stillhere.actors")
+
+DEFAULT_INTERRUPT_WORDS = ("stop", "wait", "hold on", "hang on", "shut up", "enough", "pause")
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSettings:
+    window_turns: int = 40
+    resume_window_s: float = 30 * 60
+    speaker_reset_s: float = 30 * 60
+    park_after_s: float = 10 * 60
+    retry_pause_s: float = 0.5
+    max_tool_rounds: int = 4
+    interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
+
+
+@dataclass(slots=True)
+class Runtime:
+    loop: asyncio.AbstractEventLoop
+    store: Store
+    model: ChatModel
+    clock: Clock
+    settings: ConversationSettings = field(default_factory=ConversationSettings)
+
+    def run(self, job: Coroutine[Any, Any, Any], what: str) -> concurrent.futures.Future[Any]:
+        """Start `job` on the loop from any thread; a failure is logged, never lost."""
+        future = asyncio.run_coroutine_threadsafe(job, self.loop)
+        future.add_done_callback(lambda f: _log_failure(f, what))
+        return future
+
+    def call(self, fn: Any, *args: Any) -> None:
+        """Run a plain callable on the loop (thread-safe), e.g. to resolve a future."""
+        self.loop.call_soon_threadsafe(fn, *args)
+
+
+def _log_failure(future: concurrent.futures.Future[Any], what: str) -> None:
+    if future.cancelled():
+        return
+    error = future.exception()
+    if error is not None:
+        log.error("%s failed: %r", what, error, exc_info=error)
+
+
+class Reply:
+    """A one-shot answer from an actor to a coroutine on the loop.
+
+    The actor resolves it from its own thread; the loop awaits it without blocking.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._future: asyncio.Future[Any] = loop.create_future()
+
+    def resolve(self, value: Any) -> None:
+        self._loop.call_soon_threadsafe(self._set, value)
+
+    def _set(self, value: Any) -> None:
+        if not self._future.done():
+            self._future.set_result(value)
+
+    async def wait(self, timeout: float = 30.0) -> Any:
+        return await asyncio.wait_for(self._future, timeout)

@@ -1,0 +1,280 @@
+"""The asyncpg store: the conversation record, written as it happens.
+
+Every method is a coroutine for the event loop; actors never call it directly, they start a
+job on the loop that does (DESIGN.md, "The one process").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+import asyncpg
+import orjson
+
+from storage.migrate import migrate
+from storage.records import Card, ConversationRecord, Reminder, StoredSay, Turn
+
+
+class ConversationEnded(Exception):
+    """A write aimed at a conversation that is no longer in progress."""
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec(
+        "jsonb",
+        encoder=lambda v: orjson.dumps(v).decode(),
+        decoder=orjson.loads,
+        schema="pg_catalog",
+    )
+
+
+def _turn(row: asyncpg.Record) -> Turn:
+    return Turn(
+        role=row["role"],
+        text=row["text"],
+        at=row["at"],
+        client_id=row["client_id"],
+        interrupted=row["interrupted"],
+    )
+
+
+def _card(row: asyncpg.Record) -> Card:
+    return Card(id=row["id"], kind=row["kind"], text=row["text"], created_at=row["created_at"])
+
+
+class Store:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    @classmethod
+    async def open(cls, dsn: str, *, max_size: int = 10) -> Store:
+        """Connect, run the migrations, and hand back a ready store."""
+        conn = await asyncpg.connect(dsn)
+        try:
+            await migrate(conn)
+        finally:
+            await conn.close()
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size, init=_init_connection)
+        return cls(pool)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    # -- conversations ------------------------------------------------------------------
+
+    async def active_conversation(self, person: str, window: int) -> ConversationRecord | None:
+        """The person's conversation in progress, with its last `window` turns and cards."""
+        async with self._pool.acquire() as conn:
+            row = await conn.fetchrow(
+                "SELECT * FROM conversations WHERE person = $1 AND status = 'active'", person
+            )
+            if row is None:
+                return None
+            turns = await conn.fetch(
+                "SELECT * FROM (SELECT * FROM turns WHERE conversation = $1 "
+                "ORDER BY id DESC LIMIT $2) t ORDER BY id",
+                row["id"],
+                window,
+            )
+            cards = await conn.fetch(
+                "SELECT * FROM cards WHERE conversation = $1 ORDER BY created_at, id", row["id"]
+            )
+        return ConversationRecord(
+            id=row["id"],
+            person=row["person"],
+            started_at=row["started_at"],
+            last_activity=row["last_activity"],
+            speaker=row["speaker"],
+            speaker_at=row["speaker_at"],
+            seq_ceiling=row["seq_ceiling"],
+            window=[_turn(t) for t in turns],
+            cards=[_card(c) for c in cards],
+        )
+
+    async def create_conversation(self, person: str, now: datetime) -> UUID:
+        conversation = uuid4()
+        await self._pool.execute(
+            "INSERT INTO conversations (id, person, started_at, last_activity) "
+            "VALUES ($1, $2, $3, $3)",
+            conversation,
+            person,
+            now,
+        )
+        return conversation
+
+    async def archive(self, conversation: UUID, reason: str, now: datetime) -> bool:
+        """Mark the conversation archived; False if it already was."""
+        result = await self._pool.execute(
+            "UPDATE conversations SET status = 'archived', archived_at = $2, archive_reason = $3 "
+            "WHERE id = $1 AND status = 'active'",
+            conversation,
+            now,
+            reason,
+        )
+        return result.endswith(" 1")
+
+    async def set_summary(self, conversation: UUID, summary: str) -> None:
+        await self._pool.execute(
+            "UPDATE conversations SET summary = $2 WHERE id = $1", conversation, summary
+        )
+
+    async def idle_conversations(self, before: datetime) -> list[tuple[UUID, str]]:
+        rows = await self._pool.fetch(
+            "SELECT id, person FROM conversations "
+            "WHERE status = 'active' AND last_activity < $1 ORDER BY last_activity",
+            before,
+        )
+        return [(r["id"], r["person"]) for r in rows]
+
+    async def all_turns(self, conversation: UUID) -> list[Turn]:
+        rows = await self._pool.fetch(
+            "SELECT * FROM turns WHERE conversation = $1 ORDER BY id", conversation
+        )
+        return [_turn(r) for r in rows]
+
+    async def set_speaker(
+        self, conversation: UUID, speaker: str | None, at: datetime | None
+    ) -> None:
+        await self._pool.execute(
+            "UPDATE conversations SET speaker = $2, speaker_at = $3 WHERE id = $1",
+            conversation,
+            speaker,
+            at,
+        )
+
+    # -- turns --------------------------------------------------------------------------
+
+    async def add_say(
+        self, conversation: UUID, person: str, client_id: str, text: str, now: datetime
+    ) -> StoredSay:
+        """Store a say once per (person, id), and refresh the conversation's last activity.
+
+        A say resent with an id already stored is not stored again; the caller answers it
+        with the ack it had before.
+        """
+        async with self._pool.acquire() as conn, conn.transaction():
+            touched = await conn.execute(
+                "UPDATE conversations SET last_activity = $2 WHERE id = $1 AND status = 'active'",
+                conversation,
+                now,
+            )
+            if not touched.endswith(" 1"):
+                raise ConversationEnded(str(conversation))
+            row = await conn.fetchrow(
+                "INSERT INTO turns (conversation, person, role, client_id, text, at) "
+                "VALUES ($1, $2, 'user', $3, $4, $5) "
+                "ON CONFLICT (person, client_id) WHERE client_id IS NOT NULL DO NOTHING "
+                "RETURNING *",
+                conversation,
+                person,
+                client_id,
+                text,
+                now,
+            )
+            if row is not None:
+                return StoredSay(_turn(row), duplicate=False, ack_seq=None)
+            row = await conn.fetchrow(
+                "SELECT * FROM turns WHERE person = $1 AND client_id = $2", person, client_id
+            )
+            return StoredSay(_turn(row), duplicate=True, ack_seq=row["ack_seq"])
+
+    async def set_ack_seq(self, person: str, client_id: str, seq: int) -> None:
+        await self._pool.execute(
+            "UPDATE turns SET ack_seq = $3 WHERE person = $1 AND client_id = $2",
+            person,
+            client_id,
+            seq,
+        )
+
+    async def add_reply(
+        self,
+        conversation: UUID,
+        person: str,
+        reply_id: UUID,
+        turn: Turn,
+        in_reply_to: list[str],
+    ) -> None:
+        await self._pool.execute(
+            "INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, "
+            "in_reply_to) VALUES ($1, $2, 'assistant', $3, $4, $5, $6, $7)",
+            conversation,
+            person,
+            reply_id,
+            turn.text,
+            turn.at,
+            turn.interrupted,
+            in_reply_to,
+        )
+
+    # -- stream -------------------------------------------------------------------------
+
+    async def raise_seq_ceiling(self, conversation: UUID, block: int) -> int:
+        """Reserve the next `block` seqs; return the new ceiling."""
+        return await self._pool.fetchval(
+            "UPDATE conversations SET seq_ceiling = seq_ceiling + $2 WHERE id = $1 "
+            "RETURNING seq_ceiling",
+            conversation,
+            block,
+        )
+
+    async def set_seq_ceiling(self, conversation: UUID, ceiling: int) -> None:
+        """Give back unused reserved seqs on a clean stop (never lowers below one used)."""
+        await self._pool.execute(
+            "UPDATE conversations SET seq_ceiling = $2 WHERE id = $1", conversation, ceiling
+        )
+
+    async def save_events(self, conversation: UUID, frames: Iterable[dict[str, Any]]) -> None:
+        await self._pool.executemany(
+            "INSERT INTO events (conversation, seq, frame) VALUES ($1, $2, $3) "
+            "ON CONFLICT DO NOTHING",
+            [(conversation, f["seq"], f) for f in frames],
+        )
+
+    async def events_between(
+        self, conversation: UUID, after: int, below: int
+    ) -> list[dict[str, Any]]:
+        rows = await self._pool.fetch(
+            "SELECT frame FROM events WHERE conversation = $1 AND seq > $2 AND seq < $3 "
+            "ORDER BY seq",
+            conversation,
+            after,
+            below,
+        )
+        return [r["frame"] for r in rows]
+
+    # -- cards and reminders --------------------------------------------------------------
+
+    async def add_card(
+        self, conversation: UUID, person: str, kind: str, text: str, now: datetime
+    ) -> Card:
+        card = Card(id=uuid4(), kind=kind, text=text, created_at=now)
+        await self._pool.execute(
+            "INSERT INTO cards (id, person, conversation, kind, text, created_at) "
+            "VALUES ($1, $2, $3, $4, $5, $6)",
+            card.id,
+            person,
+            conversation,
+            kind,
+            text,
+            now,
+        )
+        return card
+
+    async def add_reminder(
+        self, conversation: UUID, person: str, text: str, due: str, now: datetime
+    ) -> Reminder:
+        reminder = Reminder(id=uuid4(), text=text, due=due, created_at=now)
+        await self._pool.execute(
+            "INSERT INTO reminders (id, person, conversation, text, due, created_at) "
+            "VALUES ($1, $2, $3, $4, $5, $6)",
+            reminder.id,
+            person,
+            conversation,
+            text,
+            due,
+            now,
+        )
+        return reminder

@@ -1,0 +1,196 @@
+"""A scripted OpenAI-compatible chat server, spoken to over real HTTP.
+
+Tests of the model client and of the whole server need a model that answers exactly what
+the test says, fails on cue, stalls on cue, and remembers what it was asked. A real socket
+keeps the client's streaming, timeouts and error mapping under test too, which a mock of
+the client would not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A successful streamed answer: text in chunks of `chunk` characters, then tool calls.
+
+    `delay` is slept before every chunk so tests can observe streaming, or overlap a turn
+    with something else.
+    """
+
+    text: str = ""
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    chunk: int = 4
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """An HTTP error before any streaming starts."""
+
+    status: int
+    body: str = "overloaded"
+
+
+@dataclass(frozen=True, slots=True)
+class Empty:
+    """A well-formed stream that carries nothing: the model said nothing at all."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """Accept the request and never answer, to exercise the client's read timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class Garbage:
+    """A 200 stream whose data line is not JSON."""
+
+
+Response = Reply | Fail | Empty | Hang | Garbage
+
+
+class FakeOpenAI:
+    """Serves `POST /v1/chat/completions` from a FIFO script of responses.
+
+    Once the script runs out, `default` decides; without one, the fake echoes the last
+    user message, so tests that do not care what the model says need not script it.
+    """
+
+    def __init__(self, default: Callable[[dict[str, Any]], Response] | None = None) -> None:
+        self.default = default
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.url = ""
+        self._script: deque[Response] = deque()
+        self._call_ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._stopping = asyncio.Event()
+
+    def queue(self, *responses: Response) -> None:
+        self._script.extend(responses)
+
+    @property
+    def pending(self) -> int:
+        """Scripted responses not consumed yet; a test can assert the model was called."""
+        return len(self._script)
+
+    async def start(self) -> str:
+        self._stopping = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completions)
+        # A short shutdown grace: a hanging handler is released by stop(), and anything
+        # still streaming to a vanished client should not hold the test up for a minute.
+        self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}/v1"
+        return self.url
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> FakeOpenAI:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def _next(self, body: dict[str, Any]) -> Response:
+        if self._script:
+            return self._script.popleft()
+        if self.default is not None:
+            return self.default(body)
+        return Reply(f"echo: {_last_user_text(body)}")
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        response = self._next(body)
+        if isinstance(response, Fail):
+            return web.Response(status=response.status, text=response.body)
+        if isinstance(response, Hang):
+            await self._stopping.wait()
+            return web.Response(status=503, text="stopping")
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await stream.prepare(request)
+        try:
+            if isinstance(response, Garbage):
+                await stream.write(b"data: this is not json\n\n")
+            elif isinstance(response, Reply):
+                await self._stream_reply(stream, response, body.get("model", "fake"))
+            await stream.write(b"data: [DONE]\n\n")
+            await stream.write_eof()
+        except ConnectionError:
+            # The client gave up (timeout, cancelled turn); nothing left to tell it.
+            pass
+        return stream
+
+    async def _stream_reply(self, stream: web.StreamResponse, reply: Reply, model: str) -> None:
+        async def send(delta: dict[str, Any], finish: str | None = None) -> None:
+            if reply.delay:
+                await asyncio.sleep(reply.delay)
+            chunk = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            await stream.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+
+        await send({"role": "assistant", "content": ""})
+        size = max(1, reply.chunk)
+        for start in range(0, len(reply.text), size):
+            await send({"content": reply.text[start : start + size]})
+        for index, (name, arguments) in enumerate(reply.tool_calls):
+            # Split in two like real servers do, so the client must reassemble fragments.
+            text = orjson.dumps(arguments).decode()
+            half = len(text) // 2
+            call_id = f"call_{next(self._call_ids)}"
+            await send(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": text[:half]},
+                        }
+                    ]
+                }
+            )
+            await send({"tool_calls": [{"index": index, "function": {"arguments": text[half:]}}]})
+        await send({}, "tool_calls" if reply.tool_calls else "stop")
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                # The multi-part form: keep only its text parts.
+                return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return str(content or "")
+    return ""
