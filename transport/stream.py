@@ -43,6 +43,7 @@ class ConversationStream:
         self.conversation = conversation
         self.last_seq = last_seq
         self.links: set[Link] = set()
+        self.ordering = asyncio.Lock()  # says are stored and acked one at a time, in order
         self._store = store
         self._ceiling = ceiling
         self._block = block

@@ -1,0 +1,190 @@
+"""The conversation actor: one per person with a live conversation.
+
+It owns the conversation's state (window of recent turns, declared speaker, cards created in
+this conversation, last activity, turn state) and makes every decision about it. Messages are
+processed one at a time, so the state needs no locks. It never blocks: storage and model work
+run on the loop as jobs that report back by message, so a busy actor still hears "stop".
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import string
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import pykka
+
+from actors.handles import TurnHandles
+from actors.messages import (
+    Attach,
+    CardCreated,
+    End,
+    Interrupt,
+    Park,
+    Say,
+    SayStored,
+    Snapshot,
+    SpeakerSet,
+    TurnEnded,
+)
+from actors.runtime import Runtime
+from actors.turn import TurnJob, TurnRequest, run_turn, store_say
+from storage.records import ConversationRecord, Turn
+
+if TYPE_CHECKING:
+    from actors.directory import LiveConversation
+
+log = logging.getLogger("stillhere.conversation")
+
+_PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}…!¡¿]+")
+
+
+def is_interruption(text: str, words: tuple[str, ...]) -> bool:
+    """A short message meant to cut the reply off: "stop", "wait!", "hold on, hold on"."""
+    said = " ".join(_PUNCTUATION.sub(" ", text.lower()).split())
+    if len(said.split()) > 4:
+        return False
+    return any(said == w or said.startswith(w + " ") for w in words)
+
+
+class ConversationActor(pykka.ThreadingActor):
+    def __init__(self, rt: Runtime, record: ConversationRecord, live: LiveConversation) -> None:
+        super().__init__()
+        self._rt = rt
+        self._live = live
+        self._id = record.id
+        self._person = record.person
+        self._window: deque[Turn] = deque(record.window, maxlen=rt.settings.window_turns)
+        self._speaker = record.speaker
+        self._cards = list(record.cards)
+        self._last_activity = record.last_activity
+        self._turn: TurnJob | None = None
+        self._pending: list[Turn] = []
+        self._pending_handles: TurnHandles | None = None
+        self._during_reply = False
+        self._after_interrupt = bool(record.window and record.window[-1].interrupted)
+        self._ending: End | None = None
+
+    def on_receive(self, message: Any) -> None:
+        match message:
+            case Say():
+                self._on_say(message)
+            case SayStored():
+                self._on_stored(message)
+            case TurnEnded():
+                self._on_turn_ended(message)
+            case Interrupt():
+                self._interrupt()
+            case Attach():
+                message.reply.resolve(self._snapshot())
+            case CardCreated():
+                self._cards.append(message.card)
+            case SpeakerSet():
+                self._speaker = message.speaker
+            case End():
+                self._on_end(message)
+            case Park():
+                self._on_park(message)
+            case _:
+                log.warning("conversation actor ignored an unknown message %r", message)
+
+    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
+        self._live.report_failure(exception_value)
+
+    # -- says and turns -------------------------------------------------------------------
+
+    def _on_say(self, say: Say) -> None:
+        now = self._rt.clock.now()
+        silence = (now - self._last_activity).total_seconds()
+        if self._speaker and silence >= self._rt.settings.speaker_reset_s:
+            log.info("speaker reset to the owner after %d s of silence", silence)
+            self._speaker = None
+            self._rt.run(self._rt.store.set_speaker(self._id, None, None), "resetting the speaker")
+        self._last_activity = now  # before any model work: a long turn cannot expire us
+        self._rt.run(
+            store_say(self._rt, self._id, self._person, say, self._live.stream, self._live),
+            "storing a say",
+        )
+
+    def _on_stored(self, message: SayStored) -> None:
+        turn = message.stored.turn
+        if self._ending is not None:
+            return  # stored, but the conversation is ending: the summary will include it
+        if self._turn is None:
+            self._start_turn([turn], message.handles)
+            return
+        self._pending.append(turn)
+        self._pending_handles = message.handles
+        if is_interruption(turn.text, self._rt.settings.interrupt_words):
+            log.info("interrupted by a short message while replying")
+            self._interrupt()
+        else:
+            self._during_reply = True
+
+    def _start_turn(self, new: list[Turn], handles: TurnHandles) -> None:
+        request = TurnRequest(
+            conversation=self._id,
+            person=self._person,
+            history=list(self._window),
+            new=new,
+            speaker=self._speaker,
+            cards=list(self._cards),
+            during_reply=self._during_reply,
+            after_interrupt=self._after_interrupt,
+            handles=handles,
+        )
+        self._window.extend(new)
+        self._during_reply = self._after_interrupt = False
+        self._turn = TurnJob()
+        self._rt.run(run_turn(self._rt, request, self._live.stream, self._live, self._turn), "a turn")
+
+    def _on_turn_ended(self, message: TurnEnded) -> None:
+        self._window.append(message.turn)
+        self._after_interrupt = message.turn.interrupted
+        self._turn = None
+        if self._ending is not None:
+            self._finish()
+        elif self._pending and self._pending_handles is not None:
+            pending, self._pending = self._pending, []
+            self._start_turn(pending, self._pending_handles)
+
+    def _interrupt(self) -> None:
+        if self._turn is not None:
+            self._rt.call(self._turn.interrupt)
+
+    # -- ending ---------------------------------------------------------------------------
+
+    def _on_end(self, message: End) -> None:
+        if self._ending is not None:
+            if message.reply is not None:
+                message.reply.resolve(False)
+            return
+        self._ending = message
+        if self._turn is None:
+            self._finish()
+        else:
+            self._interrupt()  # the reply is cut and stored, then we finish
+
+    def _finish(self) -> None:
+        assert self._ending is not None
+        self._rt.run(self._live.finish(self._ending.reason, self._ending.reply), "ending")
+        self.stop()
+
+    def _on_park(self, message: Park) -> None:
+        idle = self._turn is None and not self._pending and self._ending is None
+        message.reply.resolve(idle)
+        if idle:
+            self.stop()
+
+    def _snapshot(self) -> Snapshot:
+        return Snapshot(
+            conversation=str(self._id),
+            last_activity=self._last_activity,
+            speaker=self._speaker,
+            cards=list(self._cards),
+            history=list(self._window),
+            generating=self._turn is not None,
+            pending=len(self._pending),
+        )

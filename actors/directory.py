@@ -1,0 +1,239 @@
+"""The directory: person -> live conversation, on the loop side.
+
+It activates a conversation on demand (one actor per person, even when two links race: a
+per-person lock serialises activation), resumes from PostgreSQL when the conversation is
+still within the resume window, and otherwise archives it and starts a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pykka
+
+from actors.archive import archive, write_summary
+from actors.conversation import ConversationActor
+from actors.messages import Attach, End, Park, Snapshot
+from actors.runtime import Reply, Runtime
+from storage.records import ConversationRecord
+from transport.stream import ConversationStream, Frame, Link
+
+log = logging.getLogger("stillhere.directory")
+
+
+class ConversationGone(Exception):
+    """The conversation's actor has stopped (ended, parked): nothing will answer."""
+
+
+class LiveConversation:
+    """The stable address of a live conversation: its actor may be replaced, this stays."""
+
+    def __init__(
+        self, directory: Directory, person: str, conversation: UUID, stream: ConversationStream
+    ) -> None:
+        self.person = person
+        self.id = conversation
+        self.stream = stream
+        self.ref: pykka.ActorRef[ConversationActor] | None = None
+        self.unlinked_since: datetime | None = None
+        self._directory = directory
+
+    def tell(self, message: object) -> bool:
+        """Deliver to the current actor; thread-safe. False if no actor is there."""
+        try:
+            if self.ref is not None:
+                self.ref.tell(message)
+                return True
+        except pykka.ActorDeadError:
+            pass
+        log.info("a %s for a stopped conversation was dropped", type(message).__name__)
+        return False
+
+    async def ask(self, make: Callable[[Reply], object], timeout: float = 30.0) -> Any:
+        reply = Reply(asyncio.get_running_loop())
+        if not self.tell(make(reply)):
+            raise ConversationGone(str(self.id))
+        return await reply.wait(timeout)
+
+    def report_failure(self, error: BaseException) -> None:
+        """Called from the failed actor's thread: the supervisor replaces it."""
+        self._directory.actor_failed(self, error)
+
+    async def finish(self, reason: str, reply: Reply | None) -> None:
+        await self._directory.finish(self, reason, reply)
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    live: LiveConversation
+    resumed: bool
+    age_s: float | None
+    snapshot: Snapshot
+
+
+class Directory:
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self._live: dict[str, LiveConversation] = {}
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._background: set[asyncio.Task[Any]] = set()
+        self.on_failure: Callable[[LiveConversation, BaseException], None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def get(self, person: str) -> LiveConversation | None:
+        return self._live.get(person)
+
+    def _lock(self, person: str) -> asyncio.Lock:
+        lock = self._locks.get(person)
+        if lock is None:
+            lock = self._locks[person] = asyncio.Lock()
+        return lock
+
+    # -- activation -----------------------------------------------------------------------
+
+    async def open(self, person: str) -> Opened:
+        """The person's conversation: resumed within the window, else a new one."""
+        async with self._lock(person):
+            live = self._live.get(person)
+            if live is not None:
+                snapshot: Snapshot = await live.ask(Attach)
+                age = self._age(snapshot.last_activity)
+                if age < self._rt.settings.resume_window_s:
+                    return self._resumed(live, age, snapshot)
+                await self.end(live, "idle")
+            return await self._activate(person)
+
+    async def _activate(self, person: str) -> Opened:
+        rt = self._rt
+        record = await rt.store.active_conversation(person, rt.settings.window_turns)
+        if record is not None:
+            age = self._age(record.last_activity)
+            if age < rt.settings.resume_window_s:
+                live = await self._start(record)
+                return self._resumed(live, age, await live.ask(Attach))
+            await rt.store.archive(record.id, "idle", rt.clock.now())
+            self._in_background(write_summary(rt, record.id, "idle"))
+        now = rt.clock.now()
+        conversation = await rt.store.create_conversation(person, now)
+        record = ConversationRecord(conversation, person, now, now, None, None, 0)
+        live = await self._start(record)
+        log.info("new conversation %s", str(conversation)[:8])
+        return Opened(live, False, None, await live.ask(Attach))
+
+    def _resumed(self, live: LiveConversation, age: float, snapshot: Snapshot) -> Opened:
+        log.info("resuming conversation %s, age %d s", str(live.id)[:8], age)
+        return Opened(live, True, age, snapshot)
+
+    async def _start(self, record: ConversationRecord) -> LiveConversation:
+        stream = await ConversationStream.open(self._rt.store, record.id)
+        live = LiveConversation(self, record.person, record.id, stream)
+        live.unlinked_since = self._rt.clock.now()
+        live.ref = ConversationActor.start(self._rt, record, live)
+        self._live[record.person] = live
+        return live
+
+    def _age(self, last_activity: datetime) -> float:
+        return (self._rt.clock.now() - last_activity).total_seconds()
+
+    # -- links ----------------------------------------------------------------------------
+
+    async def attach(
+        self, live: LiveConversation, link: Link, welcome: Frame, last_seq: int | None
+    ) -> int:
+        live.unlinked_since = None
+        return await live.stream.attach(link, welcome, last_seq)
+
+    def detach(self, live: LiveConversation, link: Link) -> None:
+        live.stream.detach(link)
+        if not live.stream.links:
+            live.unlinked_since = self._rt.clock.now()
+
+    # -- ending, parking, replacing -------------------------------------------------------
+
+    async def end(self, live: LiveConversation, reason: str) -> bool:
+        """Archive now (leave, idle); True once done, False if it was already ending."""
+        return bool(await live.ask(lambda reply: End(reason, reply), timeout=120.0))
+
+    async def finish(self, live: LiveConversation, reason: str, reply: Reply | None) -> None:
+        """The actor's last act, run on the loop: archive, say bye, let go."""
+        archived = await archive(self._rt, live.id, reason)
+        live.stream.broadcast({"type": "bye", "reason": reason})
+        await self._let_go(live)
+        if reply is not None:
+            reply.resolve(archived)
+
+    async def park(self, live: LiveConversation) -> bool:
+        """Stop an actor with no link for a while; its state is in the database."""
+        if not await live.ask(Park):
+            return False
+        await self._let_go(live)
+        log.info("parked conversation %s (no link attached)", str(live.id)[:8])
+        return True
+
+    async def _let_go(self, live: LiveConversation) -> None:
+        if self._live.get(live.person) is live:
+            del self._live[live.person]
+        await live.stream.close()
+
+    def actor_failed(self, live: LiveConversation, error: BaseException) -> None:
+        """Thread-safe: hand the failure to whoever supervises (or replace directly)."""
+        log.error("conversation actor %s failed: %r", str(live.id)[:8], error)
+        if self.on_failure is not None:
+            self.on_failure(live, error)
+
+    async def replace(self, live: LiveConversation) -> bool:
+        """Start a fresh actor for a failed one, from the database, on the same stream."""
+        rt = self._rt
+        record = await rt.store.active_conversation(live.person, rt.settings.window_turns)
+        if record is None or record.id != live.id or self._live.get(live.person) is not live:
+            await self._let_go(live)
+            return False
+        live.ref = ConversationActor.start(rt, record, live)
+        log.info("replaced the actor of conversation %s from the database", str(live.id)[:8])
+        return True
+
+    # -- sweeping -------------------------------------------------------------------------
+
+    async def sweep(self) -> dict[str, Any]:
+        """Archive conversations idle past the window (live or left by an earlier process),
+        and park actors that have had no link for a while."""
+        rt = self._rt
+        now = rt.clock.now()
+        before = now - timedelta(seconds=rt.settings.resume_window_s)
+        archived = 0
+        for conversation, person in await rt.store.idle_conversations(before):
+            async with self._lock(person):
+                live = self._live.get(person)
+                if live is not None and live.id == conversation:
+                    archived += await self.end(live, "idle")
+                else:
+                    archived += await archive(rt, conversation, "idle")
+        parked = 0
+        for live in list(self._live.values()):
+            since = live.unlinked_since
+            if since is not None and (now - since).total_seconds() >= rt.settings.park_after_s:
+                parked += await self.park(live)
+        return {"at": now.isoformat(), "archived": archived, "parked": parked, "live": len(self)}
+
+    async def stop_all(self) -> None:
+        """Shut down: stop every actor, flush every stream. Conversations stay resumable."""
+        lives = list(self._live.values())
+        await asyncio.get_running_loop().run_in_executor(None, pykka.ActorRegistry.stop_all)
+        for live in lives:
+            await self._let_go(live)
+        for task in list(self._background):
+            await task
+
+    def _in_background(self, job: Any) -> None:
+        task = asyncio.get_running_loop().create_task(job)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

@@ -1,0 +1,98 @@
+"""The supervisor actor: sweeps idle conversations and replaces failed actors.
+
+A timer on the loop tells it `Sweep` every interval; the sweep itself (database reads,
+summaries) runs on the loop and reports back, so the supervisor never blocks either.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from actors.directory import Directory, LiveConversation
+from actors.runtime import Reply, Runtime
+
+log = logging.getLogger("stillhere.supervisor")
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    reply: Reply | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepDone:
+    report: dict[str, Any] | None
+    reply: Reply | None
+
+
+@dataclass(frozen=True, slots=True)
+class ActorFailed:
+    live: LiveConversation
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class Sweeps:
+    """Answer with the last sweeps' reports, newest last."""
+
+    reply: Reply
+
+
+class Supervisor(pykka.ThreadingActor):
+    def __init__(self, rt: Runtime, directory: Directory, history: int = 20) -> None:
+        super().__init__()
+        self._rt = rt
+        self._directory = directory
+        self._sweeps: deque[dict[str, Any]] = deque(maxlen=history)
+        self._sweeping = False
+        self.failures = 0
+
+    def on_start(self) -> None:
+        self._directory.on_failure = lambda live, error: self.actor_ref.tell(
+            ActorFailed(live, error)
+        )
+
+    def on_receive(self, message: Any) -> None:
+        match message:
+            case Sweep():
+                self._start_sweep(message.reply)
+            case SweepDone():
+                self._sweep_done(message)
+            case ActorFailed():
+                self.failures += 1
+                self._rt.run(self._directory.replace(message.live), "replacing a failed actor")
+            case Sweeps():
+                message.reply.resolve(list(self._sweeps))
+
+    def _start_sweep(self, reply: Reply | None) -> None:
+        if self._sweeping:  # one sweep at a time; a late tick joins nothing
+            if reply is not None:
+                reply.resolve(None)
+            return
+        self._sweeping = True
+        future = self._rt.run(self._directory.sweep(), "a sweep")
+        me = self.actor_ref
+
+        def report(done: concurrent.futures.Future[dict[str, Any]]) -> None:
+            ok = not done.cancelled() and done.exception() is None
+            me.tell(SweepDone(done.result() if ok else None, reply))
+
+        future.add_done_callback(report)
+
+    def _sweep_done(self, message: SweepDone) -> None:
+        self._sweeping = False
+        report = message.report
+        if report is not None:
+            self._sweeps.append(report)
+            log.info(
+                "sweep: archived %d idle conversations, parked %d, %d live",
+                report["archived"], report["parked"], report["live"],
+            )
+        if message.reply is not None:
+            message.reply.resolve(report)

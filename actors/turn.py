@@ -1,0 +1,193 @@
+"""The turn pipeline: coroutines an actor starts on the loop.
+
+`store_say` makes a say durable and acks it; `run_turn` calls the model with the window,
+streams the reply, runs tools, stores the reply and tells the actor it ended. Both report
+back to the actor by message, so the actor keeps every decision and never waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from uuid import UUID, uuid4
+
+from actors.handles import TurnHandles
+from actors.messages import Say, SayStored, TurnEnded
+from actors.prompt import build_messages
+from actors.runtime import Runtime
+from actors.tools import TOOLS, Mailbox, ToolContext, execute
+from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
+from storage.records import Card, Turn
+from storage.store import ConversationEnded
+from transport.stream import ConversationStream
+
+log = logging.getLogger("stillhere.turn")
+
+FALLBACK = "Sorry, I lost my train of thought there. Could you say that again?"
+
+
+@dataclass(frozen=True, slots=True)
+class SayOutcome:
+    """What the link answers a say with: the ack frame, or an error code."""
+
+    ack: dict[str, object] | None
+    duplicate: bool = False
+    error: str | None = None
+
+
+async def store_say(
+    rt: Runtime, conversation: UUID, person: str, say: Say,
+    stream: ConversationStream, mailbox: Mailbox,
+) -> None:
+    """Store the say, then ack it: the ack means "stored". A resent id is acked again."""
+    now = rt.clock.now()
+    async with stream.ordering:  # acks and the window keep the order says arrived in
+        try:
+            stored = await rt.store.add_say(conversation, person, say.client_id, say.text, now)
+        except ConversationEnded:
+            say.reply.resolve(SayOutcome(None, error="conversation_ended"))
+            return
+        if stored.duplicate:
+            ack = {"type": "ack", "id": say.client_id, "seq": stored.ack_seq}
+            say.reply.resolve(SayOutcome(ack, duplicate=True))
+            return
+        ack = stream.emit("ack", id=say.client_id)
+        mailbox.tell(SayStored(stored, say.handles))
+        say.reply.resolve(SayOutcome(ack))
+        await rt.store.set_ack_seq(person, say.client_id, ack["seq"])
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    conversation: UUID
+    person: str
+    history: list[Turn]
+    new: list[Turn]
+    speaker: str | None
+    cards: list[Card]
+    during_reply: bool
+    after_interrupt: bool
+    handles: TurnHandles
+
+
+class TurnJob:
+    """The actor's handle on a running turn, to cut it off. Used on the loop only."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._task: asyncio.Task[None] | None = None
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        if self._task is not None:
+            self._task.cancel()
+
+
+class ReplyWriter:
+    """Streams a reply's text as deltas and keeps what was actually sent."""
+
+    def __init__(self, stream: ConversationStream, reply: UUID) -> None:
+        self._stream = stream
+        self._reply = str(reply)
+        self._parts: list[str] = []
+
+    def write(self, text: str) -> None:
+        self._parts.append(text)
+        self._stream.emit("reply.delta", reply=self._reply, text=text)
+
+    @property
+    def sent(self) -> int:
+        return len(self._parts)
+
+    def text_since(self, start: int) -> str:
+        return "".join(self._parts[start:])
+
+
+async def run_turn(
+    rt: Runtime, req: TurnRequest, stream: ConversationStream, mailbox: Mailbox, job: TurnJob
+) -> None:
+    reply = uuid4()
+    started = rt.clock.now()
+    messages, stats = build_messages(
+        req.history, req.new, speaker=req.speaker, cards=req.cards,
+        during_reply=req.during_reply, after_interrupt=req.after_interrupt,
+    )
+    log.info("turn in conversation %s: handing the model %s", str(req.conversation)[:8], stats)
+    in_reply_to = [t.client_id for t in req.new if t.client_id]
+    stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
+    writer = ReplyWriter(stream, reply)
+    tools = ToolContext(rt, req.conversation, req.person, req.handles, mailbox)
+    error = await _converse_unless_interrupted(rt, messages, writer, tools, job)
+    text = writer.text_since(0) or (FALLBACK if error else "")
+    turn = Turn("assistant", text, started, interrupted=job.interrupted)
+    await rt.store.add_reply(req.conversation, req.person, reply, turn, in_reply_to)
+    end: dict[str, object] = {"reply": str(reply), "text": text, "interrupted": job.interrupted}
+    if error:
+        end["error"] = error
+    stream.emit("reply.end", **end)
+    mailbox.tell(TurnEnded(turn))
+
+
+async def _converse_unless_interrupted(
+    rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter, tools: ToolContext,
+    job: TurnJob,
+) -> str | None:
+    """Run the model until it is done or cut off; return an error code if it failed."""
+    if job.interrupted:
+        return None
+    job._task = asyncio.ensure_future(_converse(rt, messages, writer, tools))
+    try:
+        await job._task
+    except asyncio.CancelledError:
+        if not job.interrupted:
+            raise
+        log.info("reply cut off after %d pieces", writer.sent)
+    except ModelError as failure:
+        log.warning("model failed during a turn: %s", failure)
+        return failure.code
+    return None
+
+
+async def _converse(
+    rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter, tools: ToolContext
+) -> None:
+    for round_ in range(rt.settings.max_tool_rounds + 1):
+        start = writer.sent
+        calls = await _call_model(rt, messages, writer, retry=round_ == 0)
+        if not calls:
+            return
+        messages.append(ChatMessage("assistant", writer.text_since(start), tool_calls=calls))
+        for call in calls:
+            result = await execute(call, tools)
+            messages.append(ChatMessage("tool", result, tool_call_id=call.id))
+    log.warning("the model kept calling tools; stopped after %d rounds", rt.settings.max_tool_rounds)
+
+
+async def _call_model(
+    rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter, *, retry: bool
+) -> list[ToolCall]:
+    """One model call. The first call of a turn is retried once if it fails or comes back
+    empty before any output; later calls never are (a replay could repeat a tool's work)."""
+    attempts = 2 if retry else 1
+    for attempt in range(1, attempts + 1):
+        before = writer.sent
+        calls: list[ToolCall] = []
+        try:
+            async for event in rt.model.stream(messages, TOOLS):
+                if isinstance(event, TextDelta):
+                    writer.write(event.text)
+                else:
+                    calls.append(event)
+        except ModelError as failure:
+            if attempt == attempts or writer.sent > before:
+                raise
+            log.warning("model call failed before any output (%s), retrying once", failure.code)
+        else:
+            if calls or writer.sent > before:
+                return calls
+            if attempt == attempts:
+                raise ModelError("empty", "the model answered nothing")
+            log.warning("model came back empty before any output, retrying once")
+        await asyncio.sleep(rt.settings.retry_pause_s)
+    raise AssertionError("unreachable")

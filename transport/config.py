@@ -1,0 +1,117 @@
+"""Settings of `stillhere serve`: command-line options, each also an env var STILLHERE_<NAME>."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from actors.runtime import DEFAULT_INTERRUPT_WORDS
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from `90s`, `30m`, `2h`, `250ms` or a bare number of seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 90s, 30m, 2h)")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(w.strip().lower() for w in text.split(",") if w.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Protocol limits, documented in docs/protocol.md."""
+
+    max_frame_bytes: int = 64 * 1024
+    max_text_chars: int = 4000
+    max_id_chars: int = 128
+    frames_per_s: float = 20.0
+    frame_burst: int = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    data_dir: Path = Path(".stillhere")
+    db: str | None = None
+    llm_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_key: str | None = None
+    llm_timeout: float = 60.0
+    rehearsal_latency: float = 0.0
+    rehearsal_rate: float = 0.0
+    resume_window: float = 30 * 60
+    sweep_interval: float = 5 * 60
+    park_after: float = 10 * 60
+    speaker_reset: float = 30 * 60
+    window_turns: int = 40
+    interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
+    secret: str | None = None
+    log_format: str = "text"
+    limits: Limits = field(default_factory=Limits)
+
+
+# (name, type, help); the default comes from Settings.
+_OPTIONS: list[tuple[str, object, str]] = [
+    ("host", str, "address to listen on"),
+    ("port", int, "port to listen on"),
+    ("data-dir", Path, "folder for the embedded PostgreSQL and the signing secret"),
+    ("db", str, "PostgreSQL DSN; without it an embedded PostgreSQL runs in the data dir"),
+    ("llm-url", str, "OpenAI-compatible API base URL; without it, the rehearsal model"),
+    ("llm-model", str, "model name sent to the chat API"),
+    ("llm-key", str, "API key for the chat API"),
+    ("llm-timeout", parse_duration, "read timeout of a chat API call"),
+    ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
+    ("rehearsal-rate", float, "rehearsal model: words per second (0: no pause)"),
+    ("resume-window", parse_duration, "a conversation idle longer than this is archived"),
+    ("sweep-interval", parse_duration, "how often idle conversations are swept"),
+    ("park-after", parse_duration, "stop an actor with no link attached for this long"),
+    ("speaker-reset", parse_duration, "silence after which the speaker is the owner again"),
+    ("window-turns", int, "recent turns kept in the conversation's window"),
+    ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
+    ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
+    ("log-format", str, "text or json"),
+]
+_LIMIT_OPTIONS: list[tuple[str, object, str]] = [
+    ("max-frame-bytes", int, "largest client frame accepted"),
+    ("max-text-chars", int, "longest say text accepted"),
+    ("frames-per-s", float, "sustained client frames per second per link"),
+    ("frame-burst", int, "client frames allowed in a burst per link"),
+]
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get("STILLHERE_" + name.upper().replace("-", "_"))
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    for name, kind, help_ in _OPTIONS + _LIMIT_OPTIONS:
+        attr = name.replace("-", "_")
+        source = Limits() if (name, kind, help_) in _LIMIT_OPTIONS else Settings()
+        default = getattr(source, attr)
+        env = _env(name)
+        if env is not None:
+            default = kind(env)  # type: ignore[operator]
+        choices = ["text", "json"] if name == "log-format" else None
+        shown = default if not isinstance(default, tuple) else ",".join(default)
+        parser.add_argument(
+            f"--{name}", type=kind, default=default, choices=choices,  # type: ignore[arg-type]
+            help=f"{help_} (env STILLHERE_{attr.upper()}, default {shown})",
+        )
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    limit_names = {n.replace("-", "_") for n, _, _ in _LIMIT_OPTIONS}
+    values = vars(args)
+    limits = Limits(**{k: values[k] for k in limit_names})
+    fields = {n.replace("-", "_") for n, _, _ in _OPTIONS}
+    return Settings(**{k: values[k] for k in fields}, limits=limits)

@@ -1,0 +1,44 @@
+"""Logs for people: one line per meaningful event, as text or JSON lines."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import orjson
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web import BaseRequest, StreamResponse
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "at": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+class AccessLogger(AbstractAccessLogger):
+    """Logs method, path and status, never the query string: an EventSource may carry its
+    credentials there."""
+
+    def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
+        self.logger.info(
+            "%s %s %s %.0f ms", request.method, request.path, response.status, time * 1000
+        )

@@ -1,0 +1,118 @@
+"""Protocol v1 frames from clients: decoding, validation, limits, error codes.
+
+Every kind of bad input maps to one stable `code` (see docs/protocol.md); the link stays
+usable and nothing stored changes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from transport.config import Limits
+
+CLIENT_TYPES = frozenset({"hello", "say", "interrupt", "leave", "ack", "ping"})
+
+
+class ProtocolError(Exception):
+    def __init__(self, code: str, message: str, id_: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.id = id_
+
+    def frame(self) -> dict[str, Any]:
+        return error_frame(self.code, self.message, self.id)
+
+
+def error_frame(code: str, message: str, id_: str | None = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    if id_ is not None:
+        frame["id"] = id_
+    return frame
+
+
+def decode(raw: str | bytes, limits: Limits) -> dict[str, Any]:
+    """A validated client frame, or ProtocolError."""
+    size = len(raw.encode() if isinstance(raw, str) else raw)
+    if size > limits.max_frame_bytes:
+        raise ProtocolError(
+            "frame_too_large", f"frames are limited to {limits.max_frame_bytes} bytes"
+        )
+    try:
+        frame = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ProtocolError("bad_json", "a frame must be one JSON object") from None
+    return validate(frame, limits)
+
+
+def validate(frame: object, limits: Limits) -> dict[str, Any]:
+    if not isinstance(frame, dict):
+        raise ProtocolError("bad_frame", "a frame must be a JSON object")
+    kind = frame.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError("bad_frame", "a frame needs a string `type`")
+    if kind not in CLIENT_TYPES:
+        raise ProtocolError("unknown_type", f"unknown frame type {kind[:40]!r}")
+    if kind == "hello":
+        _check_hello(frame)
+    elif kind == "say":
+        _check_say(frame, limits)
+    elif kind == "ack" and not _is_seq(frame.get("seq")):
+        raise ProtocolError("invalid_field", "`ack` needs an integer `seq`")
+    return frame
+
+
+def _is_seq(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_hello(frame: dict[str, Any]) -> None:
+    if frame.get("v") != 1:
+        raise ProtocolError("unsupported_version", "this server speaks protocol v 1")
+    conversation = frame.get("conversation")
+    if conversation is not None and not isinstance(conversation, str):
+        raise ProtocolError("invalid_field", "`conversation` must be a string")
+    last_seq = frame.get("last_seq")
+    if last_seq is not None and not _is_seq(last_seq):
+        raise ProtocolError("invalid_field", "`last_seq` must be a non-negative integer")
+
+
+def _check_say(frame: dict[str, Any], limits: Limits) -> None:
+    id_ = frame.get("id")
+    if not isinstance(id_, str) or not id_ or len(id_) > limits.max_id_chars:
+        raise ProtocolError(
+            "invalid_id", f"a say needs an `id` string of 1 to {limits.max_id_chars} characters"
+        )
+    text = frame.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise ProtocolError("invalid_text", "a say needs a non-empty `text` string", id_)
+    if len(text) > limits.max_text_chars:
+        raise ProtocolError(
+            "text_too_long", f"a say's text is limited to {limits.max_text_chars} characters", id_
+        )
+
+
+class RateLimiter:
+    """A token bucket per link: `frames_per_s` sustained, `frame_burst` at once."""
+
+    def __init__(self, limits: Limits) -> None:
+        self._rate = limits.frames_per_s
+        self._burst = float(limits.frame_burst)
+        self._tokens = self._burst
+        self._at = time.monotonic()
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
+def rate_limited() -> ProtocolError:
+    return ProtocolError("rate_limited", "too many frames; slow down")

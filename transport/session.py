@@ -1,0 +1,106 @@
+"""One link's dialogue with its conversation, the same over WebSocket and SSE + POST.
+
+The session turns validated client frames into actor messages and answers; it holds the
+link's attachment to the conversation and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from actors.directory import ConversationGone, LiveConversation
+from actors.handles import TurnHandles
+from actors.messages import Interrupt, Say
+from actors.turn import SayOutcome
+from storage.records import Card, Reminder
+from transport.protocol import ProtocolError
+from transport.server import Server
+from transport.stream import ConversationStream, Link
+
+log = logging.getLogger("stillhere.session")
+
+
+class StreamHandles:
+    """The per-turn handles a link hands over: show on this screen, schedule on this phone.
+
+    Both publish on the conversation's stream, so they still reach the phone after a drop
+    (replay) even though the link that asked is gone.
+    """
+
+    def __init__(self, stream: ConversationStream) -> None:
+        self._stream = stream
+
+    def show_card(self, card: Card) -> None:
+        self._stream.emit("card", card=card.wire())
+
+    def schedule(self, reminder: Reminder) -> None:
+        self._stream.emit("reminder", reminder=reminder.wire())
+
+
+class Session:
+    def __init__(self, server: Server, link: Link) -> None:
+        self._server = server
+        self._link = link
+        self.person: str | None = None
+        self.live: LiveConversation | None = None
+
+    async def hello(self, frame: dict[str, Any]) -> None:
+        """Identify, resume or start the conversation, send welcome and missed events.
+
+        Raises Unauthorized for bad credentials."""
+        server = self._server
+        self.person = server.identity.person(device=frame.get("device"), token=frame.get("token"))
+        opened = await server.directory.open(self.person)
+        live, snap = opened.live, opened.snapshot
+        welcome = {
+            "type": "welcome",
+            "conversation": str(live.id),
+            "resumed": opened.resumed,
+            "age_s": round(opened.age_s, 3) if opened.age_s is not None else None,
+            "speaker": snap.speaker,
+            "cards": [c.wire() for c in snap.cards],
+            "history": [t.wire() for t in snap.history],
+        }
+        named = opened.resumed and frame.get("conversation") == str(live.id)
+        last_seq = frame.get("last_seq") if named else None
+        self.live = live
+        replayed = await server.directory.attach(live, self._link, welcome, last_seq)
+        if replayed:
+            log.info("replayed %d events to %s", replayed, self._link.name)
+
+    def _current(self, id_: str | None = None) -> LiveConversation:
+        live = self.live
+        if live is None:
+            raise ProtocolError("hello_first", "the first frame on a link must be a hello", id_)
+        if self._server.directory.get(live.person) is not live:
+            raise ProtocolError(
+                "conversation_ended", "this conversation has ended; say hello again", id_
+            )
+        return live
+
+    async def say(self, frame: dict[str, Any]) -> SayOutcome:
+        """Store the say. Its ack goes out on the stream, or for a resent id, only in the
+        outcome (the caller sends it on this link)."""
+        id_ = frame["id"]
+        live = self._current(id_)
+        handles = StreamHandles(live.stream)
+        try:
+            outcome: SayOutcome = await live.ask(
+                lambda reply: Say(id_, frame["text"], TurnHandles(handles, handles), reply)
+            )
+        except ConversationGone:
+            outcome = SayOutcome(None, error="conversation_ended")
+        if outcome.error is not None:
+            raise ProtocolError(outcome.error, "this conversation has ended; say hello again", id_)
+        return outcome
+
+    def interrupt(self) -> None:
+        self._current().tell(Interrupt())
+
+    async def leave(self) -> None:
+        await self._server.directory.end(self._current(), "leave")
+
+    def close(self) -> None:
+        if self.live is not None:
+            self._server.directory.detach(self.live, self._link)
