@@ -138,7 +138,9 @@ class ConversationActor(pykka.ThreadingActor):
         self._window.extend(new)
         self._during_reply = self._after_interrupt = False
         self._turn = TurnJob()
-        self._rt.run(run_turn(self._rt, request, self._live.stream, self._live, self._turn), "a turn")
+        self._rt.run(
+            run_turn(self._rt, request, self._live.stream, self._live, self._turn), "a turn"
+        )
 
     def _on_turn_ended(self, message: TurnEnded) -> None:
         self._window.append(message.turn)

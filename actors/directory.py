@@ -227,7 +227,7 @@ class Directory:
     async def stop_all(self) -> None:
         """Shut down: stop every actor, flush every stream. Conversations stay resumable."""
         lives = list(self._live.values())
-        await asyncio.get_running_loop().run_in_executor(None, pykka.ActorRegistry.stop_all)
+        await stop_actors([live.ref for live in lives if live.ref is not None])
         for live in lives:
             await self._let_go(live)
         for task in list(self._background):
@@ -237,3 +237,14 @@ class Directory:
         task = asyncio.get_running_loop().create_task(job)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+async def stop_actors(refs: list[pykka.ActorRef[Any]], timeout: float = 10.0) -> None:
+    """Stop actors without blocking the loop: the waiting happens in a worker thread."""
+    stopping = [ref.stop(block=False) for ref in refs]
+
+    def wait() -> None:
+        for future in stopping:
+            future.get(timeout=timeout)
+
+    await asyncio.get_running_loop().run_in_executor(None, wait)

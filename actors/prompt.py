@@ -57,7 +57,11 @@ def build_messages(
         system.extend(f"- [{c.kind}] {c.text}" for c in cards)
     messages = [ChatMessage("system", "\n".join(system))]
     messages.extend(_as_message(t) for t in history)
-    notes = [n for n, on in ((NOTE_INTERRUPTED, after_interrupt), (NOTE_DURING_REPLY, during_reply)) if on]
+    notes = [
+        n
+        for n, on in ((NOTE_INTERRUPTED, after_interrupt), (NOTE_DURING_REPLY, during_reply))
+        if on
+    ]
     if notes:
         messages.append(ChatMessage("system", " ".join(notes)))
     messages.extend(_as_message(t) for t in new)

@@ -92,7 +92,9 @@ class Supervisor(pykka.ThreadingActor):
             self._sweeps.append(report)
             log.info(
                 "sweep: archived %d idle conversations, parked %d, %d live",
-                report["archived"], report["parked"], report["live"],
+                report["archived"],
+                report["parked"],
+                report["live"],
             )
         if message.reply is not None:
             message.reply.resolve(report)

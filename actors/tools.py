@@ -47,7 +47,10 @@ TOOLS = [
         "Store a memory card about the person (a fact, an appointment, a task, a memo).",
         {
             "type": "object",
-            "properties": {"text": _text("what to remember"), "kind": _text("fact, appointment, task or memo")},
+            "properties": {
+                "text": _text("what to remember"),
+                "kind": _text("fact, appointment, task or memo"),
+            },
             "required": ["text"],
         },
     ),

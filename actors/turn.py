@@ -37,8 +37,12 @@ class SayOutcome:
 
 
 async def store_say(
-    rt: Runtime, conversation: UUID, person: str, say: Say,
-    stream: ConversationStream, mailbox: Mailbox,
+    rt: Runtime,
+    conversation: UUID,
+    person: str,
+    say: Say,
+    stream: ConversationStream,
+    mailbox: Mailbox,
 ) -> None:
     """Store the say, then ack it: the ack means "stored". A resent id is acked again."""
     now = rt.clock.now()
@@ -110,8 +114,12 @@ async def run_turn(
     reply = uuid4()
     started = rt.clock.now()
     messages, stats = build_messages(
-        req.history, req.new, speaker=req.speaker, cards=req.cards,
-        during_reply=req.during_reply, after_interrupt=req.after_interrupt,
+        req.history,
+        req.new,
+        speaker=req.speaker,
+        cards=req.cards,
+        during_reply=req.during_reply,
+        after_interrupt=req.after_interrupt,
     )
     log.info("turn in conversation %s: handing the model %s", str(req.conversation)[:8], stats)
     in_reply_to = [t.client_id for t in req.new if t.client_id]
@@ -130,7 +138,10 @@ async def run_turn(
 
 
 async def _converse_unless_interrupted(
-    rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter, tools: ToolContext,
+    rt: Runtime,
+    messages: list[ChatMessage],
+    writer: ReplyWriter,
+    tools: ToolContext,
     job: TurnJob,
 ) -> str | None:
     """Run the model until it is done or cut off; return an error code if it failed."""
@@ -161,7 +172,9 @@ async def _converse(
         for call in calls:
             result = await execute(call, tools)
             messages.append(ChatMessage("tool", result, tool_call_id=call.id))
-    log.warning("the model kept calling tools; stopped after %d rounds", rt.settings.max_tool_rounds)
+    log.warning(
+        "the model kept calling tools; stopped after %d rounds", rt.settings.max_tool_rounds
+    )
 
 
 async def _call_model(

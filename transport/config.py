@@ -104,7 +104,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         choices = ["text", "json"] if name == "log-format" else None
         shown = default if not isinstance(default, tuple) else ",".join(default)
         parser.add_argument(
-            f"--{name}", type=kind, default=default, choices=choices,  # type: ignore[arg-type]
+            f"--{name}",
+            type=kind,
+            default=default,
+            choices=choices,  # type: ignore[arg-type]
             help=f"{help_} (env STILLHERE_{attr.upper()}, default {shown})",
         )
 

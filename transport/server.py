@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from weakref import WeakSet
 
 import pykka
 from aiohttp import web
@@ -21,6 +22,7 @@ class Server:
     identity: Identity
     directory: Directory
     supervisor: pykka.ActorRef[Supervisor]
+    sockets: WeakSet[web.WebSocketResponse] = field(default_factory=WeakSet)
 
 
 SERVER_KEY = web.AppKey("stillhere.server", Server)

@@ -45,10 +45,12 @@ class Session:
         self.person: str | None = None
         self.live: LiveConversation | None = None
 
-    async def hello(self, frame: dict[str, Any]) -> None:
+    async def hello(self, frame: dict[str, Any], *, last_seq_alone: bool = False) -> None:
         """Identify, resume or start the conversation, send welcome and missed events.
 
-        Raises Unauthorized for bad credentials."""
+        Missed events are replayed when the hello names the resumed conversation, or, with
+        `last_seq_alone` (an EventSource's Last-Event-ID), names none. Raises Unauthorized
+        for bad credentials."""
         server = self._server
         self.person = server.identity.person(device=frame.get("device"), token=frame.get("token"))
         opened = await server.directory.open(self.person)
@@ -62,8 +64,10 @@ class Session:
             "cards": [c.wire() for c in snap.cards],
             "history": [t.wire() for t in snap.history],
         }
-        named = opened.resumed and frame.get("conversation") == str(live.id)
-        last_seq = frame.get("last_seq") if named else None
+        named = frame.get("conversation") == str(live.id) or (
+            last_seq_alone and frame.get("conversation") is None
+        )
+        last_seq = frame.get("last_seq") if named and opened.resumed else None
         self.live = live
         replayed = await server.directory.attach(live, self._link, welcome, last_seq)
         if replayed:

@@ -37,8 +37,14 @@ class Link(Protocol):
 
 class ConversationStream:
     def __init__(
-        self, store: Store, conversation: UUID, last_seq: int, ceiling: int, *,
-        block: int, buffer_size: int,
+        self,
+        store: Store,
+        conversation: UUID,
+        last_seq: int,
+        ceiling: int,
+        *,
+        block: int,
+        buffer_size: int,
     ) -> None:
         self.conversation = conversation
         self.last_seq = last_seq

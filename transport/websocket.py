@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import orjson
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from transport.identity import Unauthorized
 from transport.link import QueuedLink
@@ -37,6 +37,7 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
     # and answer frames between our limit and it with a coded error instead.
     ws = web.WebSocketResponse(max_msg_size=limits.max_frame_bytes * 4, heartbeat=30.0)
     await ws.prepare(request)
+    server.sockets.add(ws)
     link = WebSocketLink(ws)
     session = Session(server, link)
     rate = RateLimiter(limits)
@@ -92,3 +93,9 @@ async def _dispatch(session: Session, link: WebSocketLink, frame: dict[str, Any]
     elif session.live is None:  # ack before hello
         raise ProtocolError("hello_first", "the first frame on a link must be a hello")
     return True
+
+
+async def close_sockets(app: web.Application) -> None:
+    """On shutdown, tell every phone we are going away (1001); they will reconnect."""
+    for ws in list(app[SERVER_KEY].sockets):
+        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")

@@ -1,0 +1,193 @@
+"""Fixtures: a real PostgreSQL (embedded, one per test session, a fresh database per test),
+an injected clock, a fake OpenAI-compatible model over real HTTP, and a phone client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+import orjson
+import pytest
+from aiohttp.test_utils import TestServer
+
+from actors.clock import ManualClock
+from storage.embedded import EmbeddedPostgres
+from tests.fakes.openai_server import FakeOpenAI
+from transport.app import build_app
+from transport.config import Settings
+from transport.server import SERVER_KEY, Server
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    pg = EmbeddedPostgres(tmp_path_factory.mktemp("pg"))
+    yield pg.dsn
+    pg.stop()
+
+
+def _with_database(dsn: str, name: str) -> str:
+    base, _, query = dsn.partition("?")
+    return f"{base.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
+
+
+@pytest.fixture
+async def dsn(postgres: str) -> AsyncIterator[str]:
+    """A fresh, empty database on the shared embedded server."""
+    name = "t_" + uuid.uuid4().hex[:12]
+    admin = await asyncpg.connect(postgres)
+    await admin.execute(f"CREATE DATABASE {name}")
+    yield _with_database(postgres, name)
+    await admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    await admin.close()
+
+
+@pytest.fixture
+async def db(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(dsn)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as fake:
+        yield fake
+
+
+class Harness:
+    """A running stillhere server (in this process) and ways to talk to it."""
+
+    def __init__(self, dsn: str, clock: ManualClock, data_dir: Path) -> None:
+        self.dsn = dsn
+        self.clock = clock
+        self.data_dir = data_dir
+        self.test_server: TestServer | None = None
+        self.http = aiohttp.ClientSession()
+
+    async def start(self, **overrides: Any) -> Harness:
+        settings = Settings(db=self.dsn, data_dir=self.data_dir, secret="test-secret", **overrides)
+        self.test_server = TestServer(build_app(settings, clock=self.clock))
+        await self.test_server.start_server()
+        return self
+
+    async def stop(self) -> None:
+        if self.test_server is not None:
+            await self.test_server.close()
+            self.test_server = None
+
+    @property
+    def server(self) -> Server:
+        assert self.test_server is not None
+        return self.test_server.app[SERVER_KEY]
+
+    def url(self, path: str) -> str:
+        assert self.test_server is not None
+        return str(self.test_server.make_url(path))
+
+    async def phone(self, device: str | None = None, **hello: Any) -> Phone:
+        phone = Phone(self, device or "device-" + uuid.uuid4().hex)
+        await phone.connect(**hello)
+        return phone
+
+    async def sweep(self) -> dict[str, Any] | None:
+        from actors.runtime import Reply
+        from actors.supervisor import Sweep
+
+        reply = Reply(asyncio.get_running_loop())
+        self.server.supervisor.tell(Sweep(reply))
+        return await reply.wait()
+
+
+class Phone:
+    """A WebSocket client speaking protocol v1, recording every frame it receives."""
+
+    def __init__(self, harness: Harness, device: str) -> None:
+        self.harness = harness
+        self.device = device
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.frames: list[dict[str, Any]] = []
+        self.welcome: dict[str, Any] = {}
+        self._inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def connect(self, **hello: Any) -> dict[str, Any]:
+        self.ws = await self.harness.http.ws_connect(self.harness.url("/v1/ws"))
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        frame = {"type": "hello", "v": 1, "device": self.device, **hello}
+        await self.send(frame)
+        self.welcome = await self.expect("welcome")
+        return self.welcome
+
+    async def _read(self) -> None:
+        assert self.ws is not None
+        async for message in self.ws:
+            if message.type == aiohttp.WSMsgType.TEXT:
+                frame = orjson.loads(message.data)
+                self.frames.append(frame)
+                self._inbox.put_nowait(frame)
+
+    async def send(self, frame: dict[str, Any] | str) -> None:
+        assert self.ws is not None
+        await self.ws.send_str(frame if isinstance(frame, str) else orjson.dumps(frame).decode())
+
+    async def say(self, text: str, id_: str | None = None) -> dict[str, Any]:
+        id_ = id_ or uuid.uuid4().hex
+        await self.send({"type": "say", "id": id_, "text": text})
+        return await self.expect("ack", lambda f: f["id"] == id_)
+
+    async def expect(self, type_: str, match: Any = None, timeout: float = 10.0) -> dict[str, Any]:
+        """The next frame of this type (and matching), skipping others."""
+        async with asyncio.timeout(timeout):
+            while True:
+                frame = await self._inbox.get()
+                if frame["type"] == type_ and (match is None or match(frame)):
+                    return frame
+
+    async def reply(self, timeout: float = 10.0) -> dict[str, Any]:
+        return await self.expect("reply.end", timeout=timeout)
+
+    @property
+    def last_seq(self) -> int:
+        return max(
+            (f["seq"] for f in self.frames if "seq" in f and f["type"] != "welcome"),
+            default=self.welcome.get("seq", 0),
+        )
+
+    async def drop(self) -> None:
+        """The link dies without a close handshake (a tunnel)."""
+        assert self.ws is not None and self._reader is not None
+        transport = self.ws._response.connection.transport  # type: ignore[union-attr]
+        if transport is not None:
+            transport.abort()
+        self._reader.cancel()
+        self.ws = None
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            await self.ws.close()
+        if self._reader is not None:
+            self._reader.cancel()
+
+
+@pytest.fixture
+async def harness(dsn: str, clock: ManualClock, tmp_path: Path) -> AsyncIterator[Harness]:
+    h = Harness(dsn, clock, tmp_path)
+    yield h
+    await h.stop()
+    await h.http.close()
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)

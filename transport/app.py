@@ -1,0 +1,99 @@
+"""The aiohttp application: routes, and the start-up and shut-down of everything behind them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from functools import partial
+
+from aiohttp import web
+
+from actors.clock import Clock, SystemClock
+from actors.directory import Directory, stop_actors
+from actors.runtime import ConversationSettings, Runtime
+from actors.supervisor import Supervisor, Sweep
+from providers.chat import ChatModel
+from providers.openai import OpenAIChat
+from providers.rehearsal import RehearsalModel
+from storage.embedded import EmbeddedPostgres
+from storage.store import Store
+from transport.config import Settings
+from transport.identity import Identity, load_or_create_secret
+from transport.server import SERVER_KEY, Server
+from transport.sse import events_handler, interrupt_handler, leave_handler, say_handler
+from transport.websocket import close_sockets, websocket_handler
+
+log = logging.getLogger("stillhere.server")
+
+
+def make_model(settings: Settings) -> ChatModel:
+    if settings.llm_url:
+        return OpenAIChat(
+            settings.llm_url,
+            settings.llm_model,
+            settings.llm_key,
+            read_timeout=settings.llm_timeout,
+        )
+    log.warning("no --llm-url given: answering with the built-in REHEARSAL model, not a real one")
+    return RehearsalModel(latency=settings.rehearsal_latency, tokens_per_s=settings.rehearsal_rate)
+
+
+def conversation_settings(settings: Settings) -> ConversationSettings:
+    return ConversationSettings(
+        window_turns=settings.window_turns,
+        resume_window_s=settings.resume_window,
+        speaker_reset_s=settings.speaker_reset,
+        park_after_s=settings.park_after,
+        interrupt_words=settings.interrupt_words,
+    )
+
+
+def build_app(settings: Settings, clock: Clock | None = None) -> web.Application:
+    app = web.Application(client_max_size=settings.limits.max_frame_bytes * 4)
+    app.cleanup_ctx.append(partial(_lifecycle, settings, clock or SystemClock()))
+    app.on_shutdown.append(close_sockets)
+    app.router.add_get("/v1/ws", websocket_handler)
+    app.router.add_get("/v1/events", events_handler)
+    app.router.add_post("/v1/say", say_handler)
+    app.router.add_post("/v1/interrupt", interrupt_handler)
+    app.router.add_post("/v1/leave", leave_handler)
+    return app
+
+
+async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> AsyncIterator[None]:
+    loop = asyncio.get_running_loop()
+    embedded = None
+    dsn = settings.db
+    if dsn is None:
+        embedded = await loop.run_in_executor(None, EmbeddedPostgres, settings.data_dir)
+        dsn = embedded.dsn
+    store = await Store.open(dsn)
+    model = make_model(settings)
+    rt = Runtime(loop, store, model, clock, conversation_settings(settings))
+    directory = Directory(rt)
+    supervisor = Supervisor.start(rt, directory)
+    secret = settings.secret or load_or_create_secret(settings.data_dir)
+    app[SERVER_KEY] = Server(settings, rt, Identity(secret), directory, supervisor)
+    ticker = loop.create_task(_tick(supervisor, settings.sweep_interval))
+    log.info("stillhere ready, model: %s", model.label)
+    try:
+        yield
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+        await stop_actors([supervisor])
+        await directory.stop_all()
+        await model.close()
+        await store.close()
+        if embedded is not None:
+            await loop.run_in_executor(None, embedded.stop)
+
+
+async def _tick(supervisor: object, interval: float) -> None:
+    """Tell the supervisor to sweep every `interval` seconds."""
+    while True:
+        await asyncio.sleep(interval)
+        supervisor.tell(Sweep())  # type: ignore[attr-defined]

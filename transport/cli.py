@@ -1,0 +1,49 @@
+"""The `stillhere` command: `serve` and `token`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from transport.app import build_app
+from transport.config import Settings, add_options, settings_from
+from transport.identity import Identity, load_or_create_secret
+from transport.logs import AccessLogger, setup_logging
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stillhere", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the conversation server")
+    add_options(serve)
+    token = commands.add_parser("token", help="print a signed account token (development)")
+    token.add_argument("account")
+    token.add_argument("--data-dir", default=Settings().data_dir, type=__import__("pathlib").Path)
+    token.add_argument("--secret", default=None)
+    token.add_argument("--ttl", type=int, default=30 * 24 * 3600, help="lifetime in seconds")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "token":
+        secret = args.secret or load_or_create_secret(args.data_dir)
+        print(Identity(secret).issue(args.account, args.ttl))
+        return 0
+    settings = settings_from(args)
+    setup_logging(settings.log_format)
+    web.run_app(
+        build_app(settings),
+        host=settings.host,
+        port=settings.port,
+        access_log_class=AccessLogger,
+        print=None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""`GET /v1/events` (server-sent events) plus `POST /v1/say|interrupt|leave`.
+
+For clients that cannot hold a WebSocket. Credentials come from headers
+(`Authorization: Bearer TOKEN` or `X-Stillhere-Device: SECRET`), or, for a browser's
+EventSource which cannot set headers, from the query (`?token=` or `?device=`); the access
+log never records query strings. POST bodies may also carry `device` or `token`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from aiohttp import web
+from aiohttp_sse import EventSourceResponse
+
+from transport.identity import Unauthorized
+from transport.link import QueuedLink
+from transport.protocol import ProtocolError, decode, error_frame
+from transport.server import SERVER_KEY, Server
+from transport.session import Session
+
+log = logging.getLogger("stillhere.sse")
+
+
+class EventStreamLink(QueuedLink):
+    kind = "sse"
+
+    def __init__(self, response: EventSourceResponse) -> None:
+        super().__init__()
+        self._response = response
+
+    async def write(self, frame: dict[str, Any]) -> None:
+        seq = frame.get("seq") if frame["type"] != "welcome" else None
+        await self._response.send(
+            orjson.dumps(frame).decode(),
+            id=str(seq) if seq is not None else None,
+            event=frame["type"],
+        )
+
+
+def _credentials(request: web.Request, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    body = body or {}
+    auth = request.headers.get("Authorization", "")
+    token = auth[7:] if auth.startswith("Bearer ") else None
+    return {
+        "token": token or body.get("token") or request.query.get("token"),
+        "device": request.headers.get("X-Stillhere-Device")
+        or body.get("device")
+        or request.query.get("device"),
+    }
+
+
+def _json_error(status: int, code: str, message: str, id_: str | None = None) -> web.Response:
+    return web.json_response(error_frame(code, message, id_), status=status, dumps=_dumps)
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _last_seq(request: web.Request) -> int | None:
+    raw = request.headers.get("Last-Event-ID") or request.query.get("last_seq")
+    if raw is None:
+        return None
+    if not raw.isdigit():
+        raise ProtocolError("invalid_field", "Last-Event-ID / last_seq must be an integer")
+    return int(raw)
+
+
+async def events_handler(request: web.Request) -> web.StreamResponse:
+    server = request.app[SERVER_KEY]
+    try:
+        last_seq = _last_seq(request)
+    except ProtocolError as bad:
+        return _json_error(400, bad.code, bad.message)
+    hello: dict[str, Any] = {
+        "type": "hello",
+        "v": 1,
+        "conversation": request.query.get("conversation"),
+        "last_seq": last_seq,
+        **_credentials(request),
+    }
+    response = EventSourceResponse()
+    await response.prepare(request)
+    link = EventStreamLink(response)
+    session = Session(server, link)
+    try:
+        # Without `conversation`, Last-Event-ID refers to the conversation being resumed.
+        await session.hello(hello, last_seq_alone=True)
+    except Unauthorized as refused:
+        log.info("refused an event stream: %s", refused)
+        link.send(error_frame("unauthorized", str(refused)))
+        await link.drain()
+        return response
+    try:
+        await response.wait()
+    finally:
+        session.close()
+        await link.drain()
+    return response
+
+
+async def _post_session(request: web.Request) -> tuple[Server, Session, dict[str, Any]]:
+    server = request.app[SERVER_KEY]
+    raw = await request.read()
+    if len(raw) > server.settings.limits.max_frame_bytes:
+        raise ProtocolError("frame_too_large", "the body is too large")
+    body = orjson.loads(raw) if raw.strip() else {}
+    if not isinstance(body, dict):
+        raise ProtocolError("bad_frame", "the body must be a JSON object")
+    person = server.identity.person(**_credentials(request, body))
+    session = Session(server, _NoLink())
+    session.person = person
+    live = server.directory.get(person)
+    if live is None:
+        live = (await server.directory.open(person)).live
+    session.live = live
+    return server, session, body
+
+
+class _NoLink:
+    """A POST has no link of its own: its answers go in the HTTP response."""
+
+    name = "post"
+
+    def send(self, frame: dict[str, Any]) -> None:
+        raise AssertionError("a POST session never attaches to the stream")
+
+
+async def say_handler(request: web.Request) -> web.Response:
+    return await _post(request, "say")
+
+
+async def interrupt_handler(request: web.Request) -> web.Response:
+    return await _post(request, "interrupt")
+
+
+async def leave_handler(request: web.Request) -> web.Response:
+    return await _post(request, "leave")
+
+
+async def _post(request: web.Request, kind: str) -> web.Response:
+    id_ = None
+    try:
+        server, session, body = await _post_session(request)
+        frame = decode(orjson.dumps({**body, "type": kind}), server.settings.limits)
+        id_ = frame.get("id")
+        answer = await _perform(session, kind, frame)
+    except orjson.JSONDecodeError:
+        return _json_error(400, "bad_json", "the body must be one JSON object")
+    except Unauthorized as refused:
+        return _json_error(401, "unauthorized", str(refused))
+    except ProtocolError as bad:
+        status = 409 if bad.code == "conversation_ended" else 400
+        return _json_error(status, bad.code, bad.message, bad.id or id_)
+    return web.json_response(answer, dumps=_dumps)
+
+
+async def _perform(session: Session, kind: str, frame: dict[str, Any]) -> dict[str, Any]:
+    if kind == "say":
+        outcome = await session.say(frame)
+        assert outcome.ack is not None
+        return outcome.ack
+    if kind == "interrupt":
+        session.interrupt()
+        return {"type": "ack"}
+    await session.leave()
+    return {"type": "bye", "reason": "leave"}
