@@ -29,7 +29,7 @@ from actors.messages import (
     SpeakerSet,
     TurnEnded,
 )
-from actors.runtime import Runtime
+from actors.runtime import ActorFailed, Reply, Runtime
 from actors.turn import TurnJob, TurnRequest, run_turn, store_say
 from storage.records import ConversationRecord, Turn
 
@@ -68,6 +68,17 @@ class ConversationActor(pykka.ThreadingActor):
         self._ending: End | None = None
 
     def on_receive(self, message: Any) -> None:
+        try:
+            self._handle(message)
+        except Exception as error:
+            # Whoever waits on this message hears of the failure at once; pykka then stops
+            # the actor and on_failure hands it to the supervisor.
+            reply = getattr(message, "reply", None)
+            if isinstance(reply, Reply):
+                reply.fail(ActorFailed(repr(error)))
+            raise
+
+    def _handle(self, message: Any) -> None:
         match message:
             case Say():
                 self._on_say(message)

@@ -59,6 +59,10 @@ def _log_failure(future: concurrent.futures.Future[Any], what: str) -> None:
         log.error("%s failed: %r", what, error, exc_info=error)
 
 
+class ActorFailed(Exception):
+    """The actor failed while handling a request; the supervisor replaces it."""
+
+
 class Reply:
     """A one-shot answer from an actor to a coroutine on the loop.
 
@@ -72,9 +76,16 @@ class Reply:
     def resolve(self, value: Any) -> None:
         self._loop.call_soon_threadsafe(self._set, value)
 
+    def fail(self, error: BaseException) -> None:
+        self._loop.call_soon_threadsafe(self._set_error, error)
+
     def _set(self, value: Any) -> None:
         if not self._future.done():
             self._future.set_result(value)
+
+    def _set_error(self, error: BaseException) -> None:
+        if not self._future.done():
+            self._future.set_exception(error)
 
     async def wait(self, timeout: float = 30.0) -> Any:
         return await asyncio.wait_for(self._future, timeout)

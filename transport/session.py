@@ -12,6 +12,7 @@ from typing import Any
 from actors.directory import ConversationGone, LiveConversation
 from actors.handles import TurnHandles
 from actors.messages import Interrupt, Say
+from actors.runtime import ActorFailed
 from actors.turn import SayOutcome
 from storage.records import Card, Reminder
 from transport.protocol import ProtocolError
@@ -95,6 +96,10 @@ class Session:
             )
         except ConversationGone:
             outcome = SayOutcome(None, error="conversation_ended")
+        except ActorFailed:
+            raise ProtocolError(
+                "internal_error", "the say was not stored; send it again", id_
+            ) from None
         if outcome.error is not None:
             raise ProtocolError(outcome.error, "this conversation has ended; say hello again", id_)
         return outcome

@@ -1,0 +1,172 @@
+"""The messy space between replies: messages sent mid-reply, interruptions, model hiccups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from actors.prompt import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
+from actors.turn import FALLBACK
+from tests.conftest import Harness, Phone
+from tests.fakes.openai_server import Empty, Fail, FakeOpenAI, Reply
+
+SLOW = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
+
+
+def _contents(request: dict[str, Any]) -> list[str]:
+    return [m.get("content") or "" for m in request["messages"]]
+
+
+async def _deltas_until(phone: Phone, count: int) -> str:
+    text = ""
+    for _ in range(count):
+        text += (await phone.expect("reply.delta"))["text"]
+    return text
+
+
+async def test_messages_during_a_reply_are_answered_together(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Reply(SLOW, chunk=3, delay=0.05), Reply("Both answered."))
+    phone = await harness.phone()
+    await phone.say("Plan my Saturday.", "m1")
+    await phone.expect("reply.delta")
+    await phone.say("Owen comes too.", "m2")  # acked at once, mid-reply
+    await phone.say("And Hannah.", "m3")
+    first = await phone.reply()
+    assert first["text"] == SLOW and first["interrupted"] is False
+    start = await phone.expect("reply.start")
+    assert start["in_reply_to"] == ["m2", "m3"]
+    assert (await phone.reply())["text"] == "Both answered."
+    handed = _contents(fake_llm.requests[1])
+    assert handed[-4:] == [SLOW, NOTE_DURING_REPLY, "Owen comes too.", "And Hannah."]
+    assert len(fake_llm.requests) == 2
+
+
+async def test_interrupt_frame_cuts_the_reply_and_the_next_call_knows(
+    harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Reply(SLOW, chunk=3, delay=0.1), Reply("Sorry, go on."))
+    phone = await harness.phone()
+    await phone.say("Tell me everything.")
+    await phone.expect("reply.start")
+    seen = await _deltas_until(phone, 2)
+    await phone.send({"type": "interrupt"})
+    end = await phone.reply()
+    assert end["interrupted"] is True
+    assert end["text"].startswith(seen) and len(end["text"]) < len(SLOW)
+    stored = await db.fetchrow("SELECT text, interrupted FROM turns WHERE role = 'assistant'")
+    assert (stored["text"], stored["interrupted"]) == (end["text"], True)
+    await phone.say("What I meant was: only the weekend.")
+    await phone.reply()
+    handed = _contents(fake_llm.requests[1])
+    assert end["text"] + CUT_MARK in handed
+    assert NOTE_INTERRUPTED in handed
+
+
+async def test_a_short_stop_word_interrupts_and_is_answered(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Reply(SLOW, chunk=3, delay=0.1), Reply("Yes?"))
+    phone = await harness.phone()
+    await phone.say("Tell me everything.")
+    await _deltas_until(phone, 1)
+    await phone.say("Hold on!", "stop-1")
+    cut = await phone.reply()
+    assert cut["interrupted"] is True
+    start = await phone.expect("reply.start")
+    assert start["in_reply_to"] == ["stop-1"]
+    assert (await phone.reply())["text"] == "Yes?"
+    handed = _contents(fake_llm.requests[1])
+    assert handed[-2:] == [NOTE_INTERRUPTED, "Hold on!"]
+
+
+async def test_a_long_message_with_a_stop_word_does_not_interrupt(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Reply(SLOW, chunk=3, delay=0.05), Reply("ok"))
+    phone = await harness.phone()
+    await phone.say("Tell me everything.")
+    await _deltas_until(phone, 1)
+    await phone.say("wait until Friday before you book anything please")
+    assert (await phone.reply())["interrupted"] is False
+
+
+async def test_first_call_is_retried_once_after_a_failure(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Fail(503), Reply("Here I am."))
+    phone = await harness.phone()
+    await phone.say("hello")
+    assert (await phone.reply())["text"] == "Here I am."
+    assert len(fake_llm.requests) == 2
+
+
+async def test_first_call_is_retried_once_after_an_empty_answer(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Empty(), Reply("Here I am."))
+    phone = await harness.phone()
+    await phone.say("hello")
+    assert (await phone.reply())["text"] == "Here I am."
+    assert len(fake_llm.requests) == 2
+
+
+async def test_only_once_then_the_fallback_is_stored(
+    harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Fail(503), Fail(503), Reply("never asked"))
+    phone = await harness.phone()
+    await phone.say("hello")
+    end = await phone.reply()
+    assert (end["text"], end["error"]) == (FALLBACK, "http_503")
+    assert len(fake_llm.requests) == 2
+    assert await db.fetchval("SELECT text FROM turns WHERE role = 'assistant'") == FALLBACK
+
+
+async def test_no_replay_after_a_tool_ran(
+    harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection
+) -> None:
+    """A failure after a tool ran is not retried: a replay could make a second card."""
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(
+        Reply("", tool_calls=[("remember", {"text": "Owen lives in Bristol"})]),
+        Fail(503),
+        Reply("never asked"),
+    )
+    phone = await harness.phone()
+    await phone.say("Remember Owen lives in Bristol")
+    await phone.expect("card")
+    end = await phone.reply()
+    assert end["error"] == "http_503"
+    assert len(fake_llm.requests) == 2
+    assert await db.fetchval("SELECT count(*) FROM cards") == 1
+
+
+async def test_the_lent_phone_speaker_is_kept_and_resets_after_silence(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url, speaker_reset=600)
+    fake_llm.queue(Reply("", tool_calls=[("set_speaker", {"name": "Owen"})]), Reply("Hi Owen."))
+    phone = await harness.phone()
+    await phone.say("This is Owen speaking")
+    await phone.reply()
+    await phone.drop()
+    harness.clock.advance(60)
+    again = await harness.phone(phone.device)
+    assert again.welcome["speaker"] == "Owen"
+    await again.say("what time is it?")
+    await again.reply()
+    assert "person speaking now is Owen" in _contents(fake_llm.requests[-1])[0]
+    harness.clock.advance(601)  # ten minutes of silence: the phone is back with its owner
+    await again.say("it's me")
+    await again.reply()
+    assert "person speaking now" not in _contents(fake_llm.requests[-1])[0]
