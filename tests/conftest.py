@@ -65,6 +65,13 @@ async def fake_llm() -> AsyncIterator[FakeOpenAI]:
         yield fake
 
 
+async def eventually(predicate: Any, timeout: float = 10.0) -> None:
+    """Wait until `predicate()` holds: for effects the server notices on its own (a drop)."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
 class Harness:
     """A running stillhere server (in this process) and ways to talk to it."""
 
@@ -99,6 +106,14 @@ class Harness:
         phone = Phone(self, device or "device-" + uuid.uuid4().hex)
         await phone.connect(**hello)
         return phone
+
+    def person(self, phone: Phone) -> str:
+        return self.server.identity.person(device=phone.device)
+
+    def links(self, phone: Phone) -> int:
+        """How many links the server has attached to this phone's conversation."""
+        live = self.server.directory.get(self.person(phone))
+        return 0 if live is None else len(live.stream.links)
 
     async def sweep(self) -> dict[str, Any] | None:
         from actors.runtime import Reply

@@ -1,0 +1,153 @@
+"""A conversation's life: racing links, resume or not, leave, sweep, parking, failure."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from actors.conversation import ConversationActor
+from tests.conftest import Harness, eventually
+
+
+async def _conversations(db: asyncpg.Connection) -> list[asyncpg.Record]:
+    return await db.fetch(
+        "SELECT id::text, status, archive_reason, summary FROM conversations ORDER BY started_at"
+    )
+
+
+async def test_two_links_racing_share_one_conversation(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    await harness.start()
+    device = "device-racing-0123456789abcdef"
+    a, b = await asyncio.gather(harness.phone(device), harness.phone(device))
+    assert a.welcome["conversation"] == b.welcome["conversation"]
+    assert len(harness.server.directory) == 1
+    assert len(await _conversations(db)) == 1
+    await a.say("hello from a")
+    assert (await b.reply())["text"].startswith("[rehearsal]")  # b sees a's reply too
+
+
+async def test_past_the_window_a_new_conversation_starts(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    await harness.start()
+    phone = await harness.phone()
+    await phone.say("hello")
+    await phone.reply()
+    await phone.drop()
+    harness.clock.advance(30 * 60 + 1)
+    again = await harness.phone(phone.device, conversation=phone.welcome["conversation"])
+    assert again.welcome["resumed"] is False
+    assert again.welcome["conversation"] != phone.welcome["conversation"]
+    assert again.welcome["history"] == []
+    old, new = await _conversations(db)
+    assert (old["status"], old["archive_reason"]) == ("archived", "idle")
+    assert old["summary"]
+    assert new["status"] == "active"
+
+
+async def test_leave_archives_at_once_with_a_summary(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    await harness.start()
+    phone = await harness.phone()
+    await phone.say("Note that the dentist is on Tuesday")
+    await phone.reply()
+    await phone.send({"type": "leave"})
+    assert (await phone.expect("bye"))["reason"] == "leave"
+    (row,) = await _conversations(db)
+    assert (row["status"], row["archive_reason"]) == ("archived", "leave")
+    assert "dentist" in row["summary"]
+    again = await harness.phone(phone.device)
+    assert again.welcome["resumed"] is False
+
+
+async def test_the_sweep_archives_idle_conversations_live_or_left_behind(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    await harness.start()
+    left = await harness.phone()
+    await left.say("from an earlier process")
+    await left.reply()
+    await left.close()
+    await harness.stop()  # the conversation stays active in the database
+    await harness.start()
+    live = await harness.phone()
+    await live.say("still here")
+    await live.reply()
+    harness.clock.advance(29 * 60)
+    assert (await harness.sweep())["archived"] == 0
+    harness.clock.advance(61)
+    report = await harness.sweep()
+    assert report is not None and report["archived"] == 2
+    assert (await live.expect("bye"))["reason"] == "idle"
+    assert [r["status"] for r in await _conversations(db)] == ["archived", "archived"]
+    assert len(harness.server.directory) == 0
+
+
+async def test_an_unlinked_actor_is_parked_and_rehydrated(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    await harness.start(park_after=60)
+    phone = await harness.phone()
+    await phone.say("Note that Owen arrives Friday evening")
+    await phone.reply()
+    seen = phone.last_seq
+    await phone.drop()
+    await eventually(lambda: harness.links(phone) == 0)
+    harness.clock.advance(61)
+    assert (await harness.sweep())["parked"] == 1
+    assert len(harness.server.directory) == 0
+    again = await harness.phone(phone.device)
+    assert again.welcome["resumed"] is True
+    assert [t["role"] for t in again.welcome["history"]] == ["user", "assistant"]
+    assert len(again.welcome["cards"]) == 1
+    assert again.welcome["seq"] >= seen
+    await again.say("two")
+    assert (await again.expect("reply.start"))["seq"] > seen
+
+
+async def test_a_half_streamed_reply_is_replayed_whole(harness: Harness) -> None:
+    await harness.start(rehearsal_rate=40)
+    phone = await harness.phone()
+    await phone.say("tell me a story about trains")
+    start = await phone.expect("reply.start")
+    seen = [await phone.expect("reply.delta") for _ in range(3)]
+    await phone.drop()
+    again = await harness.phone(
+        phone.device, conversation=phone.welcome["conversation"], last_seq=seen[-1]["seq"]
+    )
+    end = await again.reply()
+    deltas = seen + [f for f in again.frames if f["type"] == "reply.delta"]
+    seqs = [start["seq"]] + [d["seq"] for d in deltas] + [end["seq"]]
+    assert seqs == list(range(start["seq"], end["seq"] + 1))
+    assert "".join(d["text"] for d in deltas) == end["text"]
+
+
+async def test_a_failed_actor_is_replaced_without_losing_the_conversation(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await harness.start()
+    phone = await harness.phone()
+    await phone.say("Note that Owen arrives Friday evening")
+    await phone.reply()
+    real = ConversationActor._on_say
+
+    def fail_once(self: ConversationActor, say: object) -> None:
+        monkeypatch.setattr(ConversationActor, "_on_say", real)
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(ConversationActor, "_on_say", fail_once)
+    await phone.send({"type": "say", "id": "x1", "text": "two"})
+    error = await phone.expect("error")
+    assert (error["code"], error["id"]) == ("internal_error", "x1")
+    live = harness.server.directory.get(harness.person(phone))
+    assert live is not None
+    failed_ref = live.ref
+    await eventually(lambda: live.ref is not failed_ref)  # the supervisor replaced it
+    await phone.say("two", "x1")  # the outbox resends with the same id
+    end = await phone.reply()
+    assert "Just before, I said" in end["text"]  # the window survived the failure
