@@ -55,11 +55,12 @@ BAD_INPUT: list[tuple[str, Any, str, str | None]] = [
 
 
 async def still_usable(phone: Phone) -> None:
-    """A later ping gets pong and a later valid say is acked."""
+    """A later ping gets pong and a later valid say is acked (and answered)."""
     await phone.send({"type": "ping"})
     await phone.expect("pong")
     ack = await phone.say("are you still there?")
     assert isinstance(ack["seq"], int)
+    await phone.reply()
 
 
 async def bare_link(harness: Harness) -> Phone:

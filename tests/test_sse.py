@@ -6,8 +6,10 @@ and `Last-Event-ID` brings back exactly what was missed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 
+import asyncpg
 import pytest
 
 from tests.conftest import Harness
@@ -34,30 +36,291 @@ async def welcome_of(stream: EventStream) -> Event:
 
 
 def numbered(events: list[Event]) -> list[Event]:
-    """The events that belong to the conversation's stream (all but welcome carry seq)."""
+    """The events of the conversation's stream: all but welcome carry a seq."""
     return [e for e in events if e.type != "welcome" and e.seq is not None]
 
 
-def assert_consecutive(seqs: list[int]) -> None:
+def assert_consecutive(events: list[Event]) -> None:
+    """Seq grows by exactly one from each event to the next: none missing, none repeated."""
+    seqs = [e.seq for e in events]
     assert seqs, "no numbered events"
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
 
 
+def after_nth(type_: str, n: int) -> Callable[[Event], bool]:
+    """A `stop_after` that matches the n-th event of a type."""
+    seen = 0
+
+    def match(event: Event) -> bool:
+        nonlocal seen
+        seen += event.type == type_
+        return seen >= n
+
+    return match
+
+
 async def test_train_tunnel_story_over_sse(harness: Harness, client: SseClient) -> None:
     await harness.start()
-    first = await client.open()
+    # The tunnel comes right after the reminder: whatever the server sent after it is lost.
+    first = await client.open(stop_after=lambda e: e.type == "reminder")
     welcome = await welcome_of(first)
     assert welcome.data["resumed"] is False
-    assert welcome.id is None
     conversation = welcome.data["conversation"]
 
     ack = await client.say(OWEN, "say-owen")
+    assert set(ack) == {"type", "id", "seq"}
     assert ack["type"] == "ack"
     assert ack["id"] == "say-owen"
-    assert isinstance(ack["seq"], int)
-    on_stream = await first.expect("ack")
-    assert on_stream.data == ack
+    assert (await first.expect("ack")).data == ack
     card = await first.expect("card")
     assert "Owen arrives Friday evening" in card.data["card"]["text"]
     await first.expect("reply.end")
-    await first.stream_closed_check() if False else None  # noqa: SIM108 (placeholder removed)
+
+    ack = await client.say(SPARE_BED, "say-bed")
+    assert ack["type"] == "ack" and ack["id"] == "say-bed"
+    reminder = await first.expect("reminder")
+    assert reminder.data["reminder"]["due"] == "on Thursday"
+    await first.wait_dropped()
+    assert first.events[-1] == reminder
+    last_id = first.last_id
+    assert last_id == str(reminder.seq)
+
+    harness.clock.advance(10)
+    second = await client.open(last_event_id=last_id)
+    again = await welcome_of(second)
+    assert again.data["resumed"] is True
+    assert again.data["conversation"] == conversation
+    assert again.data["age_s"] == 10
+    assert [c["text"] for c in again.data["cards"]] == [card.data["card"]["text"]]
+    # The reply to the spare bed ends after the reminder, so it can only arrive by replay.
+    bed_end = await second.expect("reply.end")
+    replayed = numbered(second.events)
+    assert replayed[0].seq == reminder.seq + 1
+    assert again.data["seq"] >= reminder.seq
+
+    ack = await client.say("two", "say-two")
+    assert ack["seq"] > bed_end.seq
+    end = await second.expect("reply.end", lambda e: e.seq > ack["seq"])
+    assert "remind you to get the spare bed out" in end.data["text"]
+
+    story = numbered(first.events) + numbered(second.events)
+    assert_consecutive(story)
+    assert [e.data for e in story if e.type == "ack"] == [
+        {"type": "ack", "id": i, "seq": s}
+        for i, s in zip(
+            ["say-owen", "say-bed", "say-two"],
+            [e.seq for e in story if e.type == "ack"],
+            strict=True,
+        )
+    ]
+    # Every reply arrives whole exactly once, across the drop.
+    starts = [e for e in story if e.type == "reply.start"]
+    ends = [e for e in story if e.type == "reply.end"]
+    assert [s.data["in_reply_to"] for s in starts] == [["say-owen"], ["say-bed"], ["say-two"]]
+    assert [e.data["reply"] for e in ends] == [s.data["reply"] for s in starts]
+    for start, finish in zip(starts, ends, strict=True):
+        deltas = [
+            e.data["text"]
+            for e in story
+            if e.type == "reply.delta" and e.data["reply"] == start.data["reply"]
+        ]
+        assert "".join(deltas) == finish.data["text"]
+        assert finish.data["interrupted"] is False
+    assert [e.type for e in story].count("reminder") == 1
+    assert [e.type for e in story].count("card") == 1
+
+
+async def test_a_half_streamed_reply_arrives_whole_exactly_once(
+    harness: Harness, client: SseClient
+) -> None:
+    await harness.start(rehearsal_rate=50)
+    first = await client.open(stop_after=after_nth("reply.delta", 5))
+    welcome = await welcome_of(first)
+    ack = await client.say(STORY, "say-story")
+    start = await first.expect("reply.start")
+    assert start.data["in_reply_to"] == ["say-story"]
+    await first.wait_dropped()
+    seen = numbered(first.events)
+    assert [e.type for e in seen] == ["ack", "reply.start"] + ["reply.delta"] * 5
+    assert seen[0].data == ack
+
+    second = await client.open(last_event_id=first.last_id)
+    again = await welcome_of(second)
+    assert again.data["resumed"] is True
+    assert again.data["conversation"] == welcome.data["conversation"]
+    end = await second.expect("reply.end", timeout=30)
+    rest = numbered(second.events)
+    assert rest[0].seq == seen[-1].seq + 1
+
+    joined = seen + rest
+    assert_consecutive(joined)
+    assert [e.type for e in joined].count("reply.start") == 1
+    assert [e.type for e in joined].count("reply.end") == 1
+    deltas = [e for e in joined if e.type == "reply.delta"]
+    assert all(d.data["reply"] == start.data["reply"] for d in deltas)
+    text = end.data["text"]
+    assert end.data["reply"] == start.data["reply"]
+    assert end.data["interrupted"] is False
+    assert text.startswith("Sentence 1 of the story about trains")
+    assert len(text.split()) > 100
+    assert "".join(d.data["text"] for d in deltas) == text
+    assert len(deltas) == len(text.split())
+
+
+async def test_sse_id_is_the_seq_and_welcome_has_none(harness: Harness, client: SseClient) -> None:
+    await harness.start()
+    stream = await client.open()
+    welcome = await welcome_of(stream)
+    assert welcome.id is None
+    assert "seq" in welcome.data  # the last seq sent so far, in the data only
+    await client.say(OWEN)
+    await stream.expect("reply.end")
+    await client.say("hello again")
+    await stream.expect("reply.end")
+
+    events = numbered(stream.events)
+    assert {e.type for e in events} >= {"ack", "card", "reply.start", "reply.delta", "reply.end"}
+    for event in events:
+        assert event.id == str(event.seq), event
+        assert event.event == event.type
+    assert_consecutive(events)
+    assert events[0].seq == welcome.data["seq"] + 1
+
+
+async def test_credentials_by_query_header_or_bearer(harness: Harness) -> None:
+    await harness.start()
+    device = SseClient(harness.http, harness.url, how="query")
+    token = harness.server.identity.issue("account-alice", 3600)
+    account = SseClient(harness.http, harness.url, secret=token, how="bearer")
+    try:
+        # A device: the stream by `?device=`, the say by the X-Stillhere-Device header.
+        stream = await device.open()
+        mine = await welcome_of(stream)
+        status, ack = await device.post("/v1/say", {"id": "d-1", "text": "hello"}, how="header")
+        assert status == 200 and ack["id"] == "d-1"
+        assert (await stream.expect("ack")).data == ack
+        await stream.expect("reply.end")
+
+        # An account: the stream by Authorization: Bearer, the say by Bearer too.
+        theirs_stream = await account.open()
+        theirs = await welcome_of(theirs_stream)
+        assert theirs.data["conversation"] != mine.data["conversation"]
+        assert theirs.data["resumed"] is False
+        ack = await account.say("hi from alice", "a-1")
+        assert (await theirs_stream.expect("ack")).data == ack
+        await theirs_stream.expect("reply.end")
+        # The browser way for an account: `?token=` on the EventSource, same person.
+        browser = await account.open(how="token-query")
+        resumed = await welcome_of(browser)
+        assert resumed.data["resumed"] is True
+        assert resumed.data["conversation"] == theirs.data["conversation"]
+        # Nothing of Alice's reached the device's stream.
+        assert all(e.data.get("id") != "a-1" for e in stream.events)
+    finally:
+        await device.close()
+        await account.close()
+
+
+async def test_an_event_stream_with_bad_credentials_is_refused(harness: Harness) -> None:
+    await harness.start()
+    short = SseClient(harness.http, harness.url, secret="too-short")
+    try:
+        stream = await short.open()
+        refused = await stream.next()
+        assert refused.type == "error"
+        assert refused.data["code"] == "unauthorized"
+        assert refused.id is None
+        await stream.wait_ended()
+    finally:
+        await short.close()
+
+
+async def test_post_errors(
+    harness: Harness, client: SseClient, db: asyncpg.Connection
+) -> None:
+    await harness.start()
+    for how, secret in [("header", "too-short"), ("none", "x"), ("bearer", "not.a.token")]:
+        bad = SseClient(harness.http, harness.url, secret=secret, how=how)
+        status, answer = await bad.post("/v1/say", {"id": "x-1", "text": "hello"})
+        assert status == 401, (how, answer)
+        assert answer["type"] == "error"
+        assert answer["code"] == "unauthorized"
+        assert "too-short" not in answer["message"]
+
+    status, answer = await client.post("/v1/say", raw=b"this is not json {")
+    assert status == 400
+    assert answer["type"] == "error" and answer["code"] == "bad_json"
+
+    status, answer = await client.post("/v1/say", {"id": "long-1", "text": "x" * 4001})
+    assert status == 400
+    assert answer["type"] == "error" and answer["code"] == "text_too_long"
+    assert answer["id"] == "long-1"
+
+    assert await db.fetchval("SELECT count(*) FROM turns") == 0
+    # The same client can still talk: nothing was broken by the bad requests.
+    ack = await client.say("hello after all that", "fine-1")
+    assert ack["id"] == "fine-1"
+
+
+async def test_leave_ends_the_conversation(
+    harness: Harness, client: SseClient, db: asyncpg.Connection
+) -> None:
+    await harness.start()
+    stream = await client.open()
+    welcome = await welcome_of(stream)
+    conversation = welcome.data["conversation"]
+    await client.say(OWEN)
+    await stream.expect("reply.end")
+
+    status, answer = await client.post("/v1/leave")
+    assert status == 200, answer
+    assert answer["type"] != "error"
+    bye = await stream.expect("bye")
+    assert bye.data["reason"] == "leave"
+    assert bye.id is None
+    row = await db.fetchrow(
+        "SELECT status, archive_reason, summary FROM conversations WHERE id = $1",
+        uuid.UUID(conversation),
+    )
+    assert row["status"] == "archived"
+    assert row["archive_reason"] == "leave"
+    assert row["summary"] is not None and row["summary"].strip()
+
+    await stream.close()
+    fresh = await client.open(last_event_id=stream.last_id)
+    new = await welcome_of(fresh)
+    assert new.data["resumed"] is False
+    assert new.data["conversation"] != conversation
+    assert new.data["history"] == []
+    ack = await client.say("hello again")
+    assert (await fresh.expect("ack")).data == ack
+
+
+async def test_the_event_stream_ends_after_bye(harness: Harness, client: SseClient) -> None:
+    """After `bye` the stream has nothing more to carry: the server ends it, so an
+    EventSource reconnects (into a new conversation) instead of listening to a dead one."""
+    await harness.start()
+    stream = await client.open()
+    await welcome_of(stream)
+    status, _ = await client.post("/v1/leave")
+    assert status == 200
+    await stream.expect("bye")
+    await stream.wait_ended(timeout=5)
+
+
+async def test_interrupt_by_post(harness: Harness, client: SseClient) -> None:
+    await harness.start(rehearsal_rate=50)
+    stream = await client.open()
+    await welcome_of(stream)
+    await client.say(STORY)
+    await stream.expect("reply.start")
+    for _ in range(3):
+        await stream.expect("reply.delta")
+    status, answer = await client.post("/v1/interrupt")
+    assert status == 200, answer
+    assert answer["type"] != "error"
+    end = await stream.expect("reply.end", timeout=30)
+    assert end.data["interrupted"] is True
+    assert len(end.data["text"].split()) < 100
+    deltas = [e.data["text"] for e in stream.events if e.type == "reply.delta"]
+    assert "".join(deltas) == end.data["text"]
