@@ -166,7 +166,7 @@ class Directory:
     async def finish(self, live: LiveConversation, reason: str, reply: Reply | None) -> None:
         """The actor's last act, run on the loop: archive, say bye, let go."""
         archived = await archive(self._rt, live.id, reason)
-        live.stream.broadcast({"type": "bye", "reason": reason})
+        live.stream.farewell({"type": "bye", "reason": reason})
         await self._let_go(live)
         if reply is not None:
             reply.resolve(archived)

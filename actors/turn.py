@@ -182,25 +182,27 @@ async def _call_model(
 ) -> list[ToolCall]:
     """One model call. The first call of a turn is retried once if it fails or comes back
     empty before any output; later calls never are (a replay could repeat a tool's work)."""
-    attempts = 2 if retry else 1
-    for attempt in range(1, attempts + 1):
-        before = writer.sent
-        calls: list[ToolCall] = []
-        try:
-            async for event in rt.model.stream(messages, TOOLS):
-                if isinstance(event, TextDelta):
-                    writer.write(event.text)
-                else:
-                    calls.append(event)
-        except ModelError as failure:
-            if attempt == attempts or writer.sent > before:
-                raise
-            log.warning("model call failed before any output (%s), retrying once", failure.code)
+    before = writer.sent
+    try:
+        return await _call_once(rt, messages, writer)
+    except ModelError as failure:
+        if not retry or writer.sent > before:
+            raise
+        log.warning("first model call failed before any output (%s), retrying once", failure.code)
+    await asyncio.sleep(rt.settings.retry_pause_s)
+    return await _call_once(rt, messages, writer)
+
+
+async def _call_once(
+    rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter
+) -> list[ToolCall]:
+    before = writer.sent
+    calls: list[ToolCall] = []
+    async for event in rt.model.stream(messages, TOOLS):
+        if isinstance(event, TextDelta):
+            writer.write(event.text)
         else:
-            if calls or writer.sent > before:
-                return calls
-            if attempt == attempts:
-                raise ModelError("empty", "the model answered nothing")
-            log.warning("model came back empty before any output, retrying once")
-        await asyncio.sleep(rt.settings.retry_pause_s)
-    raise AssertionError("unreachable")
+            calls.append(event)
+    if not calls and writer.sent == before:
+        raise ModelError("empty", "the model answered nothing")
+    return calls

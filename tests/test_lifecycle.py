@@ -84,6 +84,7 @@ async def test_the_sweep_archives_idle_conversations_live_or_left_behind(
     report = await harness.sweep()
     assert report is not None and report["archived"] == 2
     assert (await live.expect("bye"))["reason"] == "idle"
+    await eventually(lambda: live.ws is not None and live.ws.closed)  # bye ends the link
     assert [r["status"] for r in await _conversations(db)] == ["archived", "archived"]
     assert len(harness.server.directory) == 0
 

@@ -21,9 +21,9 @@ from storage.embedded import EmbeddedPostgres
 from storage.store import Store
 from transport.config import Settings
 from transport.identity import Identity, load_or_create_secret
-from transport.server import SERVER_KEY, Server
+from transport.server import SERVER_KEY, Server, close_links
 from transport.sse import events_handler, interrupt_handler, leave_handler, say_handler
-from transport.websocket import close_sockets, websocket_handler
+from transport.websocket import websocket_handler
 
 log = logging.getLogger("stillhere.server")
 
@@ -53,7 +53,7 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
 def build_app(settings: Settings, clock: Clock | None = None) -> web.Application:
     app = web.Application(client_max_size=settings.limits.max_frame_bytes * 4)
     app.cleanup_ctx.append(partial(_lifecycle, settings, clock or SystemClock()))
-    app.on_shutdown.append(close_sockets)
+    app.on_shutdown.append(close_links)
     app.router.add_get("/v1/ws", websocket_handler)
     app.router.add_get("/v1/events", events_handler)
     app.router.add_post("/v1/say", say_handler)

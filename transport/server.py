@@ -6,13 +6,14 @@ from dataclasses import dataclass, field
 from weakref import WeakSet
 
 import pykka
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 
 from actors.directory import Directory
 from actors.runtime import Runtime
 from actors.supervisor import Supervisor
 from transport.config import Settings
 from transport.identity import Identity
+from transport.link import QueuedLink
 
 
 @dataclass(slots=True)
@@ -22,7 +23,13 @@ class Server:
     identity: Identity
     directory: Directory
     supervisor: pykka.ActorRef[Supervisor]
-    sockets: WeakSet[web.WebSocketResponse] = field(default_factory=WeakSet)
+    links: WeakSet[QueuedLink] = field(default_factory=WeakSet)
 
 
 SERVER_KEY = web.AppKey("stillhere.server", Server)
+
+
+async def close_links(app: web.Application) -> None:
+    """On shutdown, close every link as "going away" (1001): phones will reconnect."""
+    for link in list(app[SERVER_KEY].links):
+        link.end(WSCloseCode.GOING_AWAY)

@@ -39,6 +39,9 @@ class EventStreamLink(QueuedLink):
             event=frame["type"],
         )
 
+    async def close(self, code: int) -> None:
+        self._response.stop_streaming()
+
 
 def _credentials(request: web.Request, body: dict[str, Any] | None = None) -> dict[str, Any]:
     body = body or {}
@@ -85,6 +88,7 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
     response = EventSourceResponse()
     await response.prepare(request)
     link = EventStreamLink(response)
+    server.links.add(link)
     session = Session(server, link)
     try:
         # Without `conversation`, Last-Event-ID refers to the conversation being resumed.
@@ -126,6 +130,9 @@ class _NoLink:
     name = "post"
 
     def send(self, frame: dict[str, Any]) -> None:
+        raise AssertionError("a POST session never attaches to the stream")
+
+    def end(self, code: int = 1000) -> None:
         raise AssertionError("a POST session never attaches to the stream")
 
 

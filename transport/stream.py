@@ -34,6 +34,8 @@ class Link(Protocol):
 
     def send(self, frame: Frame) -> None: ...
 
+    def end(self, code: int = 1000) -> None: ...
+
 
 class ConversationStream:
     def __init__(
@@ -84,10 +86,12 @@ class ConversationStream:
             link.send(frame)
         return frame
 
-    def broadcast(self, frame: Frame) -> None:
-        """Send a frame outside the numbered stream (e.g. `bye`) to every attached link."""
+    def farewell(self, frame: Frame) -> None:
+        """Send a last frame outside the numbered stream (`bye`) and close every link."""
         for link in self.links:
             link.send(frame)
+            link.end()
+        self.links.clear()
 
     # -- links ----------------------------------------------------------------------------
 

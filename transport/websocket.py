@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import orjson
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSMsgType, web
 
 from transport.identity import Unauthorized
 from transport.link import QueuedLink
@@ -29,6 +29,9 @@ class WebSocketLink(QueuedLink):
             raise ConnectionError("closed")
         await self._ws.send_str(orjson.dumps(frame).decode())
 
+    async def close(self, code: int) -> None:
+        await self._ws.close(code=code)
+
 
 async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
     server = request.app[SERVER_KEY]
@@ -37,8 +40,8 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
     # and answer frames between our limit and it with a coded error instead.
     ws = web.WebSocketResponse(max_msg_size=limits.max_frame_bytes * 4, heartbeat=30.0)
     await ws.prepare(request)
-    server.sockets.add(ws)
     link = WebSocketLink(ws)
+    server.links.add(link)
     session = Session(server, link)
     rate = RateLimiter(limits)
     try:
@@ -51,7 +54,6 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
     finally:
         session.close()
         await link.drain()
-        await ws.close()
     return ws
 
 
@@ -93,9 +95,3 @@ async def _dispatch(session: Session, link: WebSocketLink, frame: dict[str, Any]
     elif session.live is None:  # ack before hello
         raise ProtocolError("hello_first", "the first frame on a link must be a hello")
     return True
-
-
-async def close_sockets(app: web.Application) -> None:
-    """On shutdown, tell every phone we are going away (1001); they will reconnect."""
-    for ws in list(app[SERVER_KEY].sockets):
-        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
