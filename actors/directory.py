@@ -102,6 +102,15 @@ class Directory:
 
     async def open(self, person: str) -> Opened:
         """The person's conversation: resumed within the window, else a new one."""
+        opened = await self._open(person, create=True)
+        assert opened is not None
+        return opened
+
+    async def resume(self, person: str) -> Opened | None:
+        """The person's conversation if it is within the window; never starts one."""
+        return await self._open(person, create=False)
+
+    async def _open(self, person: str, *, create: bool) -> Opened | None:
         async with self._lock(person):
             live = self._live.get(person)
             if live is not None:
@@ -110,9 +119,9 @@ class Directory:
                 if age < self._rt.settings.resume_window_s:
                     return self._resumed(live, age, snapshot)
                 await self.end(live, "idle")
-            return await self._activate(person)
+            return await self._activate(person, create)
 
-    async def _activate(self, person: str) -> Opened:
+    async def _activate(self, person: str, create: bool) -> Opened | None:
         rt = self._rt
         record = await rt.store.active_conversation(person, rt.settings.window_turns)
         if record is not None:
@@ -122,6 +131,8 @@ class Directory:
                 return self._resumed(live, age, await live.ask(Attach))
             await rt.store.archive(record.id, "idle", rt.clock.now())
             self._in_background(write_summary(rt, record.id, "idle"))
+        if not create:
+            return None
         now = rt.clock.now()
         conversation = await rt.store.create_conversation(person, now)
         record = ConversationRecord(conversation, person, now, now, None, None, 0)

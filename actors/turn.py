@@ -130,7 +130,7 @@ async def run_turn(
     text = writer.text_since(0) or (FALLBACK if error else "")
     turn = Turn("assistant", text, started, interrupted=job.interrupted)
     await rt.store.add_reply(req.conversation, req.person, reply, turn, in_reply_to)
-    end: dict[str, object] = {"reply": str(reply), "text": text, "interrupted": job.interrupted}
+    end: dict[str, object] = {"reply": str(reply), "text": text, "interrupted": turn.interrupted}
     if error:
         end["error"] = error
     stream.emit("reply.end", **end)

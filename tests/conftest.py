@@ -21,6 +21,7 @@ from storage.embedded import EmbeddedPostgres
 from tests.fakes.openai_server import FakeOpenAI
 from transport.app import build_app
 from transport.config import Settings
+from transport.logs import AccessLogger
 from transport.server import SERVER_KEY, Server
 
 
@@ -83,8 +84,14 @@ class Harness:
         self.http = aiohttp.ClientSession()
 
     async def start(self, **overrides: Any) -> Harness:
-        settings = Settings(db=self.dsn, data_dir=self.data_dir, secret="test-secret", **overrides)
-        self.test_server = TestServer(build_app(settings, clock=self.clock))
+        settings = Settings(
+            db=self.dsn,
+            data_dir=self.data_dir,
+            secret="test-secret-of-at-least-32-bytes",
+            **overrides,
+        )
+        app = build_app(settings, clock=self.clock)
+        self.test_server = TestServer(app, access_log_class=AccessLogger)
         await self.test_server.start_server()
         return self
 

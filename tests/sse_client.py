@@ -8,6 +8,7 @@ receives, so tests can check order, ids and replay across reconnects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -151,10 +152,8 @@ class EventStream:
 
     async def _stop_reader(self) -> None:
         self._reader.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await self._reader
-        except asyncio.CancelledError:
-            pass
 
     @property
     def last_id(self) -> str | None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 
 from transport.app import build_app
-from transport.config import Settings, add_options, settings_from
+from transport.config import Settings, add_options, env_value, settings_from
 from transport.identity import Identity, load_or_create_secret
 from transport.logs import AccessLogger, setup_logging
 
@@ -21,8 +22,10 @@ def _parser() -> argparse.ArgumentParser:
     add_options(serve)
     token = commands.add_parser("token", help="print a signed account token (development)")
     token.add_argument("account")
-    token.add_argument("--data-dir", default=Settings().data_dir, type=__import__("pathlib").Path)
-    token.add_argument("--secret", default=None)
+    token.add_argument(
+        "--data-dir", default=Path(env_value("data-dir") or Settings().data_dir), type=Path
+    )
+    token.add_argument("--secret", default=env_value("secret"), help="env STILLHERE_SECRET")
     token.add_argument("--ttl", type=int, default=30 * 24 * 3600, help="lifetime in seconds")
     return parser
 

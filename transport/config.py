@@ -84,12 +84,13 @@ _OPTIONS: list[tuple[str, object, str]] = [
 _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
     ("max-frame-bytes", int, "largest client frame accepted"),
     ("max-text-chars", int, "longest say text accepted"),
+    ("max-id-chars", int, "longest say id accepted"),
     ("frames-per-s", float, "sustained client frames per second per link"),
     ("frame-burst", int, "client frames allowed in a burst per link"),
 ]
 
 
-def _env(name: str) -> str | None:
+def env_value(name: str) -> str | None:
     return os.environ.get("STILLHERE_" + name.upper().replace("-", "_"))
 
 
@@ -98,7 +99,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         attr = name.replace("-", "_")
         source = Limits() if (name, kind, help_) in _LIMIT_OPTIONS else Settings()
         default = getattr(source, attr)
-        env = _env(name)
+        env = env_value(name)
         if env is not None:
             default = kind(env)  # type: ignore[operator]
         choices = ["text", "json"] if name == "log-format" else None

@@ -70,7 +70,8 @@ def _is_seq(value: object) -> bool:
 
 
 def _check_hello(frame: dict[str, Any]) -> None:
-    if frame.get("v") != 1:
+    version = frame.get("v")
+    if type(version) is not int or version != 1:
         raise ProtocolError("unsupported_version", "this server speaks protocol v 1")
     conversation = frame.get("conversation")
     if conversation is not None and not isinstance(conversation, str):

@@ -17,7 +17,7 @@ from aiohttp_sse import EventSourceResponse
 
 from transport.identity import Unauthorized
 from transport.link import QueuedLink
-from transport.protocol import ProtocolError, decode, error_frame
+from transport.protocol import ProtocolError, error_frame, validate
 from transport.server import SERVER_KEY, Server
 from transport.session import Session
 
@@ -32,7 +32,7 @@ class EventStreamLink(QueuedLink):
         self._response = response
 
     async def write(self, frame: dict[str, Any]) -> None:
-        seq = frame.get("seq") if frame["type"] != "welcome" else None
+        seq = frame.get("seq")  # welcome's seq too: Last-Event-ID then covers what follows it
         await self._response.send(
             orjson.dumps(frame).decode(),
             id=str(seq) if seq is not None else None,
@@ -85,43 +85,24 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
         "last_seq": last_seq,
         **_credentials(request),
     }
+    try:  # refuse before the stream starts, so an EventSource does not retry forever
+        server.identity.person(device=hello["device"], token=hello["token"])
+    except Unauthorized as refused:
+        log.info("refused an event stream: %s", refused)
+        return _json_error(401, "unauthorized", str(refused))
     response = EventSourceResponse()
     await response.prepare(request)
     link = EventStreamLink(response)
     server.links.add(link)
     session = Session(server, link)
-    try:
-        # Without `conversation`, Last-Event-ID refers to the conversation being resumed.
-        await session.hello(hello, last_seq_alone=True)
-    except Unauthorized as refused:
-        log.info("refused an event stream: %s", refused)
-        link.send(error_frame("unauthorized", str(refused)))
-        await link.drain()
-        return response
+    # Without `conversation`, Last-Event-ID refers to the conversation being resumed.
+    await session.hello(hello, last_seq_alone=True)
     try:
         await response.wait()
     finally:
         session.close()
         await link.drain()
     return response
-
-
-async def _post_session(request: web.Request) -> tuple[Server, Session, dict[str, Any]]:
-    server = request.app[SERVER_KEY]
-    raw = await request.read()
-    if len(raw) > server.settings.limits.max_frame_bytes:
-        raise ProtocolError("frame_too_large", "the body is too large")
-    body = orjson.loads(raw) if raw.strip() else {}
-    if not isinstance(body, dict):
-        raise ProtocolError("bad_frame", "the body must be a JSON object")
-    person = server.identity.person(**_credentials(request, body))
-    session = Session(server, _NoLink())
-    session.person = person
-    live = server.directory.get(person)
-    if live is None:
-        live = (await server.directory.open(person)).live
-    session.live = live
-    return server, session, body
 
 
 class _NoLink:
@@ -149,12 +130,15 @@ async def leave_handler(request: web.Request) -> web.Response:
 
 
 async def _post(request: web.Request, kind: str) -> web.Response:
+    """Validate first, then identify, then act: bad input never opens a conversation."""
+    server = request.app[SERVER_KEY]
     id_ = None
     try:
-        server, session, body = await _post_session(request)
-        frame = decode(orjson.dumps({**body, "type": kind}), server.settings.limits)
+        body = await _body(request, server)
+        frame = validate({**body, "type": kind}, server.settings.limits)
         id_ = frame.get("id")
-        answer = await _perform(session, kind, frame)
+        person = server.identity.person(**_credentials(request, body))
+        answer = await _perform(server, person, kind, frame)
     except orjson.JSONDecodeError:
         return _json_error(400, "bad_json", "the body must be one JSON object")
     except Unauthorized as refused:
@@ -165,7 +149,24 @@ async def _post(request: web.Request, kind: str) -> web.Response:
     return web.json_response(answer, dumps=_dumps)
 
 
-async def _perform(session: Session, kind: str, frame: dict[str, Any]) -> dict[str, Any]:
+async def _body(request: web.Request, server: Server) -> dict[str, Any]:
+    raw = await request.read()
+    if len(raw) > server.settings.limits.max_frame_bytes:
+        raise ProtocolError("frame_too_large", "the body is too large")
+    body = orjson.loads(raw) if raw.strip() else {}
+    if not isinstance(body, dict):
+        raise ProtocolError("bad_frame", "the body must be a JSON object")
+    return body
+
+
+async def _perform(server: Server, person: str, kind: str, frame: dict[str, Any]) -> dict[str, Any]:
+    """A say opens the conversation if needed; interrupt and leave never start one."""
+    directory = server.directory
+    opened = await (directory.open(person) if kind == "say" else directory.resume(person))
+    if opened is None:
+        return {"type": "ack"} if kind == "interrupt" else {"type": "bye", "reason": "leave"}
+    session = Session(server, _NoLink())
+    session.live = opened.live
     if kind == "say":
         outcome = await session.say(frame)
         assert outcome.ack is not None

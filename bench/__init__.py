@@ -1,0 +1,1 @@
+"""Load benchmarks for stillhere (see bench/README.md)."""
