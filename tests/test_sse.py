@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import Harness
 from tests.sse_client import Event, EventStream, SseClient
+from transport.config import Limits
 
 OWEN = "Note that Owen arrives Friday evening, he is staying with us."
 SPARE_BED = "And remind me to get the spare bed out on Thursday."
@@ -253,6 +254,19 @@ async def test_post_errors(harness: Harness, client: SseClient, db: asyncpg.Conn
     # The same client can still talk: nothing was broken by the bad requests.
     ack = await client.say("hello after all that", "fine-1")
     assert ack["id"] == "fine-1"
+
+
+async def test_posts_are_rate_limited_per_person(
+    harness: Harness, client: SseClient, db: asyncpg.Connection
+) -> None:
+    await harness.start(limits=Limits(frames_per_s=0.001, frame_burst=2))
+    assert (await client.post("/v1/say", {"id": "r-1", "text": "one"}))[0] == 200
+    assert (await client.post("/v1/interrupt", {}))[0] == 200
+    status, answer = await client.post("/v1/say", {"id": "r-3", "text": "three"})
+    assert (status, answer["code"]) == (429, "rate_limited")
+    assert await db.fetchval("SELECT count(*) FROM turns WHERE client_id = 'r-3'") == 0
+    other = SseClient(harness.http, harness.url)  # another person has a bucket of their own
+    assert (await other.post("/v1/say", {"id": "o-1", "text": "hi"}))[0] == 200
 
 
 async def test_leave_ends_the_conversation(

@@ -115,5 +115,23 @@ class RateLimiter:
         return True
 
 
+class PersonRates:
+    """One token bucket per person, for requests with no link of their own (POSTs).
+
+    Bounded: the least recently seen persons are forgotten past `keep`."""
+
+    def __init__(self, limits: Limits, keep: int = 10_000) -> None:
+        self._limits = limits
+        self._keep = keep
+        self._buckets: dict[str, RateLimiter] = {}
+
+    def allow(self, person: str) -> bool:
+        bucket = self._buckets.pop(person, None) or RateLimiter(self._limits)
+        self._buckets[person] = bucket  # most recent last
+        if len(self._buckets) > self._keep:
+            del self._buckets[next(iter(self._buckets))]
+        return bucket.allow()
+
+
 def rate_limited() -> ProtocolError:
     return ProtocolError("rate_limited", "too many frames; slow down")

@@ -14,6 +14,7 @@ from actors.supervisor import Supervisor
 from transport.config import Settings
 from transport.identity import Identity
 from transport.link import QueuedLink
+from transport.protocol import PersonRates
 
 
 @dataclass(slots=True)
@@ -24,6 +25,10 @@ class Server:
     directory: Directory
     supervisor: pykka.ActorRef[Supervisor]
     links: WeakSet[QueuedLink] = field(default_factory=WeakSet)
+    post_rates: PersonRates = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.post_rates = PersonRates(self.settings.limits)
 
 
 SERVER_KEY = web.AppKey("stillhere.server", Server)

@@ -17,7 +17,7 @@ from aiohttp_sse import EventSourceResponse
 
 from transport.identity import Unauthorized
 from transport.link import QueuedLink
-from transport.protocol import ProtocolError, error_frame, validate
+from transport.protocol import ProtocolError, error_frame, rate_limited, validate
 from transport.server import SERVER_KEY, Server
 from transport.session import Session
 
@@ -138,13 +138,15 @@ async def _post(request: web.Request, kind: str) -> web.Response:
         frame = validate({**body, "type": kind}, server.settings.limits)
         id_ = frame.get("id")
         person = server.identity.person(**_credentials(request, body))
+        if not server.post_rates.allow(person):
+            raise rate_limited()
         answer = await _perform(server, person, kind, frame)
     except orjson.JSONDecodeError:
         return _json_error(400, "bad_json", "the body must be one JSON object")
     except Unauthorized as refused:
         return _json_error(401, "unauthorized", str(refused))
     except ProtocolError as bad:
-        status = 409 if bad.code == "conversation_ended" else 400
+        status = {"conversation_ended": 409, "rate_limited": 429}.get(bad.code, 400)
         return _json_error(status, bad.code, bad.message, bad.id or id_)
     return web.json_response(answer, dumps=_dumps)
 
