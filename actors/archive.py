@@ -10,14 +10,10 @@ from uuid import UUID
 
 from actors.runtime import Runtime
 from providers.chat import ChatMessage, ModelError, TextDelta
+from providers.notes import SUMMARY_PROMPT
 from storage.records import Turn
 
 log = logging.getLogger("stillhere.archive")
-
-SUMMARY_PROMPT = (
-    "Summarise this conversation in two or three sentences, for recalling it later: "
-    "what was discussed, decided, and left open."
-)
 
 
 async def archive(rt: Runtime, conversation: UUID, reason: str) -> bool:

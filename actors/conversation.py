@@ -12,7 +12,7 @@ import logging
 import re
 import string
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pykka
 
@@ -30,11 +30,9 @@ from actors.messages import (
     TurnEnded,
 )
 from actors.runtime import ActorFailed, Reply, Runtime
+from actors.stream import ConversationStream
 from actors.turn import TurnJob, TurnRequest, run_turn, store_say
 from storage.records import ConversationRecord, Turn
-
-if TYPE_CHECKING:
-    from actors.directory import LiveConversation
 
 log = logging.getLogger("stillhere.conversation")
 
@@ -49,8 +47,21 @@ def is_interruption(text: str, words: tuple[str, ...]) -> bool:
     return any(said == w or said.startswith(w + " ") for w in words)
 
 
+class Home(Protocol):
+    """The actor's fixed address on the loop side (the directory's LiveConversation): it
+    outlives the actor, so a replacement takes over the same stream."""
+
+    stream: ConversationStream
+
+    def tell(self, message: object) -> bool: ...
+
+    def report_failure(self, error: BaseException) -> None: ...
+
+    async def finish(self, reason: str, reply: Reply | None) -> None: ...
+
+
 class ConversationActor(pykka.ThreadingActor):
-    def __init__(self, rt: Runtime, record: ConversationRecord, live: LiveConversation) -> None:
+    def __init__(self, rt: Runtime, record: ConversationRecord, live: Home) -> None:
         super().__init__()
         self._rt = rt
         self._live = live

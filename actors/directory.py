@@ -22,8 +22,8 @@ from actors.archive import archive, write_summary
 from actors.conversation import ConversationActor
 from actors.messages import Attach, End, Park, Snapshot
 from actors.runtime import Reply, Runtime
+from actors.stream import ConversationStream, Frame, Link
 from storage.records import ConversationRecord
-from transport.stream import ConversationStream, Frame, Link
 
 log = logging.getLogger("stillhere.directory")
 

@@ -6,21 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from providers.chat import ChatMessage
+from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
 from storage.records import Card, Turn
 
 SYSTEM = (
     "You are stillhere, a voice and chat assistant on the person's phone. Answer briefly and "
     "naturally. Use your tools to remember facts, schedule reminders, and note who is "
     "speaking when the phone is lent to someone else."
-)
-CUT_MARK = " [cut off here: the person interrupted]"
-NOTE_INTERRUPTED = (
-    "Your previous reply was interrupted by the person and cut off where it ends above. "
-    "Do not pretend it was complete, and do not simply carry on with it."
-)
-NOTE_DURING_REPLY = (
-    "The following messages arrived while you were writing your previous reply. "
-    "Answer them together, in one reply."
 )
 
 

@@ -25,7 +25,7 @@ log = logging.getLogger("stillhere.turn")
 class Mailbox(Protocol):
     """Anything that delivers a message to a conversation's current actor."""
 
-    def tell(self, message: object) -> None: ...
+    def tell(self, message: object) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,11 +16,11 @@ from actors.handles import TurnHandles
 from actors.messages import Say, SayStored, TurnEnded
 from actors.prompt import build_messages
 from actors.runtime import Runtime
+from actors.stream import ConversationStream
 from actors.tools import TOOLS, Mailbox, ToolContext, execute
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
 from storage.records import Card, Turn
 from storage.store import ConversationEnded
-from transport.stream import ConversationStream
 
 log = logging.getLogger("stillhere.turn")
 

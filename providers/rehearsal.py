@@ -15,11 +15,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from actors.prompt import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
 from providers.chat import ChatEvent, ChatMessage, TextDelta, ToolCall, ToolSpec
+from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED, SUMMARY_PROMPT
 
 PREFIX = "[rehearsal] "
-SUMMARY_MARK = "Summarise this conversation"
 STORY_SENTENCES = 12  # 12 sentences of 8+ words: comfortably over 60 words
 QUOTE_CHARS = 80
 SUMMARY_QUOTE_CHARS = 60
@@ -191,7 +190,7 @@ def _summary(messages: list[ChatMessage]) -> str:
 
 def _is_summary_request(messages: list[ChatMessage]) -> bool:
     first = messages[0] if messages else None
-    return first is not None and first.role == "system" and first.content.startswith(SUMMARY_MARK)
+    return first is not None and first.role == "system" and first.content == SUMMARY_PROMPT
 
 
 def _answer(messages: list[ChatMessage], tools: list[ToolSpec]) -> str | _Intent:

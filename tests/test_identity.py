@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,6 @@ from tests.conftest import Harness, Phone
 from transport.cli import main
 from transport.identity import Identity, Unauthorized
 
-SECRET = "test-secret-of-at-least-32-bytes"  # the harness's server secret
 TABLES = ("conversations", "turns", "events", "cards", "reminders")
 # The short secrets are the test's own; PyJWT would warn about each one.
 pytestmark = pytest.mark.filterwarnings("ignore::jwt.warnings.InsecureKeyLengthWarning")
@@ -30,23 +30,30 @@ async def token_phone(harness: Harness, token: str, **hello: Any) -> Phone:
     return phone
 
 
-REFUSED: list[tuple[str, dict[str, Any]]] = [
-    ("no credentials", {}),
-    ("null credentials", {"device": None, "token": None}),
-    ("device secret of 21 chars", {"device": "d" * 21}),
-    ("device secret not a string", {"device": list("d" * 30)}),
-    ("garbage token", {"token": "not.a.token"}),
-    ("token signed with another secret", {"token": Identity("other-secret").issue("hannah")}),
-    ("expired token", {"token": Identity(SECRET).issue("hannah", ttl_s=-10)}),
-    ("bad token beside a good device", {"token": "garbage", "device": "d" * 30}),
+def server_identity(harness: Harness) -> Identity:
+    """The running server's own signer, so its tokens are the ones it accepts."""
+    return harness.server.identity
+
+
+# Credentials, given the server's signer.
+REFUSED: list[tuple[str, Callable[[Identity], dict[str, Any]]]] = [
+    ("no credentials", lambda _: {}),
+    ("null credentials", lambda _: {"device": None, "token": None}),
+    ("device secret of 21 chars", lambda _: {"device": "d" * 21}),
+    ("device secret not a string", lambda _: {"device": list("d" * 30)}),
+    ("garbage token", lambda _: {"token": "not.a.token"}),
+    ("token of another secret", lambda _: {"token": Identity("other-secret").issue("hannah")}),
+    ("expired token", lambda ours: {"token": ours.issue("hannah", ttl_s=-10)}),
+    ("bad token beside a good device", lambda _: {"token": "garbage", "device": "d" * 30}),
 ]
 
 
-@pytest.mark.parametrize("credentials", [c[1] for c in REFUSED], ids=[c[0] for c in REFUSED])
+@pytest.mark.parametrize("make", [c[1] for c in REFUSED], ids=[c[0] for c in REFUSED])
 async def test_bad_credentials_are_refused_and_the_link_closed(
-    harness: Harness, db: asyncpg.Connection, credentials: dict[str, Any]
+    harness: Harness, db: asyncpg.Connection, make: Callable[[Identity], dict[str, Any]]
 ) -> None:
     await harness.start()
+    credentials = make(server_identity(harness))
     async with harness.http.ws_connect(harness.url("/v1/ws")) as ws:
         await ws.send_str(orjson.dumps({"type": "hello", "v": 1, **credentials}).decode())
         first = await ws.receive(timeout=10)
@@ -62,7 +69,8 @@ async def test_an_account_token_resumes_across_links_and_differs_from_a_device(
     harness: Harness, db: asyncpg.Connection
 ) -> None:
     await harness.start()
-    token = Identity(SECRET).issue("hannah")
+    account = "hannah.jones@example.org"  # long enough to pass for a device secret too
+    token = server_identity(harness).issue(account)
     first = await token_phone(harness, token)
     assert first.welcome["resumed"] is False
     await first.say("Hello from the kitchen")
@@ -74,7 +82,7 @@ async def test_an_account_token_resumes_across_links_and_differs_from_a_device(
     assert second.welcome["conversation"] == first.welcome["conversation"]
     assert "Hello from the kitchen" in [t["text"] for t in second.welcome["history"]]
 
-    for device in ("hannah" * 4, token):  # the account's name, or its token, as a device secret
+    for device in (account, token):  # the account's name, or its token, as a device secret
         other = await harness.phone(device)
         assert other.welcome["resumed"] is False
         assert other.welcome["conversation"] != first.welcome["conversation"]
@@ -121,8 +129,8 @@ async def test_secrets_never_in_the_clear(
     caplog.set_level(logging.DEBUG)
     await harness.start()
     device = secrets.token_urlsafe(24)
-    token = Identity(SECRET).issue("hannah")
-    expired = Identity(SECRET).issue("hannah", ttl_s=-10)
+    token = server_identity(harness).issue("hannah")
+    expired = server_identity(harness).issue("hannah", ttl_s=-10)
 
     by_device = await harness.phone(device)
     await by_device.say("Note that Owen arrives Friday evening.")

@@ -51,6 +51,13 @@ BAD_INPUT: list[tuple[str, Any, str, str | None]] = [
     ("second hello", {"type": "hello", "v": 1, "device": "d" * 30}, "already_hello", None),
     ("hello v 2", {"type": "hello", "v": 2, "device": "d" * 30}, "unsupported_version", None),
     ("hello without v", {"type": "hello", "device": "d" * 30}, "unsupported_version", None),
+    ("hello v true", {"type": "hello", "v": True, "device": "d" * 30}, "unsupported_version", None),
+    (
+        "hello v string",
+        {"type": "hello", "v": "1", "device": "d" * 30},
+        "unsupported_version",
+        None,
+    ),
 ]
 
 

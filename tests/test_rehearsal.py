@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 
-from actors.prompt import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED, build_messages
+from actors.prompt import build_messages
 from providers.chat import ChatEvent, ChatMessage, TextDelta, ToolCall, ToolSpec
+from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED, SUMMARY_PROMPT
 from providers.rehearsal import RehearsalModel
 from storage.records import Turn
 
 AT = datetime(2024, 5, 6, 12, 0, tzinfo=UTC)
-# The archive's summary request: its prompt, then the transcript as `You:`/`Me:` lines.
-SUMMARY_PROMPT = "Summarise this conversation in two or three sentences, for recalling it later."
 OBJECT = {"type": "object", "properties": {}}
 TOOLS = [
     ToolSpec("remember", "Store a memory card.", OBJECT),

@@ -6,8 +6,8 @@ from typing import Any
 
 import asyncpg
 
-from actors.prompt import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
 from actors.turn import FALLBACK
+from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
 from tests.conftest import Harness, Phone
 from tests.fakes.openai_server import Empty, Fail, FakeOpenAI, Reply
 

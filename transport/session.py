@@ -13,11 +13,11 @@ from actors.directory import ConversationGone, LiveConversation
 from actors.handles import TurnHandles
 from actors.messages import Interrupt, Say
 from actors.runtime import ActorFailed
+from actors.stream import ConversationStream, Link
 from actors.turn import SayOutcome
 from storage.records import Card, Reminder
 from transport.protocol import ProtocolError
 from transport.server import Server
-from transport.stream import ConversationStream, Link
 
 log = logging.getLogger("stillhere.session")
 

@@ -1,0 +1,19 @@
+"""Fixed phrases stillhere writes into prompts.
+
+They live beside the models because the rehearsal model recognises them: it shows, in its
+answers, which notes it was handed.
+"""
+
+CUT_MARK = " [cut off here: the person interrupted]"
+NOTE_INTERRUPTED = (
+    "Your previous reply was interrupted by the person and cut off where it ends above. "
+    "Do not pretend it was complete, and do not simply carry on with it."
+)
+NOTE_DURING_REPLY = (
+    "The following messages arrived while you were writing your previous reply. "
+    "Answer them together, in one reply."
+)
+SUMMARY_PROMPT = (
+    "Summarise this conversation in two or three sentences, for recalling it later: "
+    "what was discussed, decided, and left open."
+)
