@@ -20,7 +20,7 @@ import pykka
 
 from actors.archive import archive, write_summary
 from actors.conversation import ConversationActor
-from actors.messages import Attach, End, Park, Snapshot
+from actors.messages import Attach, End, Interrupt, Park, Snapshot
 from actors.runtime import Reply, Runtime
 from actors.stream import ConversationStream, Frame, Link
 from storage.records import ConversationRecord
@@ -238,6 +238,9 @@ class Directory:
     async def stop_all(self) -> None:
         """Shut down: stop every actor, flush every stream. Conversations stay resumable."""
         lives = list(self._live.values())
+        for live in lives:
+            live.tell(Interrupt())  # a streaming reply is cut and stored as sent
+        await self._rt.settle(timeout=5.0)
         await stop_actors([live.ref for live in lives if live.ref is not None])
         for live in lives:
             await self._let_go(live)

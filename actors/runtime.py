@@ -39,12 +39,25 @@ class Runtime:
     model: ChatModel
     clock: Clock
     settings: ConversationSettings = field(default_factory=ConversationSettings)
+    jobs: set[concurrent.futures.Future[Any]] = field(default_factory=set)
 
     def run(self, job: Coroutine[Any, Any, Any], what: str) -> concurrent.futures.Future[Any]:
         """Start `job` on the loop from any thread; a failure is logged, never lost."""
         future = asyncio.run_coroutine_threadsafe(job, self.loop)
+        self.jobs.add(future)
+        future.add_done_callback(self.jobs.discard)
         future.add_done_callback(lambda f: _log_failure(f, what))
         return future
+
+    async def settle(self, timeout: float) -> None:
+        """On shutdown: let running jobs finish (turns store what they sent), then cancel
+        what is left after `timeout`."""
+        waiting = [asyncio.wrap_future(f) for f in list(self.jobs)]
+        if not waiting:
+            return
+        _, late = await asyncio.wait(waiting, timeout=timeout)
+        for future in late:
+            future.cancel()
 
     def call(self, fn: Any, *args: Any) -> None:
         """Run a plain callable on the loop (thread-safe), e.g. to resolve a future."""

@@ -52,6 +52,10 @@ async def store_say(
         except ConversationEnded:
             say.reply.resolve(SayOutcome(None, error="conversation_ended"))
             return
+        except Exception:
+            log.exception("a say could not be stored")
+            say.reply.resolve(SayOutcome(None, error="internal_error"))
+            return
         if stored.duplicate:
             ack = {"type": "ack", "id": say.client_id, "seq": stored.ack_seq}
             say.reply.resolve(SayOutcome(ack, duplicate=True))

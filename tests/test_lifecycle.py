@@ -152,3 +152,16 @@ async def test_a_failed_actor_is_replaced_without_losing_the_conversation(
     await phone.say("two", "x1")  # the outbox resends with the same id
     end = await phone.reply()
     assert "Just before, I said" in end["text"]  # the window survived the failure
+
+
+async def test_a_clean_shutdown_stores_the_reply_that_was_streaming(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    await harness.start(rehearsal_rate=40)
+    phone = await harness.phone()
+    await phone.say("tell me a story about trains")
+    seen = [await phone.expect("reply.delta") for _ in range(2)]
+    await harness.stop()
+    stored = await db.fetchrow("SELECT text, interrupted FROM turns WHERE role = 'assistant'")
+    assert stored["interrupted"] is True
+    assert stored["text"].startswith("".join(d["text"] for d in seen))

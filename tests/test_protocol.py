@@ -39,10 +39,12 @@ BAD_INPUT: list[tuple[str, Any, str, str | None]] = [
     ("empty id", say(id="", text="hi"), "invalid_id", None),
     ("id too long", say(id="i" * 129, text="hi"), "invalid_id", None),
     ("id not a string", say(id=12, text="hi"), "invalid_id", None),
+    ("id with NUL", say(id="a\u0000b", text="hi"), "invalid_id", None),  # PostgreSQL text
     ("no text", say(id=SAY_ID), "invalid_text", SAY_ID),
     ("empty text", say(id=SAY_ID, text=""), "invalid_text", SAY_ID),
     ("blank text", say(id=SAY_ID, text="   "), "invalid_text", SAY_ID),
     ("text not a string", say(id=SAY_ID, text=["hi"]), "invalid_text", SAY_ID),
+    ("text with NUL", say(id=SAY_ID, text="a\u0000b"), "invalid_text", SAY_ID),
     ("ack without seq", {"type": "ack"}, "invalid_field", None),
     ("ack seq string", {"type": "ack", "seq": "3"}, "invalid_field", None),
     ("ack seq float", {"type": "ack", "seq": 1.5}, "invalid_field", None),

@@ -81,14 +81,19 @@ def _check_hello(frame: dict[str, Any]) -> None:
         raise ProtocolError("invalid_field", "`last_seq` must be a non-negative integer")
 
 
+def _storable(value: object) -> bool:
+    """A non-empty string PostgreSQL can store (text columns refuse NUL)."""
+    return isinstance(value, str) and bool(value) and "\x00" not in value
+
+
 def _check_say(frame: dict[str, Any], limits: Limits) -> None:
     id_ = frame.get("id")
-    if not isinstance(id_, str) or not id_ or len(id_) > limits.max_id_chars:
+    if not _storable(id_) or len(id_) > limits.max_id_chars:
         raise ProtocolError(
             "invalid_id", f"a say needs an `id` string of 1 to {limits.max_id_chars} characters"
         )
     text = frame.get("text")
-    if not isinstance(text, str) or not text.strip():
+    if not _storable(text) or not text.strip():
         raise ProtocolError("invalid_text", "a say needs a non-empty `text` string", id_)
     if len(text) > limits.max_text_chars:
         raise ProtocolError(

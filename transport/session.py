@@ -22,6 +22,12 @@ from transport.server import Server
 log = logging.getLogger("stillhere.session")
 
 
+_SAY_ERRORS = {
+    "conversation_ended": "this conversation has ended; say hello again",
+    "internal_error": "the say was not stored; send it again",
+}
+
+
 class StreamHandles:
     """The per-turn handles a link hands over: show on this screen, schedule on this phone.
 
@@ -96,12 +102,10 @@ class Session:
             )
         except ConversationGone:
             outcome = SayOutcome(None, error="conversation_ended")
-        except ActorFailed:
-            raise ProtocolError(
-                "internal_error", "the say was not stored; send it again", id_
-            ) from None
+        except (ActorFailed, TimeoutError):
+            outcome = SayOutcome(None, error="internal_error")
         if outcome.error is not None:
-            raise ProtocolError(outcome.error, "this conversation has ended; say hello again", id_)
+            raise ProtocolError(outcome.error, _SAY_ERRORS[outcome.error], id_)
         return outcome
 
     def interrupt(self) -> None:
