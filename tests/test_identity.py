@@ -42,7 +42,7 @@ REFUSED: list[tuple[str, Callable[[Identity], dict[str, Any]]]] = [
     ("device secret of 21 chars", lambda _: {"device": "d" * 21}),
     ("device secret not a string", lambda _: {"device": list("d" * 30)}),
     ("garbage token", lambda _: {"token": "not.a.token"}),
-    ("token of another secret", lambda _: {"token": Identity("other-secret").issue("hannah")}),
+    ("token of another secret", lambda _: {"token": Identity("another-secret-of-at-least-32-bytes").issue("hannah")}),
     ("expired token", lambda ours: {"token": ours.issue("hannah", ttl_s=-10)}),
     ("bad token beside a good device", lambda _: {"token": "garbage", "device": "d" * 30}),
 ]
@@ -161,8 +161,9 @@ def test_token_command_prints_a_token_for_the_account(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(["token", "hannah", "--secret", "S"]) == 0
+    secret = "a-development-secret-of-32-bytes+"
+    assert main(["token", "hannah", "--secret", secret]) == 0
     printed = capsys.readouterr().out.strip()
-    assert Identity("S").verify(printed) == "hannah"
+    assert Identity(secret).verify(printed) == "hannah"
     with pytest.raises(Unauthorized):
-        Identity("not-S").verify(printed)
+        Identity("not-" + secret).verify(printed)
