@@ -1,0 +1,53 @@
+"""`stillhere serve` options: durations, env vars, defaults."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from transport.config import Settings, add_options, parse_duration, settings_from
+
+
+def _parse(argv: list[str]) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    return settings_from(parser.parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90s", 90), ("30m", 1800), ("2h", 7200), ("250ms", 0.25), ("45", 45)]
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "5 minutes", "-3s", "1d"])
+def test_bad_durations_are_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_duration(text)
+
+
+def test_defaults_match_the_documented_ones() -> None:
+    settings = _parse([])
+    assert (settings.resume_window, settings.sweep_interval) == (1800, 300)
+    assert settings.data_dir == Path(".stillhere") and settings.db is None
+    assert settings.window_turns == 40 and settings.log_format == "text"
+
+
+def test_env_vars_set_options_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STILLHERE_RESUME_WINDOW", "90s")
+    monkeypatch.setenv("STILLHERE_MAX_TEXT_CHARS", "100")
+    monkeypatch.setenv("STILLHERE_INTERRUPT_WORDS", "stop, halt")
+    settings = _parse(["--sweep-interval", "2m"])
+    assert settings.resume_window == 90 and settings.sweep_interval == 120
+    assert settings.limits.max_text_chars == 100
+    assert settings.interrupt_words == ("stop", "halt")
+    assert _parse(["--resume-window", "1h"]).resume_window == 3600
+
+
+def test_a_bad_log_format_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        _parse(["--log-format", "xml"])
+    assert "invalid choice" in capsys.readouterr().err
