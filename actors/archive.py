@@ -20,6 +20,7 @@ async def archive(rt: Runtime, conversation: UUID, reason: str) -> bool:
     """Archive and summarise; False if someone else archived it first."""
     if not await rt.store.archive(conversation, reason, rt.clock.now()):
         return False
+    rt.metrics.archives.labels(reason=reason).inc()
     await write_summary(rt, conversation, reason)
     return True
 

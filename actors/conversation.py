@@ -68,11 +68,14 @@ class ConversationActor(pykka.ThreadingActor):
         self._id = record.id
         self._person = record.person
         self._window: deque[Turn] = deque(record.window, maxlen=rt.settings.window_turns)
+        self._started_at = record.started_at
         self._speaker = record.speaker
+        self._speaker_at = record.speaker_at
         self._cards = list(record.cards)
         self._last_activity = record.last_activity
         self._turn: TurnJob | None = None
         self._pending: list[Turn] = []
+        self._pending_since = 0.0  # time.monotonic() when the oldest pending say was stored
         self._pending_handles: TurnHandles | None = None
         self._during_reply = False
         self._after_interrupt = bool(record.window and record.window[-1].interrupted)
@@ -104,7 +107,7 @@ class ConversationActor(pykka.ThreadingActor):
             case CardCreated():
                 self._cards.append(message.card)
             case SpeakerSet():
-                self._speaker = message.speaker
+                self._speaker, self._speaker_at = message.speaker, message.at
             case End():
                 self._on_end(message)
             case Park():
@@ -122,7 +125,7 @@ class ConversationActor(pykka.ThreadingActor):
         silence = (now - self._last_activity).total_seconds()
         if self._speaker and silence >= self._rt.settings.speaker_reset_s:
             log.info("speaker reset to the owner after %d s of silence", silence)
-            self._speaker = None
+            self._speaker = self._speaker_at = None
             self._rt.run(self._rt.store.set_speaker(self._id, None, None), "resetting the speaker")
         self._last_activity = now  # before any model work: a long turn cannot expire us
         self._rt.run(
@@ -135,8 +138,10 @@ class ConversationActor(pykka.ThreadingActor):
         if self._ending is not None:
             return  # stored, but the conversation is ending: the summary will include it
         if self._turn is None:
-            self._start_turn([turn], message.handles)
+            self._start_turn([turn], message.handles, message.since)
             return
+        if not self._pending:
+            self._pending_since = message.since
         self._pending.append(turn)
         self._pending_handles = message.handles
         if is_interruption(turn.text, self._rt.settings.interrupt_words):
@@ -145,7 +150,7 @@ class ConversationActor(pykka.ThreadingActor):
         else:
             self._during_reply = True
 
-    def _start_turn(self, new: list[Turn], handles: TurnHandles) -> None:
+    def _start_turn(self, new: list[Turn], handles: TurnHandles, since: float) -> None:
         request = TurnRequest(
             conversation=self._id,
             person=self._person,
@@ -156,6 +161,7 @@ class ConversationActor(pykka.ThreadingActor):
             during_reply=self._during_reply,
             after_interrupt=self._after_interrupt,
             handles=handles,
+            since=since,
         )
         self._window.extend(new)
         self._during_reply = self._after_interrupt = False
@@ -172,7 +178,7 @@ class ConversationActor(pykka.ThreadingActor):
             self._finish()
         elif self._pending and self._pending_handles is not None:
             pending, self._pending = self._pending, []
-            self._start_turn(pending, self._pending_handles)
+            self._start_turn(pending, self._pending_handles, self._pending_since)
 
     def _interrupt(self) -> None:
         if self._turn is not None:
@@ -211,4 +217,10 @@ class ConversationActor(pykka.ThreadingActor):
             history=list(self._window),
             generating=self._turn is not None,
             pending=len(self._pending),
+            started_at=self._started_at,
+            speaker_at=self._speaker_at,
+            pending_turns=list(self._pending),
+            ending=self._ending is not None,
+            during_reply=self._during_reply,
+            after_interrupt=self._after_interrupt,
         )

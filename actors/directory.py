@@ -85,12 +85,20 @@ class Directory:
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background: set[asyncio.Task[Any]] = set()
         self.on_failure: Callable[[LiveConversation, BaseException], None] | None = None
+        rt.metrics.watch(live_actors=lambda: len(self), links=self.link_count)
 
     def __len__(self) -> int:
         return len(self._live)
 
     def get(self, person: str) -> LiveConversation | None:
         return self._live.get(person)
+
+    def lives(self) -> list[LiveConversation]:
+        """Every live conversation, for the admin API (a copy: it may change meanwhile)."""
+        return list(self._live.values())
+
+    def link_count(self) -> int:
+        return sum(len(live.stream.links) for live in self._live.values())
 
     def _lock(self, person: str) -> asyncio.Lock:
         lock = self._locks.get(person)
@@ -129,7 +137,8 @@ class Directory:
             if age < rt.settings.resume_window_s:
                 live = await self._start(record)
                 return self._resumed(live, age, await live.ask(Attach))
-            await rt.store.archive(record.id, "idle", rt.clock.now())
+            if await rt.store.archive(record.id, "idle", rt.clock.now()):
+                rt.metrics.archives.labels(reason="idle").inc()
             self._in_background(write_summary(rt, record.id, "idle"))
         if not create:
             return None
@@ -161,7 +170,12 @@ class Directory:
         self, live: LiveConversation, link: Link, welcome: Frame, last_seq: int | None
     ) -> int:
         live.unlinked_since = None
-        return await live.stream.attach(link, welcome, last_seq)
+        replayed = await live.stream.attach(link, welcome, last_seq)
+        # Counted here, not in open(): an SSE client's every POST say opens too.
+        metrics = self._rt.metrics
+        metrics.hellos.labels(outcome="resumed" if welcome.get("resumed") else "new").inc()
+        metrics.replayed_events.inc(replayed)
+        return replayed
 
     def detach(self, live: LiveConversation, link: Link) -> None:
         live.stream.detach(link)

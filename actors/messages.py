@@ -12,7 +12,7 @@ from storage.records import Card, StoredSay, Turn
 
 @dataclass(frozen=True, slots=True)
 class Attach:
-    """A link joins: answer with a Snapshot."""
+    """A link joins, or the admin API looks in: answer with a Snapshot."""
 
     reply: Reply
 
@@ -29,6 +29,7 @@ class Say:
 class SayStored:
     stored: StoredSay
     handles: TurnHandles
+    since: float  # time.monotonic() when stored: the turn latency metric starts here
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,8 @@ class SpeakerSet:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """The actor's state at one moment: for a welcome, and for the admin API."""
+
     conversation: str
     last_activity: datetime
     speaker: str | None
@@ -76,3 +79,16 @@ class Snapshot:
     history: list[Turn]
     generating: bool
     pending: int
+    started_at: datetime
+    speaker_at: datetime | None
+    pending_turns: list[Turn]  # says stored while replying, to be answered together
+    ending: bool
+    during_reply: bool  # the next turn is told messages arrived while it was writing
+    after_interrupt: bool  # the next turn is told its previous reply was cut off
+
+    @property
+    def state(self) -> str:
+        """The turn state as the admin API shows it: idle, replying or ending."""
+        if self.ending:
+            return "ending"
+        return "replying" if self.generating else "idle"

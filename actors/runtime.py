@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.clock import Clock
+from actors.metrics import Metrics
 from providers.chat import ChatModel
 from storage.store import Store
 
@@ -40,6 +41,7 @@ class Runtime:
     clock: Clock
     settings: ConversationSettings = field(default_factory=ConversationSettings)
     jobs: set[concurrent.futures.Future[Any]] = field(default_factory=set)
+    metrics: Metrics = field(default_factory=Metrics)  # one registry per server
 
     def run(self, job: Coroutine[Any, Any, Any], what: str) -> concurrent.futures.Future[Any]:
         """Start `job` on the loop from any thread; a failure is logged, never lost."""

@@ -119,6 +119,11 @@ class ConversationStream:
     def detach(self, link: Link) -> None:
         self.links.discard(link)
 
+    @property
+    def buffered(self) -> int:
+        """Events held for replay without a database read (shown by the admin API)."""
+        return len(self._buffer)
+
     # -- persistence ----------------------------------------------------------------------
 
     def _kick_saver(self) -> None:

@@ -39,9 +39,16 @@ class ActorFailed:
 
 @dataclass(frozen=True, slots=True)
 class Sweeps:
-    """Answer with the last sweeps' reports, newest last."""
+    """Answer with a SweepHistory (for the admin API)."""
 
     reply: Reply
+
+
+@dataclass(frozen=True, slots=True)
+class SweepHistory:
+    sweeps: list[dict[str, Any]]  # the last sweeps' reports, newest last
+    sweeping: bool
+    replaced: int  # conversation actors that failed and were handed to a replacement
 
 
 class Supervisor(pykka.ThreadingActor):
@@ -68,7 +75,9 @@ class Supervisor(pykka.ThreadingActor):
                 self.failures += 1
                 self._rt.run(self._directory.replace(message.live), "replacing a failed actor")
             case Sweeps():
-                message.reply.resolve(list(self._sweeps))
+                message.reply.resolve(
+                    SweepHistory(list(self._sweeps), self._sweeping, self.failures)
+                )
 
     def _start_sweep(self, reply: Reply | None) -> None:
         if self._sweeping:  # one sweep at a time; a late tick joins nothing

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from uuid import UUID, uuid4
 
@@ -61,7 +62,7 @@ async def store_say(
             say.reply.resolve(SayOutcome(ack, duplicate=True))
             return
         ack = stream.emit("ack", id=say.client_id)
-        mailbox.tell(SayStored(stored, say.handles))
+        mailbox.tell(SayStored(stored, say.handles, time.monotonic()))
         say.reply.resolve(SayOutcome(ack))
         await rt.store.set_ack_seq(person, say.client_id, ack["seq"])
 
@@ -77,6 +78,7 @@ class TurnRequest:
     during_reply: bool
     after_interrupt: bool
     handles: TurnHandles
+    since: float  # time.monotonic() when the oldest of `new` was stored
 
 
 class TurnJob:
@@ -138,6 +140,7 @@ async def run_turn(
     if error:
         end["error"] = error
     stream.emit("reply.end", **end)
+    rt.metrics.turn_seconds.observe(time.monotonic() - req.since)
     mailbox.tell(TurnEnded(turn))
 
 
@@ -193,6 +196,7 @@ async def _call_model(
         if not retry or writer.sent > before:
             raise
         log.warning("first model call failed before any output (%s), retrying once", failure.code)
+    rt.metrics.model_retries.inc()
     await asyncio.sleep(rt.settings.retry_pause_s)
     return await _call_once(rt, messages, writer)
 

@@ -42,7 +42,10 @@ REFUSED: list[tuple[str, Callable[[Identity], dict[str, Any]]]] = [
     ("device secret of 21 chars", lambda _: {"device": "d" * 21}),
     ("device secret not a string", lambda _: {"device": list("d" * 30)}),
     ("garbage token", lambda _: {"token": "not.a.token"}),
-    ("token of another secret", lambda _: {"token": Identity("another-secret-of-at-least-32-bytes").issue("hannah")}),
+    (
+        "token of another secret",
+        lambda _: {"token": Identity("another-secret-of-at-least-32-bytes").issue("hannah")},
+    ),
     ("expired token", lambda ours: {"token": ours.issue("hannah", ttl_s=-10)}),
     ("bad token beside a good device", lambda _: {"token": "garbage", "device": "d" * 30}),
 ]

@@ -19,6 +19,7 @@ from providers.openai import OpenAIChat
 from providers.rehearsal import RehearsalModel
 from storage.embedded import EmbeddedPostgres
 from storage.store import Store
+from transport.admin import metrics_handler, start_admin
 from transport.config import Settings
 from transport.identity import Identity, load_or_create_secret
 from transport.server import SERVER_KEY, Server, close_links
@@ -59,6 +60,7 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     app.router.add_post("/v1/say", say_handler)
     app.router.add_post("/v1/interrupt", interrupt_handler)
     app.router.add_post("/v1/leave", leave_handler)
+    app.router.add_get("/metrics", metrics_handler)
     return app
 
 
@@ -77,10 +79,14 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     secret = settings.secret or load_or_create_secret(settings.data_dir)
     app[SERVER_KEY] = Server(settings, rt, Identity(secret), directory, supervisor)
     ticker = loop.create_task(_tick(supervisor, settings.sweep_interval))
-    log.info("stillhere ready, model: %s", model.label)
+    admin: web.AppRunner | None = None
     try:
+        admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
+        log.info("stillhere ready, model: %s", model.label)
         yield
     finally:
+        if admin is not None:
+            await admin.cleanup()
         ticker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await ticker

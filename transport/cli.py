@@ -1,4 +1,4 @@
-"""The `stillhere` command: `serve` and `token`."""
+"""The `stillhere` command: `serve`, `token` and `inspect`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from aiohttp import web
 from transport.app import build_app
 from transport.config import Settings, add_options, env_value, settings_from
 from transport.identity import Identity, load_or_create_secret
+from transport.inspect import add_inspect_options, run_inspect
 from transport.logs import AccessLogger, setup_logging
 
 
@@ -27,6 +28,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     token.add_argument("--secret", default=env_value("secret"), help="env STILLHERE_SECRET")
     token.add_argument("--ttl", type=int, default=30 * 24 * 3600, help="lifetime in seconds")
+    inspect = commands.add_parser(
+        "inspect", help="show live actors (or one) through a running server's admin API"
+    )
+    add_inspect_options(inspect)
     return parser
 
 
@@ -36,6 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         secret = args.secret or load_or_create_secret(args.data_dir)
         print(Identity(secret).issue(args.account, args.ttl))
         return 0
+    if args.command == "inspect":
+        return run_inspect(args)
     settings = settings_from(args)
     setup_logging(settings.log_format)
     web.run_app(

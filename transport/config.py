@@ -57,6 +57,9 @@ class Settings:
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     secret: str | None = None
     log_format: str = "text"
+    admin_token: str | None = field(default=None, repr=False)  # a secret: never shown
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 8766
     limits: Limits = field(default_factory=Limits)
 
 
@@ -80,7 +83,12 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
     ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
     ("log-format", str, "text or json"),
+    ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
+    ("admin-host", str, "address the admin API listens on"),
+    ("admin-port", int, "port the admin API listens on"),
 ]
+# Their values (perhaps from the environment) are never printed, not even by --help.
+_SECRET_OPTIONS = frozenset({"secret", "llm-key", "admin-token"})
 _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
     ("max-frame-bytes", int, "largest client frame accepted"),
     ("max-text-chars", int, "longest say text accepted"),
@@ -104,6 +112,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
             default = kind(env)  # type: ignore[operator]
         choices = ["text", "json"] if name == "log-format" else None
         shown = default if not isinstance(default, tuple) else ",".join(default)
+        if name in _SECRET_OPTIONS:
+            shown = "none" if default is None else "set, not shown"
         parser.add_argument(
             f"--{name}",
             type=kind,

@@ -25,6 +25,7 @@ class Server:
     directory: Directory
     supervisor: pykka.ActorRef[Supervisor]
     links: WeakSet[QueuedLink] = field(default_factory=WeakSet)
+    admin_port: int | None = None  # where the admin API listens, once started (if on)
     post_rates: PersonRates = field(init=False)
 
     def __post_init__(self) -> None:

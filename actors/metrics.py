@@ -1,0 +1,72 @@
+"""Prometheus metrics of one server, served at `GET /metrics`.
+
+Each server holds its own `CollectorRegistry`, never the process-wide default one: the
+tests run several servers in one process, and each must count for itself. The metrics hold
+counts and durations only, never a person key, a text or a credential.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+# A turn is a model call or several (tools), seconds to a minute with a real model.
+TURN_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self.live_actors = Gauge(
+            "stillhere_live_actors", "Conversations with a live actor", registry=registry
+        )
+        self.links = Gauge(
+            "stillhere_links", "Client links attached to a conversation", registry=registry
+        )
+        self.hellos = Counter(
+            "stillhere_hellos",
+            "Hellos answered, by whether they resumed a conversation or started a new one",
+            ["outcome"],
+            registry=registry,
+        )
+        self.archives = Counter(
+            "stillhere_archives", "Conversations archived, by reason", ["reason"], registry=registry
+        )
+        self.turn_seconds = Histogram(
+            "stillhere_turn_seconds",
+            "Seconds from a say being stored to the end of the reply that answers it",
+            buckets=TURN_BUCKETS,
+            registry=registry,
+        )
+        self.model_retries = Counter(
+            "stillhere_model_retries",
+            "First model calls of a turn retried after a failure or an empty answer",
+            registry=registry,
+        )
+        self.context_source_failures = Counter(
+            "stillhere_context_source_failures",
+            "Context sources that failed while a turn's context was gathered",
+            ["source"],
+            registry=registry,
+        )
+        self.replayed_events = Counter(
+            "stillhere_replayed_events",
+            "Events replayed to links that came back with a last_seq",
+            registry=registry,
+        )
+        # Known label values start at 0, so a dashboard sees them before the first event.
+        for outcome in ("resumed", "new"):
+            self.hellos.labels(outcome=outcome)
+        for reason in ("leave", "idle"):
+            self.archives.labels(reason=reason)
+
+    def watch(self, live_actors: Callable[[], int], links: Callable[[], int]) -> None:
+        """Read the gauges from their source at scrape time, so they can never drift."""
+        self.live_actors.set_function(live_actors)
+        self.links.set_function(links)
+
+    def exposition(self) -> bytes:
+        """The text format Prometheus scrapes."""
+        return generate_latest(self.registry)

@@ -1,0 +1,242 @@
+"""The admin API, for developers looking into a conversation that went wrong; and `/metrics`.
+
+The admin API is off unless an admin token is configured, and then listens on a socket of
+its own (loopback by default), apart from the one phones connect to: it shows what people
+said. Every request needs `Authorization: Bearer <admin token>`, compared in constant time;
+the token is never logged (the access log records paths only).
+
+Like all loop-side code it never blocks on an actor: each actor is asked for a `Snapshot`
+through a `Reply`, all of them at once and with a timeout, so one stuck actor costs one
+timeout and is listed as `unresponsive` instead of hanging the page.
+
+`GET /metrics` sits on the main app instead, without a token: its counters hold no person
+key, no text and no secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+import pykka
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from actors.directory import ConversationGone, LiveConversation
+from actors.messages import Attach, Snapshot
+from actors.runtime import ActorFailed, Reply
+from actors.supervisor import SweepHistory, Sweeps
+from storage.records import Turn
+from transport.logs import AccessLogger
+from transport.protocol import error_frame
+from transport.server import SERVER_KEY, Server
+
+log = logging.getLogger("stillhere.admin")
+
+# How long an actor (or the supervisor) has to answer before it is called unresponsive.
+SNAPSHOT_TIMEOUT = 2.0
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# -- the listener -------------------------------------------------------------------------
+
+
+async def start_admin(server: Server) -> web.AppRunner | None:
+    """Start the admin listener if an admin token is configured; None if it is off."""
+    settings = server.settings
+    if not settings.admin_token:
+        return None
+    runner = web.AppRunner(
+        build_admin_app(server, settings.admin_token), access_log_class=AccessLogger
+    )
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, settings.admin_host, settings.admin_port).start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    server.admin_port = runner.addresses[0][1]
+    log.info("admin API listening on http://%s:%d/admin/", settings.admin_host, server.admin_port)
+    if not _is_loopback(settings.admin_host):
+        log.warning(
+            "the admin API listens beyond loopback (%s): it shows what people said",
+            settings.admin_host,
+        )
+    return runner
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_admin_app(server: Server, token: str) -> web.Application:
+    app = web.Application(middlewares=[_bearer(token)])
+    app[SERVER_KEY] = server
+    app.router.add_get("/admin/actors", actors_handler)
+    app.router.add_get("/admin/actors/{person}", actor_handler)
+    app.router.add_get("/admin/sweeps", sweeps_handler)
+    return app
+
+
+def _bearer(token: str) -> Any:
+    """Refuse any request without the admin token, before routing (nothing can be probed)."""
+    expected = token.encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+            return _error(
+                401,
+                "unauthorized",
+                "send the admin token as Authorization: Bearer <token>",
+                headers={"WWW-Authenticate": 'Bearer realm="stillhere-admin"'},
+            )
+        return await handler(request)
+
+    return check
+
+
+# -- endpoints ----------------------------------------------------------------------------
+
+
+async def actors_handler(request: web.Request) -> web.Response:
+    """`GET /admin/actors`: one row per live actor, the most recently active first."""
+    server = request.app[SERVER_KEY]
+    lives = server.directory.lives()
+    looks = await asyncio.gather(*(_look(live) for live in lives))
+    now = server.runtime.clock.now()
+    rows = [_summary(live, look, now) for live, look in zip(lives, looks, strict=True)]
+    rows.sort(key=lambda row: (row["idle_s"] is not None, row["idle_s"] or 0.0))
+    return _json({"at": now.isoformat(), "count": len(rows), "actors": rows})
+
+
+async def actor_handler(request: web.Request) -> web.Response:
+    """`GET /admin/actors/{person}`: one actor's whole state, by hashed person key."""
+    server = request.app[SERVER_KEY]
+    live = server.directory.get(request.match_info["person"])
+    if live is None:
+        return _error(
+            404, "unknown_person", "no live conversation for this person key (ended or parked?)"
+        )
+    look = await _look(live)
+    return _json(_detail(live, look, server.runtime.clock.now()))
+
+
+async def sweeps_handler(request: web.Request) -> web.Response:
+    """`GET /admin/sweeps`: the supervisor's last sweeps and how many actors it replaced."""
+    server = request.app[SERVER_KEY]
+    reply = Reply(asyncio.get_running_loop())
+    try:
+        server.supervisor.tell(Sweeps(reply))
+        history: SweepHistory = await reply.wait(SNAPSHOT_TIMEOUT)
+    except (pykka.ActorDeadError, TimeoutError):
+        return _error(503, "unresponsive", "the supervisor did not answer in time")
+    return _json(
+        {
+            "interval_s": server.settings.sweep_interval,
+            "sweeping": history.sweeping,
+            "replaced": history.replaced,
+            "sweeps": history.sweeps,
+        }
+    )
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    """`GET /metrics` on the main app: Prometheus text format, this server's registry."""
+    metrics = request.app[SERVER_KEY].runtime.metrics
+    return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+# -- looking at an actor ------------------------------------------------------------------
+
+
+async def _look(live: LiveConversation) -> Snapshot | str:
+    """The actor's snapshot, or the state to show instead: `stopped` (no actor is running:
+    it is being archived or parked, or replaced after a failure) or `unresponsive` (it did
+    not answer in time, or failed answering)."""
+    try:
+        snapshot: Snapshot = await live.ask(Attach, timeout=SNAPSHOT_TIMEOUT)
+    except ConversationGone:
+        return "stopped"
+    except (ActorFailed, TimeoutError):
+        return "unresponsive"
+    return snapshot
+
+
+def _summary(live: LiveConversation, look: Snapshot | str, now: datetime) -> dict[str, Any]:
+    """A row of the list; the actor's fields are null when it did not answer."""
+    snap = look if isinstance(look, Snapshot) else None
+    return {
+        "person": live.person,
+        "conversation": str(live.id),
+        "state": snap.state if snap else look,
+        "age_s": _seconds(now - snap.started_at) if snap else None,
+        "last_activity": snap.last_activity.isoformat() if snap else None,
+        "idle_s": _seconds(now - snap.last_activity) if snap else None,
+        "links": len(live.stream.links),
+        "pending": snap.pending if snap else None,
+        "window": len(snap.history) if snap else None,
+    }
+
+
+def _detail(live: LiveConversation, look: Snapshot | str, now: datetime) -> dict[str, Any]:
+    """The whole state: the row's fields, then the actor's state in full, then its stream
+    (loop side, so shown even when the actor does not answer)."""
+    snap = look if isinstance(look, Snapshot) else None
+    stream = live.stream
+    return {
+        **_summary(live, look, now),
+        "started_at": snap.started_at.isoformat() if snap else None,
+        "speaker": snap.speaker if snap else None,
+        "speaker_at": _iso(snap.speaker_at) if snap else None,
+        "during_reply": snap.during_reply if snap else None,
+        "after_interrupt": snap.after_interrupt if snap else None,
+        "window": [_turn(t) for t in snap.history] if snap else None,
+        "pending": [_turn(t) for t in snap.pending_turns] if snap else None,
+        "cards": [c.wire() for c in snap.cards] if snap else None,
+        "stream": {
+            "last_seq": stream.last_seq,
+            "buffered": stream.buffered,
+            "links": sorted(link.name for link in stream.links),
+        },
+    }
+
+
+def _turn(turn: Turn) -> dict[str, Any]:
+    return {**turn.wire(), "interrupted": turn.interrupted, "client_id": turn.client_id}
+
+
+def _seconds(delta: timedelta) -> float:
+    return round(delta.total_seconds(), 3)
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(value), status=status, content_type="application/json")
+
+
+def _error(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(error_frame(code, message)),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )

@@ -1,0 +1,268 @@
+"""`stillhere inspect [PERSON]`: the admin API, read by a person at a terminal.
+
+Without PERSON, a table of the live actors; with it, one actor's state. It talks to a
+running server's admin API over HTTP (the server must run with an admin token), so it sees
+exactly what the API shows and needs nothing else: no database, no data dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from transport.config import env_value
+
+DEFAULT_URL = "http://127.0.0.1:8766"
+PERSON_CHARS = 64  # a person key is a hex HMAC-SHA256
+SHOWN_PERSON = 12  # enough to be unique in practice, and a prefix `inspect` accepts
+
+
+class InspectError(Exception):
+    """What went wrong, in words for the terminal. Never names the token."""
+
+
+def add_inspect_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "person", nargs="?", help="a person key as listed, or a unique prefix of one"
+    )
+    parser.add_argument(
+        "--admin-url",
+        default=env_value("admin-url") or DEFAULT_URL,
+        help=f"the server's admin API (env STILLHERE_ADMIN_URL, default {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--admin-token",
+        default=env_value("admin-token"),
+        help="the server's admin token (env STILLHERE_ADMIN_TOKEN)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the API's JSON as it is")
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    """The `inspect` command; 1 with a message on stderr when the API cannot answer."""
+    try:
+        print(inspect(args.admin_url, args.admin_token, args.person, raw=args.json))
+    except InspectError as error:
+        print(f"stillhere inspect: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # `stillhere inspect --json | head`: the reader left, which is no error; point
+        # stdout at devnull so the flush at exit does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def inspect(url: str, token: str | None, person: str | None, *, raw: bool = False) -> str:
+    if not token:
+        raise InspectError("no admin token: pass --admin-token or set STILLHERE_ADMIN_TOKEN")
+    api = AdminClient(url, token)
+    if person is None:
+        listing = api.get("/admin/actors")
+        return _pretty(listing) if raw else actors_table(listing)
+    actor = api.get(f"/admin/actors/{api.resolve(person)}")
+    return _pretty(actor) if raw else actor_text(actor)
+
+
+class AdminClient:
+    def __init__(self, url: str, token: str, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._timeout = timeout
+        # The admin API is usually on loopback: an http_proxy from the environment must
+        # not carry the request (and its token) elsewhere.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def get(self, path: str) -> Any:
+        request = urllib.request.Request(
+            self.url + path, headers={"Authorization": f"Bearer {self._token}"}
+        )
+        try:
+            with self._opener.open(request, timeout=self._timeout) as response:
+                return orjson.loads(response.read())
+        except urllib.error.HTTPError as failed:
+            raise InspectError(self._refusal(failed, path)) from None
+        except urllib.error.URLError as failed:
+            raise InspectError(self._unreachable(failed.reason)) from None
+        except (OSError, orjson.JSONDecodeError) as failed:
+            raise InspectError(self._unreachable(failed)) from None
+
+    def resolve(self, person: str) -> str:
+        """A full person key from a prefix of one, as the table shows them."""
+        if len(person) >= PERSON_CHARS:
+            return person
+        keys = [row["person"] for row in self.get("/admin/actors")["actors"]]
+        matches = [key for key in keys if key.startswith(person.lower())]
+        if not matches:
+            raise InspectError(f"no live conversation for person {person}")
+        if len(matches) > 1:
+            raise InspectError(f"{person} matches {len(matches)} people; give more of the key")
+        return matches[0]
+
+    def _unreachable(self, reason: object) -> str:
+        if isinstance(reason, ConnectionRefusedError):
+            reason = "connection refused"
+        return (
+            f"cannot reach the admin API at {self.url} ({reason}); is the server running "
+            "with --admin-token, and is --admin-url its admin port?"
+        )
+
+    def _refusal(self, failed: urllib.error.HTTPError, path: str) -> str:
+        try:
+            body = orjson.loads(failed.read())
+        except (orjson.JSONDecodeError, OSError):
+            body = {}
+        code = body.get("code") if isinstance(body, dict) else None
+        if failed.code == 401:
+            return (
+                "the admin API refused the token (401): "
+                "check --admin-token or STILLHERE_ADMIN_TOKEN"
+            )
+        if code == "unknown_person":
+            person = path.rsplit("/", 1)[-1]
+            return f"no live conversation for person {person[:SHOWN_PERSON]} (ended or parked?)"
+        if failed.code == 404:
+            return (
+                f"{self.url}{path} not found (404): "
+                "is --admin-url the admin port, not the main one?"
+            )
+        message = body.get("message") if isinstance(body, dict) else None
+        return f"the admin API answered {failed.code}: {message or failed.reason}"
+
+
+# -- rendering ----------------------------------------------------------------------------
+
+_HEADER = (
+    "PERSON",
+    "CONVERSATION",
+    "STATE",
+    "AGE",
+    "IDLE",
+    "LINKS",
+    "PENDING",
+    "WINDOW",
+    "LAST ACTIVITY",
+)
+
+
+def actors_table(listing: dict[str, Any]) -> str:
+    """The live actors, one line each, the most recently active first."""
+    actors = listing["actors"]
+    if not actors:
+        return "no live actors"
+    rows = [_HEADER, *(_row(actor) for actor in actors)]
+    widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    lines.append(f"{len(actors)} live actor{'s' if len(actors) != 1 else ''}")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _row(actor: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        actor["person"][:SHOWN_PERSON],
+        actor["conversation"][:8],
+        actor["state"],
+        duration(actor["age_s"]),
+        duration(actor["idle_s"]),
+        str(actor["links"]),
+        _or_dash(actor["pending"]),
+        _or_dash(actor["window"]),
+        when(actor["last_activity"]),
+    )
+
+
+def actor_text(actor: dict[str, Any]) -> str:
+    """One actor's state, readable: its facts, then its window, cards and pending says."""
+    lines = [
+        f"person         {actor['person']}",
+        f"conversation   {actor['conversation']}",
+        f"state          {actor['state']}",
+    ]
+    if actor["window"] is None:
+        lines.append("               the actor did not answer: only its stream is shown")
+        return "\n".join([*lines, _stream_line(actor["stream"])])
+    lines += [
+        f"started        {when(actor['started_at'])} ({duration(actor['age_s'])} ago)",
+        f"last activity  {when(actor['last_activity'])} ({duration(actor['idle_s'])} idle)",
+        f"speaker        {_speaker(actor)}",
+        f"next turn      {_next_turn(actor)}",
+        _stream_line(actor["stream"]),
+        "",
+        _section("window", "turn", actor["window"], _turn_line),
+        "",
+        _section("cards", "card", actor["cards"], _card_line),
+        "",
+        _section("pending", "message", actor["pending"], _turn_line),
+    ]
+    return "\n".join(lines)
+
+
+def _speaker(actor: dict[str, Any]) -> str:
+    if actor["speaker"] is None:
+        return "the owner"
+    return f"{actor['speaker']} (since {when(actor['speaker_at'])})"
+
+
+def _next_turn(actor: dict[str, Any]) -> str:
+    notes = []
+    if actor["after_interrupt"]:
+        notes.append("is told its previous reply was cut off")
+    if actor["during_reply"]:
+        notes.append("is told messages arrived while it was writing")
+    return "; ".join(notes) or "no notes"
+
+
+def _stream_line(stream: dict[str, Any]) -> str:
+    links = ", ".join(stream["links"]) or "none attached"
+    return (
+        f"stream         last seq {stream['last_seq']}, {stream['buffered']} events buffered, "
+        f"links: {links}"
+    )
+
+
+def _section(title: str, noun: str, items: list[dict[str, Any]], line: Any) -> str:
+    count = f"{len(items)} {noun}{'s' if len(items) != 1 else ''}"
+    return "\n".join([f"{title} ({count})", *(line(item) for item in items)])
+
+
+def _turn_line(turn: dict[str, Any]) -> str:
+    mark = "  [interrupted]" if turn.get("interrupted") else ""
+    text = turn["text"].replace("\n", "\n" + " " * 23)
+    return f"  {when(turn['at'], '%H:%M:%S')}  {turn['role']:<9}  {text}{mark}"
+
+
+def _card_line(card: dict[str, Any]) -> str:
+    return f"  {card['kind']:<9}  {card['text']}"
+
+
+def duration(seconds: float | None) -> str:
+    """`9s`, `3m12s`, `2h05m`: short enough for a table column."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def when(iso: str | None, fmt: str = "%Y-%m-%d %H:%M:%S UTC") -> str:
+    """An API timestamp in UTC, like the server's records."""
+    if iso is None:
+        return "-"
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime(fmt)
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _pretty(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
