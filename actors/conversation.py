@@ -31,7 +31,7 @@ from actors.messages import (
 )
 from actors.runtime import ActorFailed, Reply, Runtime
 from actors.stream import ConversationStream
-from actors.turn import TurnJob, TurnRequest, run_turn, store_say
+from actors.turn import SayOutcome, TurnJob, TurnRequest, run_turn, store_say
 from storage.records import ConversationRecord, Turn
 
 log = logging.getLogger("stillhere.conversation")
@@ -80,6 +80,7 @@ class ConversationActor(pykka.ThreadingActor):
         self._during_reply = False
         self._after_interrupt = bool(record.window and record.window[-1].interrupted)
         self._ending: End | None = None
+        self._parking = False
 
     def on_receive(self, message: Any) -> None:
         try:
@@ -121,6 +122,12 @@ class ConversationActor(pykka.ThreadingActor):
     # -- says and turns -------------------------------------------------------------------
 
     def _on_say(self, say: Say) -> None:
+        if self._leaving:
+            # Ending: the conversation is over. Parking: the next hello rehydrates it, so
+            # the client's resend (same id) lands there.
+            error = "conversation_ended" if self._ending is not None else "internal_error"
+            say.reply.resolve(SayOutcome(None, error=error))
+            return
         now = self._rt.clock.now()
         silence = (now - self._last_activity).total_seconds()
         if self._speaker and silence >= self._rt.settings.speaker_reset_s:
@@ -198,15 +205,19 @@ class ConversationActor(pykka.ThreadingActor):
             self._interrupt()  # the reply is cut and stored, then we finish
 
     def _finish(self) -> None:
+        """Hand over to the directory, which archives, says bye and then stops us: until
+        then we still answer, so nobody meets a dead actor mid-ending."""
         assert self._ending is not None
         self._rt.run(self._live.finish(self._ending.reason, self._ending.reply), "ending")
-        self.stop()
 
     def _on_park(self, message: Park) -> None:
-        idle = self._turn is None and not self._pending and self._ending is None
+        idle = self._turn is None and not self._pending and not self._leaving
+        self._parking = idle
         message.reply.resolve(idle)
-        if idle:
-            self.stop()
+
+    @property
+    def _leaving(self) -> bool:
+        return self._ending is not None or self._parking
 
     def _snapshot(self) -> Snapshot:
         return Snapshot(
@@ -220,7 +231,7 @@ class ConversationActor(pykka.ThreadingActor):
             started_at=self._started_at,
             speaker_at=self._speaker_at,
             pending_turns=list(self._pending),
-            ending=self._ending is not None,
+            ending=self._leaving,
             during_reply=self._during_reply,
             after_interrupt=self._after_interrupt,
         )

@@ -43,6 +43,7 @@ class LiveConversation:
         self.stream = stream
         self.ref: pykka.ActorRef[ConversationActor] | None = None
         self.unlinked_since: datetime | None = None
+        self.gone = asyncio.Event()  # set once let go (ended or parked)
         self._directory = directory
 
     def tell(self, message: object) -> bool:
@@ -124,9 +125,12 @@ class Directory:
             if live is not None:
                 snapshot: Snapshot = await live.ask(Attach)
                 age = self._age(snapshot.last_activity)
-                if age < self._rt.settings.resume_window_s:
+                if snapshot.ending:  # being archived or parked: open afresh once it is gone
+                    await asyncio.wait_for(live.gone.wait(), timeout=120.0)
+                elif age < self._rt.settings.resume_window_s:
                     return self._resumed(live, age, snapshot)
-                await self.end(live, "idle")
+                else:
+                    await self.end(live, "idle")
             return await self._activate(person, create)
 
     async def _activate(self, person: str, create: bool) -> Opened | None:
@@ -208,6 +212,9 @@ class Directory:
         if self._live.get(live.person) is live:
             del self._live[live.person]
         await live.stream.close()
+        if live.ref is not None:
+            live.ref.stop(block=False)
+        live.gone.set()
 
     def actor_failed(self, live: LiveConversation, error: BaseException) -> None:
         """Thread-safe: hand the failure to whoever supervises (or replace directly)."""
@@ -246,7 +253,8 @@ class Directory:
         for live in list(self._live.values()):
             since = live.unlinked_since
             if since is not None and (now - since).total_seconds() >= rt.settings.park_after_s:
-                parked += await self.park(live)
+                async with self._lock(live.person):  # a hello waits rather than race us
+                    parked += await self.park(live)
         return {"at": now.isoformat(), "archived": archived, "parked": parked, "live": len(self)}
 
     async def stop_all(self) -> None:

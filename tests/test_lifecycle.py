@@ -165,3 +165,21 @@ async def test_a_clean_shutdown_stores_the_reply_that_was_streaming(
     stored = await db.fetchrow("SELECT text, interrupted FROM turns WHERE role = 'assistant'")
     assert stored["interrupted"] is True
     assert stored["text"].startswith("".join(d["text"] for d in seen))
+
+
+async def test_a_hello_racing_a_leave_never_meets_a_dead_actor(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    """Whichever wins, the second link ends in a consistent state, with no error."""
+    await harness.start()
+    first = await harness.phone()
+    await first.say("hello")
+    await first.reply()
+    await first.send({"type": "leave"})
+    second = await harness.phone(first.device)
+    if second.welcome["resumed"]:  # it attached before the leave: it hears the bye
+        assert (await second.expect("bye"))["reason"] == "leave"
+    else:
+        assert second.welcome["conversation"] != first.welcome["conversation"]
+    assert not [f for f in second.frames if f["type"] == "error"]
+    assert await db.fetchval("SELECT count(*) FROM conversations WHERE status = 'active'") <= 1

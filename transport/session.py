@@ -60,7 +60,13 @@ class Session:
         for bad credentials."""
         server = self._server
         self.person = server.identity.person(device=frame.get("device"), token=frame.get("token"))
-        opened = await server.directory.open(self.person)
+        try:
+            opened = await server.directory.open(self.person)
+        except (ConversationGone, ActorFailed, TimeoutError):
+            # The actor failed or stalled mid-activation; the supervisor is on it.
+            raise ProtocolError(
+                "internal_error", "the conversation could not be opened; say hello again"
+            ) from None
         live, snap = opened.live, opened.snapshot
         welcome = {
             "type": "welcome",
