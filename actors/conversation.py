@@ -105,7 +105,8 @@ class ConversationActor(pykka.ThreadingActor):
                 self._interrupt()
             case Attach():
                 message.reply.resolve(self._snapshot())
-            case CardCreated():
+            case CardCreated():  # a reinforced memory comes again: keep it once, latest last
+                self._cards = [c for c in self._cards if c.id != message.card.id]
                 self._cards.append(message.card)
             case SpeakerSet():
                 self._speaker, self._speaker_at = message.speaker, message.at

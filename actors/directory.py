@@ -20,6 +20,7 @@ import pykka
 
 from actors.archive import archive, write_summary
 from actors.conversation import ConversationActor
+from actors.memory.consolidation import scheduled_pass
 from actors.messages import Attach, End, Interrupt, Park, Snapshot
 from actors.runtime import Reply, Runtime
 from actors.stream import ConversationStream, Frame, Link
@@ -211,6 +212,8 @@ class Directory:
     async def _let_go(self, live: LiveConversation) -> None:
         if self._live.get(live.person) is live:
             del self._live[live.person]
+            if self._rt.memory is not None:
+                self._rt.memory.drop(live.person)
         await live.stream.close()
         if live.ref is not None:
             live.ref.stop(block=False)
@@ -255,7 +258,15 @@ class Directory:
             if since is not None and (now - since).total_seconds() >= rt.settings.park_after_s:
                 async with self._lock(live.person):  # a hello waits rather than race us
                     parked += await self.park(live)
-        return {"at": now.isoformat(), "archived": archived, "parked": parked, "live": len(self)}
+        report: dict[str, Any] = {
+            "at": now.isoformat(),
+            "archived": archived,
+            "parked": parked,
+            "live": len(self),
+        }
+        if rt.memory is not None:
+            report["memory"] = await scheduled_pass(rt.memory)
+        return report
 
     async def stop_all(self) -> None:
         """Shut down: stop every actor, flush every stream. Conversations stay resumable."""

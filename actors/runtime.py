@@ -10,12 +10,15 @@ import concurrent.futures
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.clock import Clock
 from actors.metrics import Metrics
 from providers.chat import ChatModel
 from storage.store import Store
+
+if TYPE_CHECKING:
+    from actors.memory.keeper import MemoryKeeper
 
 log = logging.getLogger("stillhere.actors")
 
@@ -42,6 +45,7 @@ class Runtime:
     settings: ConversationSettings = field(default_factory=ConversationSettings)
     jobs: set[concurrent.futures.Future[Any]] = field(default_factory=set)
     metrics: Metrics = field(default_factory=Metrics)  # one registry per server
+    memory: MemoryKeeper | None = None  # long-term memory; None: plain cards
 
     def run(self, job: Coroutine[Any, Any, Any], what: str) -> concurrent.futures.Future[Any]:
         """Start `job` on the loop from any thread; a failure is logged, never lost."""

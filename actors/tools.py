@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -18,6 +19,7 @@ from actors.handles import TurnHandles
 from actors.messages import CardCreated, SpeakerSet
 from actors.runtime import Runtime
 from providers.chat import ToolCall, ToolSpec
+from storage.records import MemoryDraft
 
 log = logging.getLogger("stillhere.turn")
 
@@ -41,15 +43,29 @@ def _text(name: str) -> dict[str, Any]:
     return {"type": "string", "description": name}
 
 
+def _list(name: str) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "string"}, "description": name}
+
+
+MEMORY_TYPES = ("fact", "appointment", "reminder", "task", "memo", "preference")
+
+
 TOOLS = [
     ToolSpec(
         "remember",
-        "Store a memory card about the person (a fact, an appointment, a task, a memo).",
+        "Store a memory about the person (a fact, an appointment, a task, a memo...). If it "
+        "is already known, the existing memory is reinforced instead and the result says so.",
         {
             "type": "object",
             "properties": {
-                "text": _text("what to remember"),
-                "kind": _text("fact, appointment, task or memo"),
+                "text": _text("what to remember, as one self-contained sentence"),
+                "type": {"type": "string", "enum": list(MEMORY_TYPES)},
+                "people": _list("the people it is about, lowercase names"),
+                "themes": _list("a few lowercase theme words"),
+                "starts_at": _text("for an appointment: ISO 8601 start time"),
+                "ends_at": _text("for an appointment: ISO 8601 end time"),
+                "due_at": _text("for a task or reminder: ISO 8601 due time"),
+                "all_day": {"type": "boolean", "description": "the calendar item is all day"},
             },
             "required": ["text"],
         },
@@ -71,15 +87,85 @@ TOOLS = [
 ]
 
 
-async def _remember(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    rt = ctx.runtime
-    kind = str(args.get("kind") or "fact")
-    card = await rt.store.add_card(
-        ctx.conversation, ctx.person, kind, str(args["text"]), rt.clock.now()
+class BadArgument(ValueError):
+    """A tool argument the model got wrong; the model hears why and may call again."""
+
+
+def _time(args: dict[str, Any], name: str) -> datetime | None:
+    value = args.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        when = datetime.fromisoformat(str(value))
+    except ValueError:
+        raise BadArgument(f"{name} is not an ISO 8601 time: {value!r}") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _names(args: dict[str, Any], name: str) -> tuple[str, ...]:
+    value = args.get(name) or []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise BadArgument(f"{name} must be a list of strings")
+    return tuple(dict.fromkeys(str(v).strip() for v in value if str(v).strip()))
+
+
+def memory_draft(args: dict[str, Any]) -> MemoryDraft:
+    """The memory the model asked for. `kind` is the first version's name for `type`."""
+    text = str(args["text"]).strip()
+    if not text:
+        raise BadArgument("text is empty")
+    return MemoryDraft(
+        text=text,
+        type=str(args.get("type") or args.get("kind") or "fact").strip().lower(),
+        people=_names(args, "people"),
+        themes=_names(args, "themes"),
+        starts_at=_time(args, "starts_at"),
+        ends_at=_time(args, "ends_at"),
+        due_at=_time(args, "due_at"),
+        all_day=bool(args.get("all_day", False)),
     )
+
+
+async def _remember(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Store a memory through recognition: the card shown is the memory created, or the
+    one it reinforced; the model is told which, and of any possible contradiction."""
+    rt = ctx.runtime
+    draft = memory_draft(args)
+    keeper = getattr(rt, "memory", None)
+    if keeper is None:  # a runtime without long-term memory: a plain card, as before
+        card = await rt.store.add_card(
+            ctx.conversation, ctx.person, draft.type, draft.text, rt.clock.now()
+        )
+        ctx.handles.screen.show_card(card)
+        ctx.mailbox.tell(CardCreated(card))
+        return {"stored": True, "card": str(card.id)}
+    outcome = await keeper.remember(ctx.person, draft, conversation=ctx.conversation)
+    card = outcome.memory.card()
     ctx.handles.screen.show_card(card)
     ctx.mailbox.tell(CardCreated(card))
-    return {"stored": True, "card": str(card.id)}
+    result: dict[str, Any] = {
+        "stored": True,
+        "card": str(card.id),
+        "created": outcome.created,
+    }
+    if not outcome.created:
+        result["reinforced"] = {
+            "text": outcome.memory.text,
+            "mentions": outcome.memory.mention_count,
+            "tier": outcome.tier,
+        }
+        result["note"] = "Already known: the existing memory was reinforced, nothing new stored."
+    if outcome.contradicts:
+        result["possible_contradiction"] = [
+            {"card": str(m.id), "text": m.text} for m in outcome.contradicts
+        ]
+        result["note"] = (
+            "This disagrees with what was stored before; both are kept. Ask the person "
+            "which is right."
+        )
+    return result
 
 
 async def _schedule_reminder(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -117,5 +203,7 @@ async def execute(call: ToolCall, ctx: ToolContext) -> str:
             result = await executor(ctx, call.arguments)
         except KeyError as missing:
             result = {"error": f"missing argument {missing}"}
+        except BadArgument as wrong:
+            result = {"error": str(wrong)}
     log.info("tool %s: %s", call.name, "failed" if "error" in result else "done")
     return orjson.dumps(result).decode()

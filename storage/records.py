@@ -69,3 +69,89 @@ class StoredSay:
     turn: Turn
     duplicate: bool
     ack_seq: int | None
+
+
+MEMORY_STATUSES = ("active", "muted", "erroneous", "archived", "done")
+LINK_KINDS = ("contradicts", "related", "merged_into", "corrects", "distinct")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryDraft:
+    """A memory as the model (or a person, or the eval) states it, before recognition.
+
+    People and themes are set by whoever states it, never guessed at comparison time: they
+    are what lets a loose rewording (0.70 to 0.85) count as the same memory.
+    """
+
+    text: str
+    type: str = "fact"
+    people: tuple[str, ...] = ()
+    themes: tuple[str, ...] = ()
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    due_at: datetime | None = None
+    all_day: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One row of the memory table (`cards`): a card the model made is a memory."""
+
+    id: UUID
+    person: str
+    conversation: UUID | None
+    type: str
+    text: str
+    people: tuple[str, ...]
+    themes: tuple[str, ...]
+    status: str
+    corrected_by: UUID | None
+    mention_count: int
+    created_at: datetime
+    first_mentioned: datetime
+    last_mentioned: datetime
+    starts_at: datetime | None = None
+    ends_at: datetime | None = None
+    due_at: datetime | None = None
+    all_day: bool = False
+    resolved_at: datetime | None = None
+    fingerprint_model: str | None = None
+
+    @property
+    def draft(self) -> MemoryDraft:
+        """What the memory states, to compare it with another as if it were new."""
+        return MemoryDraft(
+            self.text,
+            self.type,
+            self.people,
+            self.themes,
+            self.starts_at,
+            self.ends_at,
+            self.due_at,
+            self.all_day,
+        )
+
+    def card(self) -> Card:
+        """The memory as the protocol's `card` shows it."""
+        return Card(id=self.id, kind=self.type, text=self.text, created_at=self.created_at)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLink:
+    source: UUID
+    target: UUID
+    kind: str  # one of LINK_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class Reinforcement:
+    """A trace row: `existing` was recognised in `new_text` (or absorbed `new_id`)."""
+
+    id: int
+    person: str
+    tier: str
+    score: float
+    new_text: str
+    existing: UUID
+    new_id: UUID | None
+    at: datetime

@@ -79,8 +79,13 @@ class Store:
                 row["id"],
                 window,
             )
+            # The memories made or reinforced in this conversation, less those muted since
+            # (muted memories never reach the model or a list).
             cards = await conn.fetch(
-                "SELECT * FROM cards WHERE conversation = $1 ORDER BY created_at, id", row["id"]
+                "SELECT * FROM cards WHERE status <> 'muted' AND (conversation = $1 OR id IN "
+                "(SELECT existing FROM reinforcements WHERE conversation = $1)) "
+                "ORDER BY created_at, id",
+                row["id"],
             )
         return ConversationRecord(
             id=row["id"],

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from actors.clock import Clock, SystemClock
 from actors.directory import Directory, stop_actors
+from actors.memory.setup import close_keeper, make_embedder, open_keeper
 from actors.runtime import ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
 from providers.chat import ChatModel
@@ -73,7 +74,11 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         dsn = embedded.dsn
     store = await Store.open(dsn)
     model = make_model(settings)
-    rt = Runtime(loop, store, model, clock, conversation_settings(settings))
+    embedder = make_embedder(
+        settings.embed_url, settings.embed_model, settings.embed_key, path=settings.embed_path
+    )
+    memory = await open_keeper(dsn, embedder, clock)
+    rt = Runtime(loop, store, model, clock, conversation_settings(settings), memory=memory)
     directory = Directory(rt)
     supervisor = Supervisor.start(rt, directory)
     secret = settings.secret or load_or_create_secret(settings.data_dir)
@@ -93,6 +98,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         await stop_actors([supervisor])
         await directory.stop_all()
         await model.close()
+        await close_keeper(memory)
         await store.close()
         if embedded is not None:
             await loop.run_in_executor(None, embedded.stop)

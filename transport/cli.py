@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
 
+from transport import eval_dedup, memory_cli
 from transport.app import build_app
 from transport.config import Settings, add_options, env_value, settings_from
 from transport.identity import Identity, load_or_create_secret
@@ -32,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
         "inspect", help="show live actors (or one) through a running server's admin API"
     )
     add_inspect_options(inspect)
+    memory_cli.add_parser(commands)  # memory consolidate
+    eval_dedup.add_parser(commands)  # eval dedup
     return parser
 
 
@@ -43,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "inspect":
         return run_inspect(args)
+    if args.command in ("memory", "eval"):
+        setup_logging("text")
+        return asyncio.run(args.run(args))
     settings = settings_from(args)
     setup_logging(settings.log_format)
     web.run_app(

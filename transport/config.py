@@ -57,6 +57,10 @@ class Settings:
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     secret: str | None = None
     log_format: str = "text"
+    embed_url: str | None = None
+    embed_model: str | None = None
+    embed_key: str | None = field(default=None, repr=False)  # a secret: never shown
+    embed_path: str | None = None
     admin_token: str | None = field(default=None, repr=False)  # a secret: never shown
     admin_host: str = "127.0.0.1"
     admin_port: int = 8766
@@ -83,12 +87,16 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
     ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
     ("log-format", str, "text or json"),
+    ("embed-url", str, "OpenAI-compatible embeddings API base URL; without it, local MiniLM"),
+    ("embed-model", str, "model name sent to the embeddings API"),
+    ("embed-key", str, "API key for the embeddings API"),
+    ("embed-path", str, "folder of the local all-MiniLM-L6-v2 weights"),
     ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),
 ]
 # Their values (perhaps from the environment) are never printed, not even by --help.
-_SECRET_OPTIONS = frozenset({"secret", "llm-key", "admin-token"})
+_SECRET_OPTIONS = frozenset({"secret", "llm-key", "admin-token", "embed-key"})
 _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
     ("max-frame-bytes", int, "largest client frame accepted"),
     ("max-text-chars", int, "longest say text accepted"),

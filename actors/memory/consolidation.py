@@ -1,0 +1,164 @@
+"""The consolidation pass: near-duplicates already stored are muted into one reference.
+
+Recognition only compares a new memory with what exists; duplicates stored before it
+worked (or while a fingerprint was missing) stay. This pass compares what exists with
+itself, with the same rule (the two tiers, the contradiction guard), and for each group
+keeps the most complete memory as the reference: the longest text, then the most people
+and themes, then the earliest. The others are muted into it (a `merged_into` link; the
+reference takes their mention counts) and traced. Nothing is deleted: `unmerge` undoes a
+merge, and the two are then kept apart for good (a `distinct` link).
+
+Groups are stars, not chains: every memory muted is recognised by the reference itself and
+agrees with every other memory of its group, so "trip in May" cannot glue "trip to Lisbon
+in May" and "trip to Porto in May" together.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from actors.memory.keeper import MemoryKeeper
+from actors.memory.recognition import same_text, tier
+from actors.memory.values import conflict
+from storage.records import Memory
+
+log = logging.getLogger("stillhere.memory")
+
+
+@dataclass(frozen=True, slots=True)
+class Merge:
+    reference: UUID
+    muted: tuple[UUID, ...]
+
+
+@dataclass(slots=True)
+class Report:
+    persons: int = 0
+    merges: list[Merge] = field(default_factory=list)
+    fingerprints_filled: int = 0
+
+    @property
+    def muted(self) -> int:
+        return sum(len(m.muted) for m in self.merges)
+
+    def wire(self) -> dict[str, object]:
+        return {
+            "persons": self.persons,
+            "groups": len(self.merges),
+            "muted": self.muted,
+            "fingerprints_filled": self.fingerprints_filled,
+        }
+
+
+def completeness(memory: Memory) -> tuple[int, int, float]:
+    """Sort key, most complete first: longest text, most people and themes, earliest."""
+    return (
+        -len(memory.text),
+        -(len(memory.people) + len(memory.themes)),
+        memory.first_mentioned.timestamp(),
+    )
+
+
+async def consolidate(keeper: MemoryKeeper, person: str) -> list[Merge]:
+    """Mute the person's near-duplicates into their references; return what was merged."""
+    store = keeper.store
+    generation = await store.generation(person)
+    index = await keeper.ready()
+    pairs = await index.neighbours(person, keeper.candidates, keeper.thresholds.low)
+    memories = await store.get(person, {x for a, b, _ in pairs for x in (a, b)})
+    apart = {
+        frozenset((link.source, link.target))
+        for link in await store.links(person, memories)
+        if link.kind in ("distinct", "contradicts")
+    }
+    edges: dict[UUID, dict[UUID, tuple[float, str]]] = {}
+    for a, b, score in pairs:
+        first, second = memories.get(a), memories.get(b)
+        if first is None or second is None or frozenset((a, b)) in apart:
+            continue
+        if first.status != "active" or second.status != "active":
+            continue
+        found = "exact" if same_text(first.text, second.text) else None
+        found = found or tier(first.draft, second.draft, score, keeper.thresholds)
+        if found is None or conflict(first.draft, second.draft) is not None:
+            continue
+        edges.setdefault(a, {})[b] = (score, found)
+        edges.setdefault(b, {})[a] = (score, found)
+    merges: list[Merge] = []
+    taken: set[UUID] = set()
+    now = keeper.clock.now()
+    for reference in sorted((memories[m] for m in edges), key=completeness):
+        if reference.id in taken:
+            continue
+        group: list[tuple[Memory, float, str]] = []
+        near = sorted(edges[reference.id].items(), key=lambda item: -item[1][0])
+        for other, (score, found) in near:
+            member = memories[other]
+            if other in taken or any(conflict(member.draft, g.draft) for g, _, _ in group):
+                continue
+            group.append((member, score, found))
+        if not group:
+            continue
+        muted = await store.merge(
+            person, reference.id, [(m.id, score, found) for m, score, found in group], now
+        )
+        if not muted:
+            continue
+        taken.update([reference.id, *muted])
+        merges.append(Merge(reference.id, tuple(muted)))
+        for m, score, found in group:
+            if m.id in muted:
+                log.info(
+                    "consolidation: memory %s muted into %s (tier %s, score %.3f)",
+                    m.id,
+                    reference.id,
+                    found,
+                    score,
+                )
+    # The generation read before the pass: the pass's own merges make the person look
+    # changed once more, and the next pass finds nothing left to do.
+    await store.mark_consolidated(person, generation)
+    return merges
+
+
+async def unmerge(keeper: MemoryKeeper, person: str, muted: UUID) -> UUID | None:
+    """Undo one merge: `muted` is active again; returns the reference it had gone into."""
+    reference = await keeper.store.unmerge(person, muted, keeper.clock.now())
+    if reference is not None:
+        log.info("consolidation undone: memory %s taken back out of %s", muted, reference)
+    return reference
+
+
+async def maintain(keeper: MemoryKeeper, *, everyone: bool = False) -> Report:
+    """The periodic pass: fill missing fingerprints, then consolidate every person whose
+    memories changed since their last pass (or everyone)."""
+    report = Report(fingerprints_filled=await keeper.backfill())
+    if everyone:
+        persons = await keeper.store.persons()
+    else:
+        persons = [p for p, _ in await keeper.store.dirty_persons()]
+    for person in persons:
+        report.merges.extend(await consolidate(keeper, person))
+        report.persons += 1
+    if report.merges or report.fingerprints_filled:
+        log.info(
+            "memory pass: %d persons looked at, %d duplicates muted into %d references, "
+            "%d fingerprints filled in",
+            report.persons,
+            report.muted,
+            len(report.merges),
+            report.fingerprints_filled,
+        )
+    return report
+
+
+async def scheduled_pass(keeper: MemoryKeeper) -> dict[str, object]:
+    """The pass as the supervisor's sweep runs it: never raises (a failed pass is logged
+    and tried again at the next sweep), answers a line for the sweep's report."""
+    try:
+        return (await maintain(keeper)).wire()
+    except Exception as error:
+        log.exception("memory pass failed; it runs again at the next sweep")
+        return {"error": repr(error)}

@@ -1,0 +1,272 @@
+"""The memory keeper: remember (recognise or create), search by meaning, back-fill.
+
+It runs on the loop (its methods are coroutines the turn pipeline, the supervisor's passes
+and the CLI await) and ties together the store (the truth), the embedder (fingerprints)
+and the fingerprint index (fast look-ups). Recognising and creating happen under a
+per-person lock, so two mentions of one new fact in quick succession make one memory.
+
+A fingerprint that cannot be made is not a reason to lose what the person said: the memory
+is stored without one, the failure is logged, and `backfill` fills it in later. Until then
+only a verbatim restatement can be recognised against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from dataclasses import dataclass
+from uuid import UUID
+
+import numpy as np
+
+from actors.clock import Clock
+from actors.memory.recognition import Candidate, Thresholds, recognise, thresholds_for
+from providers.embedding import Embedder, EmbeddingError
+from storage.fingerprints import encode
+from storage.memories import MemoryStore
+from storage.memory_index import FingerprintIndex
+from storage.records import Memory, MemoryDraft, MemoryLink
+
+log = logging.getLogger("stillhere.memory")
+
+# A verbatim restatement differs from the stored text by punctuation and case at most.
+_LENGTH_SLACK = 8
+# Statuses a search may reach through a link: an erroneous memory stays explainable ("why
+# did you think it was Lisbon?"); a muted one never reaches the model.
+_REACHABLE = ("active", "erroneous", "done")
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """The outcome of `remember`: the memory created, or the one it reinforced."""
+
+    memory: Memory
+    created: bool
+    tier: str | None = None  # how it was recognised (exact, close, shared), if it was
+    score: float | None = None
+    contradicts: tuple[Memory, ...] = ()  # stored beside these, linked as contradictions
+    fingerprinted: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A search result: found by meaning (`score`), or one link away from one that was."""
+
+    memory: Memory
+    score: float | None
+    via: MemoryLink | None = None
+
+
+class MemoryKeeper:
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder,
+        clock: Clock,
+        *,
+        thresholds: Thresholds | None = None,
+        candidates: int = 8,
+        max_persons: int = 256,
+        offload_above: int = 2048,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.clock = clock
+        self.model = embedder.name
+        self.thresholds = thresholds or thresholds_for(embedder.name)
+        self.candidates = candidates
+        self._max_persons = max_persons
+        self._offload_above = offload_above
+        self._index: FingerprintIndex | None = None
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    @property
+    def index(self) -> FingerprintIndex:
+        """The fingerprint index (made once the embedder's dimension is known)."""
+        if self._index is None:
+            if not self.embedder.dim:
+                raise RuntimeError("the embedder's dimension is not known yet")
+            self._index = FingerprintIndex(
+                self.store,
+                self.model,
+                self.embedder.dim,
+                max_persons=self._max_persons,
+                offload_above=self._offload_above,
+            )
+        return self._index
+
+    def drop(self, person: str) -> None:
+        """The person's conversation went: free their index (rebuilt on the next use)."""
+        if self._index is not None:
+            self._index.drop(person)
+
+    async def close(self) -> None:
+        if self._index is not None:
+            self._index.clear()
+
+    def _lock(self, person: str) -> asyncio.Lock:
+        lock = self._locks.get(person)
+        if lock is None:
+            lock = self._locks[person] = asyncio.Lock()
+        return lock
+
+    # -- fingerprints -----------------------------------------------------------------------
+
+    async def fingerprint(self, texts: list[str]) -> np.ndarray:
+        """Embed `texts`; raises EmbeddingError."""
+        vectors = await self.embedder.embed(texts)
+        if vectors.shape != (len(texts), self.embedder.dim):
+            raise EmbeddingError("bad_response", f"embedder gave shape {vectors.shape}")
+        return vectors
+
+    async def ready(self) -> FingerprintIndex:
+        """The index, learning the embedder's dimension first if it has to (an API model
+        says it only in its first answer)."""
+        if self._index is None and not self.embedder.dim:
+            await self.fingerprint(["dimension probe"])
+        return self.index
+
+    async def _fingerprint_or_none(self, text: str) -> np.ndarray | None:
+        try:
+            return (await self.fingerprint([text]))[0]
+        except EmbeddingError as failure:
+            log.warning(
+                "fingerprint failed (%s); the memory is stored without one and the back-fill "
+                "pass will make it: %s",
+                failure.code,
+                failure,
+            )
+            return None
+
+    # -- remembering ------------------------------------------------------------------------
+
+    async def remember(
+        self, person: str, draft: MemoryDraft, *, conversation: UUID | None = None
+    ) -> Remembered:
+        """Reinforce the memory `draft` restates, or store it as a new one."""
+        vector = await self._fingerprint_or_none(draft.text)
+        async with self._lock(person):
+            candidates = await self._candidates(person, draft, vector)
+            verdict = recognise(draft, candidates, self.thresholds)
+            now = self.clock.now()
+            contradicts = tuple(m for m, _ in verdict.contradicts)
+            if verdict.match is not None:
+                match = verdict.match
+                reinforced = await self.store.reinforce(
+                    person,
+                    match.existing.id,
+                    tier=match.tier,
+                    score=match.score,
+                    new_text=draft.text,
+                    now=now,
+                    conversation=conversation,
+                )
+                if reinforced is not None:
+                    log.info(
+                        "memory recognised (tier %s, score %.3f): reinforced %s, now %d "
+                        "mentions, instead of creating a new one (new id: none)",
+                        match.tier,
+                        match.score,
+                        reinforced.id,
+                        reinforced.mention_count,
+                    )
+                    return Remembered(
+                        reinforced, False, match.tier, match.score, contradicts, vector is not None
+                    )
+            created, generation = await self.store.create(
+                person,
+                draft,
+                now,
+                conversation=conversation,
+                fingerprint=encode(vector) if vector is not None else None,
+                model=self.model if vector is not None else None,
+                contradicts=[m.id for m in contradicts],
+            )
+            if self._index is not None:
+                added = (created.id, vector) if vector is not None else None
+                await self._index.applied(person, generation, added=added)
+        for other, conflict in verdict.contradicts:
+            log.info(
+                "memory %s stored beside %s, linked as a possible contradiction (%s)",
+                created.id,
+                other.id,
+                conflict,
+            )
+        return Remembered(created, True, None, None, contradicts, vector is not None)
+
+    async def _candidates(
+        self, person: str, draft: MemoryDraft, vector: np.ndarray | None
+    ) -> list[Candidate]:
+        """The memories `draft` may restate: the closest fingerprints, and any verbatim
+        copy (which needs no fingerprint, so it is found even when one is missing)."""
+        scores: dict[UUID, float] = {}
+        if vector is not None:
+            index = await self.ready()
+            scores.update(await index.search(person, vector, self.candidates))
+        found = await self.store.get(person, scores)
+        length = len(draft.text)
+        for memory in await self.store.active_of_length(
+            person, length - _LENGTH_SLACK, length + _LENGTH_SLACK
+        ):
+            found.setdefault(memory.id, memory)
+        return [
+            Candidate(memory, scores.get(memory.id, 1.0))
+            for memory in found.values()
+            if memory.status == "active"
+        ]
+
+    # -- searching ---------------------------------------------------------------------------
+
+    async def search(self, person: str, query: str, k: int = 5) -> list[Found]:
+        """The person's memories closest in meaning to `query`, best first, then those one
+        link away from them (a contradiction, a correction, a related memory). Muted
+        memories never appear. Raises EmbeddingError if the query cannot be embedded."""
+        vector = (await self.fingerprint([query]))[0]
+        index = await self.ready()
+        hits = await index.search(person, vector, k)
+        rows = await self.store.get(person, [i for i, _ in hits])
+        results = [
+            Found(rows[i], score) for i, score in hits if i in rows and rows[i].status == "active"
+        ]
+        seen = {f.memory.id for f in results}
+        links = await self.store.links(person, seen)
+        others = {link.target if link.source in seen else link.source for link in links} - seen
+        linked = await self.store.get(person, others)
+        for link in links:
+            other = link.target if link.source in seen else link.source
+            memory = linked.get(other)
+            if memory is None or other in seen or memory.status not in _REACHABLE:
+                continue
+            seen.add(other)
+            results.append(Found(memory, None, link))
+        return results
+
+    # -- back-fill ---------------------------------------------------------------------------
+
+    async def backfill(self, batch: int = 64, batches: int = 16) -> int:
+        """Make the fingerprints that are missing (failed) or of another model, oldest
+        first; return how many were filled. Stops at the first embedder failure."""
+        filled = 0
+        for _ in range(batches):
+            todo = await self.store.unfingerprinted(self.model, batch)
+            if not todo:
+                break
+            try:
+                vectors = await self.fingerprint([t.text for t in todo])
+            except EmbeddingError as failure:
+                log.warning(
+                    "fingerprint back-fill failed (%s); %d or more memories still have none",
+                    failure.code,
+                    len(todo),
+                )
+                break
+            for item, vector in zip(todo, vectors, strict=True):
+                filled += await self.store.set_fingerprint(
+                    item.id, item.model, encode(vector), self.model
+                )
+            if len(todo) < batch:
+                break
+        if filled:
+            log.info("fingerprint back-fill: %d memories fingerprinted", filled)
+        return filled

@@ -1,0 +1,73 @@
+"""Building the memory keeper from plain settings, the same way for the server and the CLI.
+
+Without an embeddings URL the local all-MiniLM-L6-v2 is the embedder: memory recognises
+rewordings on a first run, offline, with nothing to configure. Its weights are only read on
+the first fingerprint, so a server that never remembers anything never loads them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from actors.clock import Clock
+from actors.memory.keeper import MemoryKeeper
+from actors.memory.recognition import Thresholds, thresholds_for
+from providers.embedding import Embedder, OpenAIEmbeddings
+from storage.memories import MemoryStore
+
+log = logging.getLogger("stillhere.memory")
+
+DEFAULT_API_MODEL = "text-embedding-3-small"
+
+
+def make_embedder(
+    url: str | None = None,
+    model: str | None = None,
+    key: str | None = None,
+    *,
+    path: str | None = None,
+    timeout: float = 30.0,
+) -> Embedder:
+    """An OpenAI-compatible embeddings client if `url` is given, else the local MiniLM."""
+    if url:
+        return OpenAIEmbeddings(url, model or DEFAULT_API_MODEL, key, timeout=timeout)
+    from providers.minilm import MiniLM  # numpy forward pass; imported only when used
+
+    return MiniLM(path)
+
+
+def parse_thresholds(text: str) -> Thresholds:
+    """`0.85,0.70` -> Thresholds(high=0.85, low=0.70)."""
+    try:
+        high, low = (float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"thresholds are HIGH,LOW (e.g. 0.85,0.70), not {text!r}") from None
+    return Thresholds(high, low)
+
+
+async def open_keeper(
+    dsn: str,
+    embedder: Embedder,
+    clock: Clock,
+    *,
+    thresholds: Thresholds | None = None,
+    max_persons: int = 256,
+) -> MemoryKeeper:
+    """A keeper with its own small pool on `dsn` (migrated already by `Store.open`)."""
+    store = await MemoryStore.open(dsn)
+    chosen = thresholds or thresholds_for(embedder.name)
+    log.info(
+        "long-term memory: fingerprints by %s, recognised above %.2f, or above %.2f with the "
+        "same type and a shared person or theme",
+        getattr(embedder, "label", embedder.name),
+        chosen.high,
+        chosen.low,
+    )
+    return MemoryKeeper(store, embedder, clock, thresholds=chosen, max_persons=max_persons)
+
+
+async def close_keeper(keeper: MemoryKeeper) -> None:
+    """Release the keeper's index, its pool and its embedder."""
+    await keeper.close()
+    await keeper.store.close()
+    await keeper.embedder.close()

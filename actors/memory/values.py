@@ -1,0 +1,328 @@
+"""The contradiction guard: two memories that give different values to the same thing.
+
+"The trip is to Lisbon" and "The trip is to Porto" are as close as two fingerprints get,
+and merging them would lose the one fact that matters. So before two memories are taken for
+one, the values each states are pulled out of its text (numbers, times, dates, weekdays,
+months, years, colours, relative ages, names of places and people) and compared kind by
+kind: when both memories state values of one kind and neither set contains the other, they
+disagree, and are never merged however close. A memory that only adds a value ("Owen
+arrives Friday" / "Owen arrives Friday at 6pm") or drops one does not disagree.
+
+Names are the capitalised words of the text, less the subject both memories share (the
+people and themes both were given: "Owen" in "Owen lives in Bristol" / "Owen lives in
+Leeds" is what they are about, "Bristol" and "Leeds" are the values). A sentence's first
+word is capitalised anyway, so it only counts as a name when it is one of the memory's
+people. The people lists themselves are values too: two memories about disjoint
+people are about different things.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from datetime import datetime
+
+from storage.records import MemoryDraft
+
+WEEKDAYS = {
+    **dict.fromkeys(("monday", "mon", "lundi"), "mon"),
+    **dict.fromkeys(("tuesday", "tue", "tues", "mardi"), "tue"),
+    **dict.fromkeys(("wednesday", "wed", "mercredi"), "wed"),
+    **dict.fromkeys(("thursday", "thu", "thurs", "jeudi"), "thu"),
+    **dict.fromkeys(("friday", "fri", "vendredi"), "fri"),
+    **dict.fromkeys(("saturday", "sat", "samedi"), "sat"),
+    **dict.fromkeys(("sunday", "sun", "dimanche"), "sun"),
+}
+MONTHS = {
+    **dict.fromkeys(("january", "jan", "janvier"), "01"),
+    **dict.fromkeys(("february", "feb", "février", "fevrier"), "02"),
+    **dict.fromkeys(("march", "mars"), "03"),
+    **dict.fromkeys(("april", "apr", "avril"), "04"),
+    **dict.fromkeys(("may", "mai"), "05"),
+    **dict.fromkeys(("june", "jun", "juin"), "06"),
+    **dict.fromkeys(("july", "jul", "juillet"), "07"),
+    **dict.fromkeys(("august", "aug", "août", "aout"), "08"),
+    **dict.fromkeys(("september", "sep", "sept", "septembre"), "09"),
+    **dict.fromkeys(("october", "oct", "octobre"), "10"),
+    **dict.fromkeys(("november", "nov", "novembre"), "11"),
+    **dict.fromkeys(("december", "dec", "décembre", "decembre"), "12"),
+}
+# Short month forms double as ordinary words ("may", "march", "sun", "sat"...): they only
+# count when capitalised, or next to a day number.
+_AMBIGUOUS = frozenset({"may", "mar", "sun", "sat", "wed", "mon", "jan", "dec", "sept", "oct"})
+NUMBER_WORDS = {
+    "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13",
+    "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17", "eighteen": "18",
+    "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40", "fifty": "50",
+    "hundred": "100", "dozen": "12", "half": "0.5", "twice": "2",
+    "deux": "2", "trois": "3", "quatre": "4", "cinq": "5", "sept": "7", "huit": "8",
+    "neuf": "9", "dix": "10", "onze": "11", "douze": "12", "vingt": "20", "trente": "30",
+    "quarante": "40", "cinquante": "50", "cent": "100",
+}  # fmt: skip
+ORDINALS = {
+    "first": "1", "second": "2", "third": "3", "fourth": "4", "fifth": "5", "sixth": "6",
+    "seventh": "7", "eighth": "8", "ninth": "9", "tenth": "10",
+    "premier": "1", "première": "1", "deuxième": "2", "troisième": "3", "quatrième": "4",
+    "cinquième": "5",
+}  # fmt: skip
+COLOURS = {
+    **{c: c for c in ("red", "blue", "green", "yellow", "black", "white", "grey", "brown",
+                      "pink", "purple", "orange", "silver", "gold", "beige")},
+    "gray": "grey", "rouge": "red", "bleu": "blue", "bleue": "blue", "vert": "green",
+    "verte": "green", "jaune": "yellow", "noir": "black", "noire": "black", "blanc": "white",
+    "blanche": "white", "gris": "grey", "grise": "grey", "marron": "brown", "violet": "purple",
+}  # fmt: skip
+# Relative age, the one ordered attribute people state about family all the time.
+AGES = {"younger": "younger", "youngest": "younger", "older": "older", "elder": "older",
+        "eldest": "older", "oldest": "older", "cadet": "younger", "cadette": "younger",
+        "aîné": "older", "aînée": "older"}  # fmt: skip
+# Whose fact it is: "Léa works as a nurse" and "Léa's mother works as a nurse" share every
+# word but one. A relation only counts when it is possessed ("Owen's dog", "my brother",
+# "la sœur de Léa"), and relations are compared for equality, not inclusion.
+RELATIONS = {
+    **dict.fromkeys(("mother", "mum", "mom", "mère", "maman"), "mother"),
+    **dict.fromkeys(("father", "dad", "père", "papa"), "father"),
+    **dict.fromkeys(("parents",), "parents"),
+    **dict.fromkeys(("brother", "frère"), "brother"),
+    **dict.fromkeys(("sister", "sœur", "soeur"), "sister"),
+    **dict.fromkeys(("husband", "mari"), "husband"),
+    **dict.fromkeys(("wife", "femme"), "wife"),
+    **dict.fromkeys(("partner", "boyfriend", "girlfriend", "compagnon", "compagne"), "partner"),
+    **dict.fromkeys(("son", "fils"), "son"),
+    **dict.fromkeys(("daughter", "fille"), "daughter"),
+    **dict.fromkeys(("niece", "nièce"), "niece"),
+    **dict.fromkeys(("nephew", "neveu"), "nephew"),
+    **dict.fromkeys(("aunt", "tante"), "aunt"),
+    **dict.fromkeys(("uncle", "oncle"), "uncle"),
+    **dict.fromkeys(("cousin", "cousine"), "cousin"),
+    **dict.fromkeys(("grandmother", "grandma", "granny", "grand-mère"), "grandmother"),
+    **dict.fromkeys(("grandfather", "grandad", "grandpa", "grand-père"), "grandfather"),
+    **dict.fromkeys(("friend", "ami", "amie", "copain", "copine"), "friend"),
+    **dict.fromkeys(("neighbour", "neighbor", "voisin", "voisine"), "neighbour"),
+    **dict.fromkeys(("boss", "manager", "chef", "patron", "patronne"), "boss"),
+    **dict.fromkeys(("colleague", "collègue"), "colleague"),
+    **dict.fromkeys(("dog", "chien", "chienne"), "dog"),
+    **dict.fromkeys(("cat", "chat", "chatte"), "cat"),
+    **dict.fromkeys(("children", "kids", "enfants"), "children"),
+}
+TIME_WORDS = {"noon": "12:00", "midday": "12:00", "midnight": "00:00", "midi": "12:00",
+              "minuit": "00:00"}  # fmt: skip
+
+_WORD = r"[^\W\d_][\w'\u2019-]*"
+_TIME = re.compile(
+    r"\b(\d{1,2})(?:(?::|h|\.)(\d{2}))?\s*(a\.?m\.?|p\.?m\.?)(?!\w)"  # 3pm, 3:30 pm
+    r"|\b(\d{1,2})(?::|\s?h\s?)(\d{2})\b"  # 15:30, 15h30, 7 h 40
+    r"|\b(\d{1,2})\s?h\b",  # 15h, 20 h
+    re.IGNORECASE,
+)
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
+_NUMERIC_DATE = re.compile(r"\b(\d{1,2})/(\d{1,2})(?:/(\d{2,4}))?\b")
+_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th|er)?\s+(?:of\s+)?({_WORD})", re.I)
+_MONTH_DAY = re.compile(rf"\b({_WORD})\s+(?:the\s+)?(\d{{1,2}})(?:st|nd|rd|th)?\b", re.I)
+# 1,050 and 1 050 are one number (thousands grouped); 2.5 and 2,5 are one too.
+_NUMBER = re.compile(
+    r"(?<![\w.])(?:\d{1,3}(?:[,\u00a0\u202f ]\d{3})+(?![\d,.])|\d+(?:[.,]\d+)?)"
+    r"(?:st|nd|rd|th|er|e|ème)?(?!\w)"
+)
+_WORDS = re.compile(_WORD)
+# "Owen's dog", "la sœur de Léa": a relation possessed by a name, which the other memory
+# must at least mention ("kin": the relation words anywhere in it). "my brother" is not
+# counted (the owner's relations are what most memories are about), nor a relation that is
+# named ("Hannah's neighbour Mr Okafor", "Owen's wife is called Nadia", "Priya is Hannah's
+# boss"): there the name, not the relation, says who it is.
+_POSSESSED = re.compile(
+    rf"'s\s+(?=({_WORD}))|\b(?:le|la|les|l')\s*(?=({_WORD})\s+(?:de|d'|du)\b)",
+    re.IGNORECASE,
+)
+_NAMED_AFTER = re.compile(r"^[,:]?\s*(?:(?:is|are|was|were|est)\s+)?(?:(?:called|named)\s+)?[A-Z]")
+_NAMED_BEFORE = re.compile(r"[A-Z][\w-]*\s+(?:is|was|,)\s+[\w'-]*$")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;…\"“«(]\s*|\n\s*)$")
+_CURLY = "\u2019"  # voice transcripts write a curly apostrophe
+_FIRST_PERSON = frozenset({"i", "my", "me", "mine", "i'm", "je", "j", "mon", "ma", "mes", "moi"})
+_NOT_NAMES = frozenset({"i", "i'm", "i'll", "i've", "i'd"})
+_YEAR = re.compile(r"^(19|20)\d\d$")
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Both memories state a `kind` of value, and neither's values contain the other's."""
+
+    kind: str
+    ours: frozenset[str]
+    theirs: frozenset[str]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {sorted(self.ours)} vs {sorted(self.theirs)}"
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).replace(_CURLY, "'").strip().casefold()
+
+
+def _words(items: tuple[str, ...]) -> set[str]:
+    """Every word of a list of people or themes ("dr patel" -> dr, patel), case-folded,
+    possessives dropped ("Hannah's" -> hannah)."""
+    return {w.removesuffix("'s").strip("'") for item in items for w in _WORDS.findall(_fold(item))}
+
+
+def values(
+    draft: MemoryDraft, shared: frozenset[str] | set[str] = frozenset()
+) -> dict[str, frozenset[str]]:
+    """The values `draft` states, by kind, leaving out the words of `shared`."""
+    text = unicodedata.normalize("NFKC", draft.text).replace(_CURLY, "'")
+    found: dict[str, set[str]] = {}
+
+    def add(kind: str, value: str) -> None:
+        found.setdefault(kind, set()).add(value)
+
+    spans: list[tuple[int, int]] = []
+
+    def taken(start: int, end: int) -> bool:
+        return any(start < e and s < end for s, e in spans)
+
+    for match in _TIME.finditer(text):
+        add("time", _time(match))
+        spans.append(match.span())
+    for match in _ISO_DATE.finditer(text):
+        if not taken(*match.span()):
+            year, month, day = match.groups()
+            add("date", f"{int(month):02d}-{int(day):02d}")
+            add("month", f"{int(month):02d}")
+            add("year", year)
+            spans.append(match.span())
+    for match in _NUMERIC_DATE.finditer(text):
+        if not taken(*match.span()):
+            day, month, year = match.groups()  # day first: the set is British and French
+            add("date", f"{int(month):02d}-{int(day):02d}")
+            add("month", f"{int(month):02d}")
+            if year:
+                add("year", year if len(year) == 4 else "20" + year)
+            spans.append(match.span())
+    day_month = [(m, m.group(1), m.group(2)) for m in _DAY_MONTH.finditer(text)]
+    month_day = [(m, m.group(2), m.group(1)) for m in _MONTH_DAY.finditer(text)]
+    for match, day, month in day_month + month_day:
+        number = MONTHS.get(_fold(month).rstrip("."))
+        if number is None or int(day) > 31 or taken(*match.span()):
+            continue
+        add("date", f"{number}-{int(day):02d}")
+        add("month", number)
+        spans.append(match.span())
+    for match in _NUMBER.finditer(text):
+        if taken(*match.span()):
+            continue
+        number = re.sub(r"(?:st|nd|rd|th|er|e|ème)$", "", match.group(0))
+        if re.fullmatch(r"\d{1,3}(?:[,\u00a0\u202f ]\d{3})+", number):
+            digits = re.sub(r"\D", "", number)
+        else:
+            digits = number.replace(",", ".")
+        add("year" if _YEAR.match(digits) else "number", digits)
+
+    people = _words(draft.people)
+    for match in _WORDS.finditer(text):
+        if taken(*match.span()):
+            continue
+        word = match.group(0)
+        folded = _fold(word).strip("'-")
+        day = folded.removesuffix("s") if folded.endswith("days") else folded  # Wednesdays
+        if day in WEEKDAYS and (word[0].isupper() or day not in _AMBIGUOUS):
+            add("weekday", WEEKDAYS[day])
+        elif folded in MONTHS and (word[0].isupper() or folded not in _AMBIGUOUS):
+            add("month", MONTHS[folded])
+        elif folded in TIME_WORDS:
+            add("time", TIME_WORDS[folded])
+        elif folded in NUMBER_WORDS or folded in ORDINALS:
+            add("number", NUMBER_WORDS.get(folded) or ORDINALS[folded])
+        elif folded in COLOURS:
+            add("colour", COLOURS[folded])
+        elif folded in AGES:
+            add("age", AGES[folded])
+        elif word[0].isupper():
+            starts = _SENTENCE_START.search(text[: match.start()]) is not None
+            for part in word.split("-"):
+                name = _fold(part).removesuffix("'s").strip("'")
+                if not part[:1].isupper() or name in _NOT_NAMES or name in shared:
+                    continue
+                if starts and name not in people:
+                    continue  # capitalised because it starts a sentence
+                add("name", name)
+    for match in _POSSESSED.finditer(text):
+        word = match.group(1) or match.group(2)
+        relation = RELATIONS.get(_fold(word).removesuffix("'s"))
+        after = text[match.end() + len(word) :].lstrip("'s")
+        before = text[: match.start()].rstrip()
+        if relation and not (_NAMED_AFTER.match(after) or _NAMED_BEFORE.search(before)):
+            add("relation", relation)
+    for match in _WORDS.finditer(text):
+        kin = RELATIONS.get(_fold(match.group(0)).removesuffix("'s"))
+        if kin is not None:
+            add("kin", kin)
+            if kin in ("mother", "father"):
+                add("kin", "parents")
+    for label, when in (("starts", draft.starts_at), ("due", draft.due_at)):
+        if when is not None:
+            add(label, _instant(when))
+    return {kind: frozenset(v) for kind, v in found.items()}
+
+
+def _time(match: re.Match[str]) -> str:
+    if match.group(1) is not None:
+        hour, minute, half = int(match.group(1)), int(match.group(2) or 0), match.group(3)
+        half = half.replace(".", "").casefold()
+        if half == "pm" and hour < 12:
+            hour += 12
+        elif half == "am" and hour == 12:
+            hour = 0
+    elif match.group(4) is not None:
+        hour, minute = int(match.group(4)), int(match.group(5))
+    else:
+        hour, minute = int(match.group(6)), 0
+    return f"{hour:02d}:{minute:02d}"
+
+
+def _instant(when: datetime) -> str:
+    return when.isoformat()
+
+
+def shared_subject(a: MemoryDraft, b: MemoryDraft) -> set[str]:
+    """The words of the people and themes both memories were given: what they are about."""
+    return (_words(a.people) | _words(a.themes)) & (_words(b.people) | _words(b.themes))
+
+
+# The kinds in the order a conflict is reported (the first found wins).
+KINDS = (
+    "people", "starts", "due", "date", "time", "weekday", "month", "year", "number", "colour",
+    "age", "name",
+)  # fmt: skip
+
+
+def conflict(a: MemoryDraft, b: MemoryDraft) -> Conflict | None:
+    """How `a` and `b` disagree, or None if they state no differing values of one kind."""
+    people_a = frozenset(_fold(p) for p in a.people)
+    people_b = frozenset(_fold(p) for p in b.people)
+    if people_a and people_b and not people_a & people_b:
+        return Conflict("people", people_a, people_b)
+    # Someone one memory is about, whom the other does not even mention: another fact.
+    for one, other in ((a, b), (b, a)):
+        mentioned = _words(other.people) | _words((other.text,))
+        if mentioned & _FIRST_PERSON:
+            continue  # "my brother": the owner is there, under a name the server never knows
+        for person in one.people:
+            if not _words((person,)) & mentioned:
+                return Conflict("people", frozenset(one.people), frozenset(other.people))
+    shared = shared_subject(a, b)
+    ours, theirs = values(a, shared), values(b, shared)
+    # Whose fact: a relation one memory states must at least be mentioned by the other.
+    none: frozenset[str] = frozenset()
+    relations = ours.get("relation", none), theirs.get("relation", none)
+    if not relations[0] <= theirs.get("kin", none) or not relations[1] <= ours.get("kin", none):
+        return Conflict("relation", *relations)
+    for kind in KINDS[1:]:
+        x, y = ours.get(kind), theirs.get(kind)
+        if kind == "name" and x and y:
+            # A name the other memory says too, even where it starts a sentence, is shared.
+            x, y = x - _words((b.text,)), y - _words((a.text,))
+        if x and y and not (x <= y or y <= x):
+            return Conflict(kind, x, y)
+    return None

@@ -1,0 +1,251 @@
+"""The fingerprint index: one faiss index per active person, rebuilt from PostgreSQL.
+
+PostgreSQL is the source of truth; this is a cache of one thing in it, the fingerprints of
+a person's active memories made by the current model, laid out for fast inner-product
+search (the rows are L2-normalised, so the inner product is the cosine). It holds only
+persons in use: built on a person's first look-up, dropped when their conversation goes,
+and the least recently used are evicted past `max_persons`, so memory tracks the people
+actually connected.
+
+It is never silently stale. Each person's index remembers the generation of the person's
+memories it reflects (a counter a trigger bumps on every change that matters to it, whoever
+writes). Each look-up reads the current generation first and rebuilds on a mismatch; a
+write made through this process hands back the generation it produced, and the index
+applies the change itself only if that generation directly follows its own.
+
+faiss is CPU work: below `offload_above` vectors a search takes microseconds and runs on
+the loop; above it, searches and rebuilds run in a worker thread. A per-person lock keeps
+one operation at a time on each index, since a faiss index is not safe to search while it
+changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TypeVar
+from uuid import UUID
+
+import faiss
+import numpy as np
+
+from storage.fingerprints import FingerprintError, decode
+from storage.memories import MemoryStore
+
+log = logging.getLogger("stillhere.memory")
+
+T = TypeVar("T")
+
+
+class PersonIndex:
+    """One person's fingerprints in a faiss inner-product index, keyed by memory id."""
+
+    def __init__(self, dim: int, generation: int) -> None:
+        self.dim = dim
+        self.generation = generation
+        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        self._ids: dict[int, UUID] = {}
+        self._keys: dict[UUID, int] = {}
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, memory: UUID) -> bool:
+        return memory in self._keys
+
+    def ids(self) -> set[UUID]:
+        return set(self._keys)
+
+    def add(self, ids: list[UUID], vectors: np.ndarray) -> None:
+        if not ids:
+            return
+        self.remove([i for i in ids if i in self._keys])
+        rows = np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(ids), self.dim)
+        faiss.normalize_L2(rows)  # stored rows should be unit already; a cheap guarantee
+        keys = np.arange(self._next, self._next + len(ids), dtype=np.int64)
+        self._next += len(ids)
+        self._index.add_with_ids(rows, keys)
+        for key, memory in zip(keys.tolist(), ids, strict=True):
+            self._ids[key] = memory
+            self._keys[memory] = key
+
+    def remove(self, ids: list[UUID]) -> None:
+        keys = [self._keys.pop(i) for i in ids if i in self._keys]
+        if keys:
+            self._index.remove_ids(np.asarray(keys, dtype=np.int64))
+            for key in keys:
+                del self._ids[key]
+
+    def search(self, vector: np.ndarray, k: int) -> list[tuple[UUID, float]]:
+        """The `k` closest memories, best first, with their cosine."""
+        if not self._ids or k <= 0:
+            return []
+        query = np.ascontiguousarray(vector, dtype=np.float32).reshape(1, self.dim)
+        scores, keys = self._index.search(query, min(k, len(self._ids)))
+        return [
+            (self._ids[key], float(score))
+            for key, score in zip(keys[0].tolist(), scores[0].tolist(), strict=True)
+            if key >= 0
+        ]
+
+    def neighbours(self, k: int, floor: float) -> list[tuple[UUID, UUID, float]]:
+        """Every pair `(a, b, cosine)` with cosine >= floor, a among each b's k nearest:
+        what the consolidation pass looks at."""
+        n = len(self._ids)
+        if n < 2:
+            return []
+        keys = np.fromiter(self._ids.keys(), dtype=np.int64, count=n)
+        rows = np.vstack([self._index.reconstruct(int(key)) for key in keys])
+        scores, found = self._index.search(rows, min(k + 1, n))
+        pairs: dict[tuple[UUID, UUID], float] = {}
+        for row, key in enumerate(keys.tolist()):
+            for other, score in zip(found[row].tolist(), scores[row].tolist(), strict=True):
+                if other < 0 or other == key or score < floor:
+                    continue
+                a, b = sorted((self._ids[key], self._ids[other]), key=str)
+                pairs[(a, b)] = max(score, pairs.get((a, b), -1.0))
+        return [(a, b, score) for (a, b), score in pairs.items()]
+
+
+class FingerprintIndex:
+    """Per-person indexes for one embedding model, LRU-capped, consistent with the db."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        model: str,
+        dim: int,
+        *,
+        max_persons: int = 256,
+        offload_above: int = 2048,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.dim = dim
+        self.max_persons = max_persons
+        self.offload_above = offload_above
+        self._persons: OrderedDict[str, PersonIndex] = OrderedDict()
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self.builds = 0  # how many times an index was built from the database
+
+    def __contains__(self, person: str) -> bool:
+        return person in self._persons
+
+    def __len__(self) -> int:
+        return len(self._persons)
+
+    def cached(self, person: str) -> PersonIndex | None:
+        return self._persons.get(person)
+
+    def drop(self, person: str) -> None:
+        """Forget a person's index (their conversation went); rebuilt on the next use."""
+        self._persons.pop(person, None)
+
+    def clear(self) -> None:
+        self._persons.clear()
+
+    def lock(self, person: str) -> asyncio.Lock:
+        lock = self._locks.get(person)
+        if lock is None:
+            lock = self._locks[person] = asyncio.Lock()
+        return lock
+
+    async def search(self, person: str, vector: np.ndarray, k: int) -> list[tuple[UUID, float]]:
+        """The person's `k` closest active memories to `vector`, best first."""
+        async with self.lock(person):
+            index = await self._current(person)
+            return await self._cpu(len(index), index.search, vector, k)
+
+    async def neighbours(self, person: str, k: int, floor: float) -> list[tuple[UUID, UUID, float]]:
+        """Close pairs among the person's memories. A person not in use gets a throwaway
+        index, so a background pass over everyone does not evict the people connected."""
+        async with self.lock(person):
+            if person in self._persons:
+                index = await self._current(person)
+            else:
+                index = await self._build(person)
+            return await asyncio.to_thread(index.neighbours, k, floor)
+
+    async def applied(
+        self,
+        person: str,
+        generation: int,
+        *,
+        added: tuple[UUID, np.ndarray] | None = None,
+        removed: list[UUID] | None = None,
+    ) -> None:
+        """A write through this process produced `generation`: follow it if it is the next
+        one, else forget the index (someone else wrote too; the next look-up rebuilds)."""
+        async with self.lock(person):
+            index = self._persons.get(person)
+            if index is None:
+                return
+            if generation != index.generation + 1:
+                self._persons.pop(person, None)
+                return
+            if removed:
+                index.remove(removed)
+            if added is not None:
+                index.add([added[0]], added[1].reshape(1, -1))
+            index.generation = generation
+
+    async def _current(self, person: str) -> PersonIndex:
+        """The person's index at the database's generation (caller holds the lock)."""
+        index = self._persons.get(person)
+        if index is not None and index.generation == await self.store.generation(person):
+            self._persons.move_to_end(person)
+            return index
+        index = await self._build(person)
+        self._persons[person] = index
+        self._persons.move_to_end(person)
+        while len(self._persons) > self.max_persons:
+            evicted, _ = self._persons.popitem(last=False)
+            log.info(
+                "fingerprint index of %s evicted (over %d persons)", evicted[:8], self.max_persons
+            )
+        return index
+
+    async def _build(self, person: str) -> PersonIndex:
+        snapshot = await self.store.fingerprints(person, self.model)
+        index = PersonIndex(self.dim, snapshot.generation)
+        ids: list[UUID] = []
+        rows: list[np.ndarray] = []
+        unreadable: list[UUID] = []
+        for memory, value in zip(snapshot.ids, snapshot.values, strict=True):
+            try:
+                rows.append(decode(value, self.dim))
+                ids.append(memory)
+            except FingerprintError as error:
+                log.error(
+                    "fingerprint of memory %s is unreadable (%s): left out of the index and "
+                    "queued for the back-fill",
+                    memory,
+                    error,
+                )
+                unreadable.append(memory)
+        if rows:
+            matrix = np.vstack(rows)
+            await self._cpu(len(ids), index.add, ids, matrix)
+        self.builds += 1
+        log.info(
+            "fingerprint index of %s built from the database: %d memories, generation %d",
+            person[:8],
+            len(index),
+            index.generation,
+        )
+        if unreadable:
+            await self.store.clear_fingerprints(person, unreadable)
+            # That write bumped the generation: the index reflects it already (those rows
+            # are left out), so it need not be built again.
+            index.generation = await self.store.generation(person)
+        return index
+
+    async def _cpu(self, size: int, fn: Callable[..., T], *args: object) -> T:
+        """Run `fn` on the loop when it is small work, else in a worker thread."""
+        if size > self.offload_above:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)

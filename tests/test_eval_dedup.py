@@ -1,0 +1,140 @@
+"""`stillhere eval dedup` on a small labelled file, against a real PostgreSQL and the fake
+embeddings server over HTTP (scripted cosines, so every figure is known in advance)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import orjson
+import pytest
+
+from tests.fakes.embeddings_server import FakeEmbeddings
+from tests.memory_support import Script, fake_server, scripted
+from transport import eval_dedup
+
+
+@pytest.fixture
+def script(monkeypatch: pytest.MonkeyPatch) -> Script:
+    return scripted(monkeypatch)
+
+
+@pytest.fixture
+async def fake_embeddings() -> AsyncIterator[FakeEmbeddings]:
+    async with fake_server() as fake:
+        yield fake
+
+
+def memory(text: str, people: list[str] = [], themes: list[str] = []) -> dict[str, Any]:  # noqa: B006
+    return {"text": text, "type": "fact", "people": people, "themes": themes}
+
+
+OWEN = memory("My brother Owen lives in Bristol.", ["owen"], ["family"])
+PAIRS = [
+    # (existing, new, same, kind, scripted cosine or None)
+    (OWEN, memory("my brother Owen lives in Bristol", ["owen"]), True, "verbatim", None),
+    (OWEN, memory("Owen, my brother, lives in Bristol.", ["owen"]), True, "reword", 0.9),
+    (OWEN, memory("Owen is Hannah's brother.", ["owen"]), True, "reword", 0.6),
+    (
+        memory("The trip is to Lisbon."),
+        memory("The trip is to Porto."),
+        False,
+        "contradiction",
+        0.97,
+    ),
+    (
+        memory("Hannah is allergic to cats.", ["hannah"], ["health"]),
+        memory("Hannah is allergic to peanuts.", ["hannah"], ["health"]),
+        False,
+        "false_twin",
+        0.9,
+    ),
+]
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="stillhere")
+    eval_dedup.add_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["eval", "dedup", *argv])
+
+
+@pytest.fixture
+def pairs(tmp_path: Path, script: Script) -> Path:
+    path = tmp_path / "pairs.jsonl"
+    lines = []
+    for existing, new, same, kind, cosine in PAIRS:
+        if cosine is not None:
+            script.close_to(existing["text"], new["text"], cosine)
+        lines.append(orjson.dumps({"existing": existing, "new": new, "same": same, "kind": kind}))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+async def test_eval_dedup_reports_precision_and_recall(
+    dsn: str,
+    pairs: Path,
+    tmp_path: Path,
+    fake_embeddings: FakeEmbeddings,
+    db: asyncpg.Connection,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "out.json"
+    args = parse(
+        "--pairs", str(pairs), "--json", str(out), "--db", dsn,
+        "--embed-url", fake_embeddings.url, "--embed-model", "fake-embed",
+    )  # fmt: skip
+    assert await args.run(args) == 0
+
+    report = orjson.loads(out.read_bytes())
+    assert report["embedder"] == "fake-embed"
+    assert report["thresholds"] == {"high": 0.85, "low": 0.70}
+    assert (report["pairs"], report["same"], report["merged"]) == (5, 3, 3)
+    assert (report["false_merges"], report["missed"]) == (1, 1)
+    assert report["precision"] == report["recall"] == pytest.approx(2 / 3, abs=1e-4)
+    assert report["kinds"]["reword"] == {
+        "pairs": 2, "same": 2, "merged": 1, "precision": 1.0, "recall": 0.5,
+        "false_merges": 0, "missed": 1,
+    }  # fmt: skip
+    assert report["kinds"]["contradiction"]["merged"] == 0
+    assert report["kinds"]["false_twin"]["false_merges"] == 1
+    details = {d["kind"] + d["new"][:4]: d for d in report["details"]}
+    assert details["verbatimmy b"]["tier"] == "exact"
+    assert details["contradictionThe "]["conflict"].startswith("name")
+    assert report["best"]["precision"] >= 0.95  # the search over thresholds ran
+
+    printed = capsys.readouterr().out
+    assert "5 pairs, embedder fake-embed, thresholds 0.85/0.7" in printed
+    assert "false_twin" in printed and "all" in printed
+    # Scratch persons are gone: the eval leaves nothing in the database it was given.
+    assert await db.fetchval("SELECT count(*) FROM cards") == 0
+    assert await db.fetchval("SELECT count(*) FROM reinforcements") == 0
+
+
+async def test_a_bad_pairs_file_is_refused_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"existing": {"text": "a"}, "new": {"text": "b"}, "same": true}\nnot json\n')
+    args = parse("--pairs", str(path))
+    assert await args.run(args) == 2
+    assert f"{path}:2: not JSON" in capsys.readouterr().out
+
+
+def test_other_thresholds_are_replayed_without_running_again() -> None:
+    from actors.memory.recognition import Thresholds
+
+    def outcome(cosine: float, **facts: Any) -> eval_dedup.Outcome:
+        base = dict(kind="k", same=True, merged=False, tier=None, cosine=cosine, same_type=True,
+                    shared=True, verbatim=False, conflict=None, existing="a", new="b")  # fmt: skip
+        return eval_dedup.Outcome(**{**base, **facts})
+
+    t = Thresholds(0.85, 0.70)
+    assert eval_dedup.decide(outcome(0.9), t)
+    assert eval_dedup.decide(outcome(0.75), t)
+    assert not eval_dedup.decide(outcome(0.75, shared=False), t)
+    assert not eval_dedup.decide(outcome(0.75, same_type=False), t)
+    assert not eval_dedup.decide(outcome(0.99, conflict="name"), t)
+    assert eval_dedup.decide(outcome(0.1, verbatim=True), t)

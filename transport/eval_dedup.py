@@ -1,0 +1,284 @@
+"""`stillhere eval dedup`: how well memory recognises what it already knows, measured.
+
+Each labelled pair runs through the real path, in a person of its own: the existing memory
+is remembered, then the new one is, with the configured embedder and thresholds, against a
+real PostgreSQL. The new memory is "merged" when remembering it reinforced the existing one
+instead of creating a card. Against the labels this gives precision (merges that were
+right), recall (restatements that were caught), false merges and missed restatements,
+overall and per kind of pair.
+
+The thresholds are only bets until measured, so the command also reports what every
+(high, low) pair would have given on the same fingerprints (the rule is a pure function
+of the cosine, the types, the shared people and themes, and the guard), and the best pair:
+the highest recall with precision at least `--target-precision`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from actors.memory.keeper import MemoryKeeper
+from actors.memory.recognition import Thresholds, same_text, shares_subject
+from actors.memory.values import conflict
+from providers.embedding import EmbeddingError
+from storage.records import MemoryDraft
+from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
+
+
+class PairsError(ValueError):
+    """The pairs file is not what `--pairs` expects (the message names the line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    existing: MemoryDraft
+    new: MemoryDraft
+    same: bool
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One pair, run: what happened, and what the rule saw (to replay other thresholds)."""
+
+    kind: str
+    same: bool
+    merged: bool
+    tier: str | None
+    cosine: float
+    same_type: bool
+    shared: bool
+    verbatim: bool
+    conflict: str | None
+    existing: str
+    new: str
+
+
+def _draft(value: Any, where: str) -> MemoryDraft:
+    if not isinstance(value, dict) or not isinstance(value.get("text"), str):
+        raise PairsError(f"{where}: needs an object with a text")
+    for field in ("people", "themes"):
+        items = value.get(field, [])
+        if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+            raise PairsError(f"{where}.{field}: needs a list of strings")
+    return MemoryDraft(
+        value["text"],
+        str(value.get("type") or "fact"),
+        tuple(value.get("people", [])),
+        tuple(value.get("themes", [])),
+    )
+
+
+def read_pairs(path: Path) -> list[Pair]:
+    """The labelled pairs, one JSON object a line; a bad line is an error naming it."""
+    pairs = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as error:
+            raise PairsError(f"{where}: not JSON ({error})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("same"), bool):
+            raise PairsError(f"{where}: needs existing, new, same (true or false) and kind")
+        pairs.append(
+            Pair(
+                _draft(row.get("existing"), f"{where} existing"),
+                _draft(row.get("new"), f"{where} new"),
+                row["same"],
+                str(row.get("kind") or "unlabelled"),
+            )
+        )
+    if not pairs:
+        raise PairsError(f"{path}: no pairs")
+    return pairs
+
+
+def decide(o: Outcome, t: Thresholds) -> bool:
+    """Would the rule merge this pair under thresholds `t`? (What `recognise` does with one
+    candidate, replayed on the recorded facts.)"""
+    if o.conflict is not None:
+        return False
+    if o.verbatim or o.cosine >= t.high:
+        return True
+    return o.cosine >= t.low and o.same_type and o.shared
+
+
+def score(merged: list[bool], same: list[bool]) -> dict[str, Any]:
+    tp = sum(m and s for m, s in zip(merged, same, strict=True))
+    fp = sum(m and not s for m, s in zip(merged, same, strict=True))
+    fn = sum(s and not m for m, s in zip(merged, same, strict=True))
+    return {
+        "pairs": len(same),
+        "same": sum(same),
+        "merged": tp + fp,
+        "precision": round(tp / (tp + fp), 4) if tp + fp else None,
+        "recall": round(tp / (tp + fn), 4) if tp + fn else None,
+        "false_merges": fp,
+        "missed": fn,
+    }
+
+
+def report(outcomes: list[Outcome], merged: list[bool]) -> dict[str, Any]:
+    """Overall figures and the same per kind."""
+    same = [o.same for o in outcomes]
+    result = score(merged, same)
+    kinds: dict[str, list[int]] = defaultdict(list)
+    for i, o in enumerate(outcomes):
+        kinds[o.kind].append(i)
+    result["kinds"] = {
+        kind: score([merged[i] for i in rows], [same[i] for i in rows])
+        for kind, rows in kinds.items()
+    }
+    return result
+
+
+def search_thresholds(outcomes: list[Outcome], target: float) -> list[dict[str, Any]]:
+    """Every (high, low) pair on a 0.01 grid, best first: precision >= target, then the
+    highest recall, then the highest precision, then the highest thresholds (safest)."""
+    same = [o.same for o in outcomes]
+    grid = []
+    for high in np.arange(0.50, 1.0001, 0.01):
+        for low in np.arange(0.40, high + 0.0001, 0.01):
+            t = Thresholds(round(float(high), 2), round(float(low), 2))
+            figures = score([decide(o, t) for o in outcomes], same)
+            grid.append({"high": t.high, "low": t.low, **figures})
+
+    def rank(row: dict[str, Any]) -> tuple[Any, ...]:
+        precision = row["precision"] if row["precision"] is not None else 0.0
+        return (precision >= target, row["recall"] or 0.0, precision, row["high"], row["low"])
+
+    return sorted(grid, key=rank, reverse=True)
+
+
+async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
+    """Each pair through the real path, in a fresh person."""
+    run = uuid.uuid4().hex[:8]
+    outcomes = []
+    for number, pair in enumerate(pairs):
+        person = f"eval-{run}-{number}"
+        first = await keeper.remember(person, pair.existing)
+        second = await keeper.remember(person, pair.new)
+        if not (first.fingerprinted and second.fingerprinted):
+            raise EmbeddingError("failed", f"pair {number + 1}: a fingerprint failed (see log)")
+        vectors = await keeper.fingerprint([pair.existing.text, pair.new.text])
+        disagreement = conflict(pair.existing, pair.new)
+        outcomes.append(
+            Outcome(
+                kind=pair.kind,
+                same=pair.same,
+                merged=not second.created and second.memory.id == first.memory.id,
+                tier=second.tier,
+                cosine=round(float(vectors[0] @ vectors[1]), 4),
+                same_type=pair.existing.type == pair.new.type,
+                shared=shares_subject(pair.existing, pair.new),
+                verbatim=same_text(pair.existing.text, pair.new.text),
+                conflict=str(disagreement) if disagreement else None,
+                existing=pair.existing.text,
+                new=pair.new.text,
+            )
+        )
+        keeper.drop(person)
+    await keeper.store.forget_persons(f"eval-{run}-%")
+    return outcomes
+
+
+def _f1(row: dict[str, Any]) -> float:
+    p, r = row["precision"] or 0.0, row["recall"] or 0.0
+    return 2 * p * r / (p + r) if p + r else 0.0
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def table(result: dict[str, Any]) -> str:
+    head = f"{'kind':<16}{'pairs':>6}{'same':>6}{'merged':>8}{'precision':>11}{'recall':>8}"
+    head += f"{'false merges':>14}{'missed':>8}"
+    lines = [head, "-" * len(head)]
+    rows = [*result["kinds"].items(), ("all", result)]
+    for kind, r in rows:
+        if kind == "all":
+            lines.append("-" * len(head))
+        lines.append(
+            f"{kind:<16}{r['pairs']:>6}{r['same']:>6}{r['merged']:>8}"
+            f"{_figure(r['precision']):>11}{_figure(r['recall']):>8}"
+            f"{r['false_merges']:>14}{r['missed']:>8}"
+        )
+    return "\n".join(lines)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add `eval dedup` to the `stillhere` command."""
+    evaluate = subparsers.add_parser("eval", help="measure stillhere against labelled data")
+    commands = evaluate.add_subparsers(dest="eval_command", required=True)
+    dedup = commands.add_parser(
+        "dedup",
+        help="precision and recall of memory recognition on labelled pairs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dedup.add_argument("--pairs", type=Path, required=True, help="JSON lines of labelled pairs")
+    dedup.add_argument("--json", type=Path, dest="json_out", help="write the full report here")
+    dedup.add_argument(
+        "--target-precision",
+        type=float,
+        default=0.95,
+        help="the precision the best threshold pair must reach (default 0.95)",
+    )
+    add_db_options(dedup, scratch=True)
+    add_embed_options(dedup)
+    dedup.set_defaults(run=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    try:
+        pairs = read_pairs(args.pairs)
+    except (OSError, PairsError) as wrong:
+        print(f"cannot read the pairs: {wrong}")
+        return 2
+    started = time.perf_counter()
+    async with database(args, scratch=True) as dsn, keeper_on(dsn, args) as keeper:
+        try:
+            outcomes = await run_pairs(keeper, pairs)
+        except EmbeddingError as failure:
+            print(f"the embedder failed, no figures: {failure}")
+            return 1
+        thresholds, model = keeper.thresholds, keeper.model
+    result = report(outcomes, [o.merged for o in outcomes])
+    grid = search_thresholds(outcomes, args.target_precision)
+    best = grid[0]
+    print(f"{len(pairs)} pairs, embedder {model}, thresholds {thresholds.high}/{thresholds.low}")
+    print(table(result))
+    balanced = max(grid, key=_f1)
+    print(
+        f"best balanced pair: {balanced['high']}/{balanced['low']} gives precision "
+        f"{_figure(balanced['precision'])}, recall {_figure(balanced['recall'])}"
+    )
+    print(
+        f"best pair for precision >= {args.target_precision}: {best['high']}/{best['low']} "
+        f"gives precision {_figure(best['precision'])}, recall {_figure(best['recall'])}"
+    )
+    if args.json_out is not None:
+        document = {
+            "embedder": model,
+            "thresholds": {"high": thresholds.high, "low": thresholds.low},
+            **result,
+            "seconds": round(time.perf_counter() - started, 2),
+            "best": best,
+            "best_f1": max(grid, key=_f1),
+            "grid_top": grid[:10],
+            "details": [asdict(o) for o in outcomes],
+        }
+        args.json_out.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    return 0

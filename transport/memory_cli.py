@@ -1,0 +1,171 @@
+"""`stillhere memory consolidate`: the consolidation pass, run by hand.
+
+The server runs the same pass on the supervisor's schedule; this runs it now, on every
+person whose memories changed since their last pass (or `--all`, or one `--person`), and
+can undo one merge (`--unmerge ID --person P`). It talks to the database directly, so it
+can run beside a server: the server's fingerprint index notices the change (the person's
+memory generation moved) and rebuilds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import orjson
+
+from actors.clock import SystemClock
+from actors.memory.consolidation import consolidate, maintain, unmerge
+from actors.memory.keeper import MemoryKeeper
+from actors.memory.setup import close_keeper, make_embedder, open_keeper, parse_thresholds
+from storage.embedded import EmbeddedPostgres
+from storage.store import Store
+from transport.config import env_value
+
+log = logging.getLogger("stillhere.memory")
+
+
+def _thresholds(text: str) -> Any:
+    try:
+        return parse_thresholds(text)
+    except ValueError as wrong:
+        raise argparse.ArgumentTypeError(str(wrong)) from None
+
+
+def add_embed_options(parser: argparse.ArgumentParser) -> None:
+    """Which embedder: an OpenAI-compatible API, else the local all-MiniLM-L6-v2 (shared
+    with `stillhere eval dedup`)."""
+    parser.add_argument(
+        "--embed-url",
+        default=env_value("embed-url"),
+        help="OpenAI-compatible embeddings API base URL; without it, the local "
+        "all-MiniLM-L6-v2 (env STILLHERE_EMBED_URL)",
+    )
+    parser.add_argument(
+        "--embed-model", default=env_value("embed-model"), help="model name sent to the API"
+    )
+    parser.add_argument("--embed-key", default=env_value("embed-key"), help="API key")
+    parser.add_argument(
+        "--embed-path",
+        default=env_value("embed-path"),
+        help="folder of the local model's weights (otherwise looked for in the usual places)",
+    )
+    parser.add_argument(
+        "--thresholds",
+        type=_thresholds,
+        default=None,
+        metavar="HIGH,LOW",
+        help="recognition thresholds (default: the ones measured for the embedding model)",
+    )
+
+
+def add_db_options(parser: argparse.ArgumentParser, *, scratch: bool) -> None:
+    parser.add_argument(
+        "--db",
+        default=env_value("db"),
+        help="PostgreSQL DSN (env STILLHERE_DB); without it, "
+        + (
+            "an embedded PostgreSQL in a temporary folder, thrown away after"
+            if scratch
+            else "the embedded PostgreSQL of --data-dir (not while a server uses it)"
+        ),
+    )
+    if not scratch:
+        parser.add_argument(
+            "--data-dir",
+            type=Path,
+            default=Path(env_value("data-dir") or ".stillhere"),
+            help="the server's data folder",
+        )
+
+
+@contextlib.asynccontextmanager
+async def database(args: argparse.Namespace, *, scratch: bool) -> AsyncIterator[str]:
+    """A migrated database: `--db`, or an embedded one (scratch, or the data dir's)."""
+    if args.db:
+        store = await Store.open(args.db)
+        await store.close()
+        yield args.db
+        return
+    loop = asyncio.get_running_loop()
+    with contextlib.ExitStack() as stack:
+        folder = (
+            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stillhere-eval-")))
+            if scratch
+            else args.data_dir
+        )
+        embedded = await loop.run_in_executor(None, EmbeddedPostgres, folder)
+        try:
+            store = await Store.open(embedded.dsn)
+            await store.close()
+            yield embedded.dsn
+        finally:
+            await loop.run_in_executor(None, embedded.stop)
+
+
+@contextlib.asynccontextmanager
+async def keeper_on(dsn: str, args: argparse.Namespace) -> AsyncIterator[MemoryKeeper]:
+    embedder = make_embedder(args.embed_url, args.embed_model, args.embed_key, path=args.embed_path)
+    keeper = await open_keeper(dsn, embedder, SystemClock(), thresholds=args.thresholds)
+    try:
+        yield keeper
+    finally:
+        await close_keeper(keeper)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add `memory consolidate` to the `stillhere` command."""
+    memory = subparsers.add_parser("memory", help="long-term memory upkeep")
+    commands = memory.add_subparsers(dest="memory_command", required=True)
+    run_ = commands.add_parser(
+        "consolidate",
+        help="mute near-duplicate memories into one reference (reversible)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    who = run_.add_mutually_exclusive_group()
+    who.add_argument("--all", action="store_true", help="every person, changed or not")
+    who.add_argument("--person", help="only this person (the person key, as in the database)")
+    run_.add_argument(
+        "--unmerge",
+        type=UUID,
+        metavar="MEMORY_ID",
+        help="undo the merge of this muted memory (with --person)",
+    )
+    add_db_options(run_, scratch=False)
+    add_embed_options(run_)
+    run_.set_defaults(run=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    if args.unmerge is not None and not args.person:
+        print("--unmerge needs --person: a memory is only ever changed for its own person")
+        return 2
+    async with database(args, scratch=False) as dsn, keeper_on(dsn, args) as keeper:
+        if args.unmerge is not None:
+            reference = await unmerge(keeper, args.person, args.unmerge)
+            if reference is None:
+                print(f"memory {args.unmerge} of that person was not merged into anything")
+                return 1
+            print(f"memory {args.unmerge} is active again (it had been merged into {reference})")
+            return 0
+        if args.person:
+            filled = await keeper.backfill()
+            merges = await consolidate(keeper, args.person)
+            report = {"persons": 1, "groups": len(merges), "fingerprints_filled": filled}
+            report["muted"] = sum(len(m.muted) for m in merges)
+        else:
+            done = await maintain(keeper, everyone=args.all)
+            merges, report = done.merges, done.wire()
+        for merge in merges:
+            for muted in merge.muted:
+                print(f"muted {muted} into {merge.reference}")
+        print(orjson.dumps(report).decode())
+    return 0
