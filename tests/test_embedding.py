@@ -218,8 +218,11 @@ UNRELATED = [
 
 @pytest.fixture(scope="module")
 def local() -> MiniLM:
-    """One loaded model for the module: loading reads 90 MB."""
-    model = MiniLM()
+    """One loaded model for the module (loading reads 90 MB), from the installed package
+    whatever $STILLHERE_EMBED_PATH says on this machine."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(minilm.ENV_PATH, raising=False)
+        model = MiniLM()
     model.load()
     return model
 
