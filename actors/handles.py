@@ -9,13 +9,27 @@ Handles are called on the loop, from the turn pipeline.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from storage.records import Card, Reminder
 
 
+@dataclass(frozen=True, slots=True)
+class Page:
+    """Something to read now and not to remember (weather, opening hours, traffic): shown
+    on the phone as a `page` event, never stored as a memory."""
+
+    title: str  # one to three words
+    body: str
+
+    def wire(self) -> dict[str, Any]:
+        return {"title": self.title, "body": self.body}
+
+
 class Screen(Protocol):
     def show_card(self, card: Card) -> None: ...
+
+    def show_page(self, page: Page) -> None: ...
 
 
 class ReminderSink(Protocol):

@@ -7,15 +7,16 @@ handles, and tells the actor what changed in the conversation's state.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, time
 from typing import Any, Protocol
 from uuid import UUID
 
 import orjson
 
-from actors.handles import TurnHandles
+from actors.handles import Page, TurnHandles
 from actors.messages import CardCreated, SpeakerSet
 from actors.runtime import Runtime
 from providers.chat import ToolCall, ToolSpec
@@ -48,6 +49,11 @@ def _list(name: str) -> dict[str, Any]:
 
 
 MEMORY_TYPES = ("fact", "appointment", "reminder", "task", "memo", "preference")
+# A page's title is read at a glance on a phone: a few words, never a sentence.
+PAGE_TITLE_WORDS = 3
+PAGE_TITLE_CHARS = 60
+PAGE_BODY_CHARS = 4000
+_TITLE_WORD = re.compile(r"[^\W_]+(?:['\u2019-][^\W_]+)*")
 
 
 TOOLS = [
@@ -65,7 +71,10 @@ TOOLS = [
                 "starts_at": _text("for an appointment: ISO 8601 start time"),
                 "ends_at": _text("for an appointment: ISO 8601 end time"),
                 "due_at": _text("for a task or reminder: ISO 8601 due time"),
-                "all_day": {"type": "boolean", "description": "the calendar item is all day"},
+                "all_day": {
+                    "type": "boolean",
+                    "description": "the calendar item is all day (give its times as dates)",
+                },
             },
             "required": ["text"],
         },
@@ -77,6 +86,20 @@ TOOLS = [
             "type": "object",
             "properties": {"text": _text("what to remind"), "when": _text("when, in words")},
             "required": ["text", "when"],
+        },
+    ),
+    ToolSpec(
+        "show_page",
+        "Show the person something to read now that should NOT be remembered: weather, "
+        "opening hours, traffic, search results. It appears on the phone as a page and is "
+        "never stored as a memory; use `remember` for what is about the person.",
+        {
+            "type": "object",
+            "properties": {
+                "title": _text("two or three words, e.g. 'Bristol weather'"),
+                "body": _text("the page's text"),
+            },
+            "required": ["title", "body"],
         },
     ),
     ToolSpec(
@@ -102,6 +125,13 @@ def _time(args: dict[str, Any], name: str) -> datetime | None:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
+def _day(when: datetime | None) -> datetime | None:
+    """An all-day item's time is its date, stored as midnight UTC of that date (the date
+    as written, whatever offset came with it), so the clean-up sweep can tell when its day
+    is over in any time zone."""
+    return None if when is None else datetime.combine(when.date(), time(), UTC)
+
+
 def _names(args: dict[str, Any], name: str) -> tuple[str, ...]:
     value = args.get(name) or []
     if isinstance(value, str):
@@ -116,16 +146,39 @@ def memory_draft(args: dict[str, Any]) -> MemoryDraft:
     text = str(args["text"]).strip()
     if not text:
         raise BadArgument("text is empty")
+    all_day = bool(args.get("all_day", False))
+    times = [_time(args, name) for name in ("starts_at", "ends_at", "due_at")]
+    if all_day:
+        times = [_day(when) for when in times]
     return MemoryDraft(
         text=text,
         type=str(args.get("type") or args.get("kind") or "fact").strip().lower(),
         people=_names(args, "people"),
         themes=_names(args, "themes"),
-        starts_at=_time(args, "starts_at"),
-        ends_at=_time(args, "ends_at"),
-        due_at=_time(args, "due_at"),
-        all_day=bool(args.get("all_day", False)),
+        starts_at=times[0],
+        ends_at=times[1],
+        due_at=times[2],
+        all_day=all_day,
     )
+
+
+def page(args: dict[str, Any]) -> Page:
+    """The page the model asked for. A title over three words is refused rather than cut:
+    cut, "Opening hours of the" says nothing, and the model, told why, picks a short one."""
+    title = " ".join(str(args["title"]).split())
+    body = str(args["body"]).strip()
+    words = len(_TITLE_WORD.findall(title))
+    if words == 0:
+        raise BadArgument("the title is empty: give two or three words")
+    if words > PAGE_TITLE_WORDS or len(title) > PAGE_TITLE_CHARS:
+        raise BadArgument(
+            f"the title {title!r} is too long: give two or three words, e.g. 'Bristol weather'"
+        )
+    if not body:
+        raise BadArgument("the body is empty")
+    if len(body) > PAGE_BODY_CHARS:
+        raise BadArgument(f"the body is over {PAGE_BODY_CHARS} characters")
+    return Page(title, body)
 
 
 async def _remember(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +221,13 @@ async def _remember(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+async def _show_page(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Put a page on the phone; nothing is stored as a memory (the stream keeps the event
+    for replay, like any other)."""
+    ctx.handles.screen.show_page(page(args))
+    return {"shown": True, "note": "Shown on the phone as a page; not stored as a memory."}
+
+
 async def _schedule_reminder(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     rt = ctx.runtime
     reminder = await rt.store.add_reminder(
@@ -189,6 +249,7 @@ async def _set_speaker(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
 _EXECUTORS: dict[str, Callable[[ToolContext, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
     "remember": _remember,
     "schedule_reminder": _schedule_reminder,
+    "show_page": _show_page,
     "set_speaker": _set_speaker,
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -18,6 +18,8 @@ import asyncpg
 from storage.records import Memory, MemoryDraft, MemoryLink, Reinforcement
 
 RECOGNITION_TIERS = ("exact", "close", "shared")
+# What the clean-up sweep may take: memories of these types, and muted memories of any type.
+CLEANUP_CATEGORIES = ("appointment", "reminder", "task", "memo", "muted")
 
 
 def memory(row: asyncpg.Record) -> Memory:
@@ -72,6 +74,116 @@ class Unfingerprinted:
     person: str
     text: str
     model: str | None  # the model of the fingerprint it has (another one), or None
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What a list asks for: statuses, types, a piece of text, and where the page starts
+    (after the memory `after` names, and/or `offset` rows further)."""
+
+    statuses: tuple[str, ...] = ("active",)
+    types: tuple[str, ...] = ()
+    text: str | None = None
+    after: tuple[datetime, UUID] | None = None
+    offset: int = 0
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Cleanup:
+    """What a clean-up sweep takes: memories of `categories` (types, or `muted` for muted
+    memories of any type), every one of them or only what is past.
+
+    Past is what the calendar judges past: resolved (`resolved_at` set, or status done), or
+    its window closed: `ends_at`, else `due_at`, else `starts_at`, before `now`; an all-day
+    item's window closes with the end of its day, so it is past once the person's date
+    (`today`, in their time zone) is after it. An all-day item's day is the UTC date of its
+    stored time: all-day times are stored as midnight UTC of their date (`memory_draft`).
+    """
+
+    categories: frozenset[str]
+    everything: bool
+    now: datetime
+    today: date
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """What a gesture changed, and the generation that write produced (None if it changed
+    nothing the fingerprint index looks at), so the index can follow it."""
+
+    ids: list[UUID]
+    generation: int | None
+    skipped: list[UUID] | None = None  # merged into another memory: left alone
+    taken: list[Memory] | None = None  # what a clean-up sweep took (or would take)
+
+
+class UnknownMemories(LookupError):
+    """Some ids name no memory of the person (unknown, or another person's: the same)."""
+
+    def __init__(self, ids: Sequence[UUID]) -> None:
+        super().__init__(f"{len(ids)} unknown memories")
+        self.ids = list(ids)
+
+
+class ErroneousCorrector(ValueError):
+    """A memory cannot be corrected by one that is itself erroneous."""
+
+
+# Bulk gestures are one statement each: the ids the person does not own are found, and
+# only if there are none is anything changed, so a bad list changes nothing. The rows are
+# locked first, so an id deleted meanwhile counts as unknown rather than half-applied.
+_OWNED = """
+WITH found AS (
+    SELECT id FROM cards WHERE person = $1 AND id = ANY($2::uuid[]) FOR UPDATE
+), missing AS (
+    SELECT w.id FROM unnest($2::uuid[]) AS w (id)
+    WHERE NOT EXISTS (SELECT 1 FROM found f WHERE f.id = w.id)
+), """
+_ANSWER = """
+SELECT ARRAY(SELECT id FROM missing) AS missing, ARRAY(SELECT id FROM changed) AS changed
+"""
+# Muting and unmuting move between active and muted only (an erroneous or done memory keeps
+# its status). A memory the consolidation pass muted into another is left to `unmerge`,
+# which gives its mentions back too; it is answered as skipped.
+_SET_STATUS = (
+    _OWNED
+    + """merged AS (
+    SELECT DISTINCT l.source AS id FROM memory_links l JOIN found f ON f.id = l.source
+    WHERE l.kind = 'merged_into' AND $5
+), changed AS (
+    UPDATE cards c SET status = $3 FROM found f
+    WHERE c.id = f.id AND c.status = $4 AND NOT EXISTS (SELECT 1 FROM missing)
+      AND NOT EXISTS (SELECT 1 FROM merged m WHERE m.id = c.id)
+    RETURNING c.id
+)
+SELECT ARRAY(SELECT id FROM missing) AS missing, ARRAY(SELECT id FROM changed) AS changed,
+       ARRAY(SELECT m.id FROM merged m JOIN cards c ON c.id = m.id WHERE c.status = $4)
+           AS skipped
+"""
+)
+# Forgetting takes the trace along: rows about the memory go by cascade, and the rows of
+# merges it went into (which quote its text) by `_TRACES`.
+_TRACES = """, traces AS (
+    DELETE FROM reinforcements r USING changed g WHERE r.new_id = g.id
+)"""
+_FORGET = (
+    _OWNED
+    + """changed AS (
+    DELETE FROM cards c USING found f
+    WHERE c.id = f.id AND NOT EXISTS (SELECT 1 FROM missing)
+    RETURNING c.id
+)"""
+    + _TRACES
+    + _ANSWER
+)
+_CLEANUP_WHERE = """
+WHERE person = $1
+  AND (kind = ANY($2::text[]) OR ($3 AND status = 'muted'))
+  AND ($4 OR resolved_at IS NOT NULL OR status = 'done'
+       OR (all_day AND (COALESCE(ends_at, due_at, starts_at) AT TIME ZONE 'UTC')::date < $5)
+       OR (NOT all_day AND COALESCE(ends_at, due_at, starts_at) < $6))
+"""
 
 
 class MemoryStore:
@@ -434,6 +546,136 @@ class MemoryStore:
                 now,
             )
         return reference
+
+    # -- gestures (the memories API) ------------------------------------------------------------
+
+    async def listing(self, person: str, query: Listing) -> tuple[list[Memory], bool]:
+        """One page of the person's memories, newest-mentioned first, and whether more
+        follow."""
+        rows = await self._pool.fetch(
+            "SELECT * FROM cards WHERE person = $1 AND status = ANY($2::text[]) "
+            "AND (cardinality($3::text[]) = 0 OR kind = ANY($3::text[])) "
+            "AND ($4::text IS NULL OR strpos(lower(text), lower($4::text)) > 0) "
+            "AND ($5::timestamptz IS NULL OR (last_mentioned, id) < ($5::timestamptz, $6::uuid)) "
+            "ORDER BY last_mentioned DESC, id DESC LIMIT $7 OFFSET $8",
+            person,
+            list(query.statuses),
+            list(query.types),
+            query.text,
+            query.after[0] if query.after else None,
+            query.after[1] if query.after else None,
+            query.limit + 1,
+            query.offset,
+        )
+        return [memory(r) for r in rows[: query.limit]], len(rows) > query.limit
+
+    async def set_status(
+        self, person: str, ids: Sequence[UUID], to: str, *, only_from: str
+    ) -> Changed:
+        """Move the person's memories among `ids` from `only_from` to `to`, in one
+        statement; the others keep theirs. Raises UnknownMemories (and changes nothing) if
+        any id is not the person's. Memories merged by consolidation are skipped when
+        unmuting."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(_SET_STATUS, person, list(ids), to, only_from, to == "active")
+            return await self._changed(conn, person, row)
+
+    async def forget(self, person: str, ids: Sequence[UUID]) -> Changed:
+        """Delete the person's memories `ids` for good, in one statement, with their links
+        and their reinforcement trace (merges they went into too). Raises UnknownMemories
+        (and deletes nothing) if any id is not the person's."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(_FORGET, person, list(ids))
+            return await self._changed(conn, person, row)
+
+    async def _changed(self, conn: asyncpg.Connection, person: str, row: asyncpg.Record) -> Changed:
+        if row["missing"]:
+            raise UnknownMemories(row["missing"])
+        changed = list(row["changed"])
+        skipped = row.get("skipped")
+        generation = await self._generation_after(conn, person, changed)
+        return Changed(changed, generation, list(skipped) if skipped is not None else None)
+
+    @staticmethod
+    async def _generation_after(
+        conn: asyncpg.Connection, person: str, changed: Sequence[UUID]
+    ) -> int | None:
+        """The generation this transaction's write produced (its trigger bumped it; the
+        row stays locked until commit, so nobody else's bump is mixed in)."""
+        if not changed:
+            return None
+        value = await conn.fetchval(
+            "SELECT generation FROM memory_generations WHERE person = $1", person
+        )
+        return int(value)
+
+    async def mark_erroneous(
+        self, person: str, memory_id: UUID, corrected_by: UUID, now: datetime
+    ) -> Changed:
+        """`memory_id` is wrong and `corrected_by` is right: status erroneous, the
+        `corrected_by` column, and a `corrects` link (replacing any earlier correction), so
+        the wrong one stays reachable from the right one. Raises UnknownMemories, or
+        ErroneousCorrector if the corrector is itself erroneous; then nothing changed."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                "SELECT id, status FROM cards WHERE person = $1 AND id = ANY($2::uuid[]) "
+                "ORDER BY id FOR UPDATE",
+                person,
+                [memory_id, corrected_by],
+            )
+            status = {r["id"]: r["status"] for r in rows}
+            missing = [i for i in dict.fromkeys((memory_id, corrected_by)) if i not in status]
+            if missing:
+                raise UnknownMemories(missing)
+            if status[corrected_by] == "erroneous":
+                raise ErroneousCorrector(f"memory {corrected_by} is itself erroneous")
+            await conn.execute(
+                "UPDATE cards SET status = 'erroneous', corrected_by = $2 WHERE id = $1",
+                memory_id,
+                corrected_by,
+            )
+            await conn.execute(
+                "DELETE FROM memory_links WHERE target = $1 AND kind = 'corrects' AND source <> $2",
+                memory_id,
+                corrected_by,
+            )
+            await conn.execute(
+                "INSERT INTO memory_links (source, target, kind, person, created_at) "
+                "VALUES ($1, $2, 'corrects', $3, $4) ON CONFLICT DO NOTHING",
+                corrected_by,
+                memory_id,
+                person,
+                now,
+            )
+            changed = [memory_id] if status[memory_id] != "erroneous" else []
+            return Changed(changed, await self._generation_after(conn, person, changed))
+
+    async def cleanup(self, person: str, sweep: Cleanup, *, dry_run: bool) -> Changed:
+        """Forget for good, in one statement, what `sweep` takes (a dry run only reads
+        it); the memories taken are in `taken`."""
+        args = (
+            person,
+            sorted(sweep.categories - {"muted"}),
+            "muted" in sweep.categories,
+            sweep.everything,
+            sweep.today,
+            sweep.now,
+        )
+        if dry_run:
+            rows = await self._pool.fetch(
+                f"SELECT * FROM cards {_CLEANUP_WHERE} ORDER BY last_mentioned DESC, id DESC",
+                *args,
+            )
+            return Changed([r["id"] for r in rows], None, taken=[memory(r) for r in rows])
+        async with self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(
+                f"WITH changed AS (DELETE FROM cards {_CLEANUP_WHERE} RETURNING *){_TRACES} "
+                "SELECT * FROM changed",
+                *args,
+            )
+            ids = [r["id"] for r in rows]
+            generation = await self._generation_after(conn, person, ids)
+        return Changed(ids, generation, taken=[memory(r) for r in rows])
 
     async def forget_persons(self, pattern: str) -> int:
         """Delete every memory of the persons whose key is LIKE `pattern`, with their

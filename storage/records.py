@@ -135,6 +135,38 @@ class Memory:
         """The memory as the protocol's `card` shows it."""
         return Card(id=self.id, kind=self.type, text=self.text, created_at=self.created_at)
 
+    def wire(self) -> dict[str, Any]:
+        """The memory as the memories API shows it (docs/memories.md): everything a person
+        may see or settle; not the person key, the conversation or the fingerprint."""
+        return {
+            "id": str(self.id),
+            "type": self.type,
+            "text": self.text,
+            "people": list(self.people),
+            "themes": list(self.themes),
+            "status": self.status,
+            "corrected_by": _iso_or_str(self.corrected_by),
+            "mention_count": self.mention_count,
+            "created_at": self.created_at.isoformat(),
+            "first_mentioned": self.first_mentioned.isoformat(),
+            "last_mentioned": self.last_mentioned.isoformat(),
+            "starts_at": _iso_or_str(self.starts_at),
+            "ends_at": _iso_or_str(self.ends_at),
+            "due_at": _iso_or_str(self.due_at),
+            "all_day": self.all_day,
+            "resolved_at": _iso_or_str(self.resolved_at),
+        }
+
+    def brief(self) -> dict[str, Any]:
+        """Enough to recognise a memory in a list of links or of what a sweep took."""
+        return {"id": str(self.id), "type": self.type, "text": self.text, "status": self.status}
+
+
+def _iso_or_str(value: datetime | UUID | None) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryLink:

@@ -23,6 +23,7 @@ from storage.store import Store
 from transport.admin import metrics_handler, start_admin
 from transport.config import Settings
 from transport.identity import Identity, load_or_create_secret
+from transport.memory_api import add_routes as add_memory_routes
 from transport.server import SERVER_KEY, Server, close_links
 from transport.sse import events_handler, interrupt_handler, leave_handler, say_handler
 from transport.websocket import websocket_handler
@@ -62,6 +63,7 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     app.router.add_post("/v1/interrupt", interrupt_handler)
     app.router.add_post("/v1/leave", leave_handler)
     app.router.add_get("/metrics", metrics_handler)
+    add_memory_routes(app.router)
     return app
 
 

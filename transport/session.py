@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from actors.directory import ConversationGone, LiveConversation
-from actors.handles import TurnHandles
+from actors.handles import Page, TurnHandles
 from actors.messages import Interrupt, Say
 from actors.runtime import ActorFailed
 from actors.stream import ConversationStream, Link
@@ -29,9 +29,10 @@ _SAY_ERRORS = {
 
 
 class StreamHandles:
-    """The per-turn handles a link hands over: show on this screen, schedule on this phone.
+    """The per-turn handles a link hands over: show on this screen (a card, a page),
+    schedule on this phone.
 
-    Both publish on the conversation's stream, so they still reach the phone after a drop
+    All publish on the conversation's stream, so they still reach the phone after a drop
     (replay) even though the link that asked is gone.
     """
 
@@ -40,6 +41,9 @@ class StreamHandles:
 
     def show_card(self, card: Card) -> None:
         self._stream.emit("card", card=card.wire())
+
+    def show_page(self, page: Page) -> None:
+        self._stream.emit("page", page=page.wire())
 
     def schedule(self, reminder: Reminder) -> None:
         self._stream.emit("reminder", reminder=reminder.wire())

@@ -43,7 +43,9 @@ class EventStreamLink(QueuedLink):
         self._response.stop_streaming()
 
 
-def _credentials(request: web.Request, body: dict[str, Any] | None = None) -> dict[str, Any]:
+def credentials(request: web.Request, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The `token` and `device` a request presents (header, then body, then query), for
+    `Identity.person`; shared by every HTTP endpoint a phone calls."""
     body = body or {}
     auth = request.headers.get("Authorization", "")
     token = auth[7:] if auth.startswith("Bearer ") else None
@@ -55,11 +57,15 @@ def _credentials(request: web.Request, body: dict[str, Any] | None = None) -> di
     }
 
 
-def _json_error(status: int, code: str, message: str, id_: str | None = None) -> web.Response:
-    return web.json_response(error_frame(code, message, id_), status=status, dumps=_dumps)
+def json_error(
+    status: int, code: str, message: str, id_: str | None = None, **extra: Any
+) -> web.Response:
+    """An `error` object as an HTTP answer; `extra` fields say more (e.g. which `ids`)."""
+    frame = {**error_frame(code, message, id_), **extra}
+    return web.json_response(frame, status=status, dumps=dumps)
 
 
-def _dumps(value: Any) -> str:
+def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
@@ -77,19 +83,19 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
     try:
         last_seq = _last_seq(request)
     except ProtocolError as bad:
-        return _json_error(400, bad.code, bad.message)
+        return json_error(400, bad.code, bad.message)
     hello: dict[str, Any] = {
         "type": "hello",
         "v": 1,
         "conversation": request.query.get("conversation"),
         "last_seq": last_seq,
-        **_credentials(request),
+        **credentials(request),
     }
     try:  # refuse before the stream starts, so an EventSource does not retry forever
         server.identity.person(device=hello["device"], token=hello["token"])
     except Unauthorized as refused:
         log.info("refused an event stream: %s", refused)
-        return _json_error(401, "unauthorized", str(refused))
+        return json_error(401, "unauthorized", str(refused))
     response = EventSourceResponse()
     await response.prepare(request)
     link = EventStreamLink(response)
@@ -137,18 +143,18 @@ async def _post(request: web.Request, kind: str) -> web.Response:
         body = await _body(request, server)
         frame = validate({**body, "type": kind}, server.settings.limits)
         id_ = frame.get("id")
-        person = server.identity.person(**_credentials(request, body))
+        person = server.identity.person(**credentials(request, body))
         if not server.post_rates.allow(person):
             raise rate_limited()
         answer = await _perform(server, person, kind, frame)
     except orjson.JSONDecodeError:
-        return _json_error(400, "bad_json", "the body must be one JSON object")
+        return json_error(400, "bad_json", "the body must be one JSON object")
     except Unauthorized as refused:
-        return _json_error(401, "unauthorized", str(refused))
+        return json_error(401, "unauthorized", str(refused))
     except ProtocolError as bad:
         status = {"conversation_ended": 409, "rate_limited": 429}.get(bad.code, 400)
-        return _json_error(status, bad.code, bad.message, bad.id or id_)
-    return web.json_response(answer, dumps=_dumps)
+        return json_error(status, bad.code, bad.message, bad.id or id_)
+    return web.json_response(answer, dumps=dumps)
 
 
 async def _body(request: web.Request, server: Server) -> dict[str, Any]:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import tzinfo
 from uuid import UUID
 
 import numpy as np
@@ -24,7 +26,7 @@ from actors.clock import Clock
 from actors.memory.recognition import Candidate, Thresholds, recognise, thresholds_for
 from providers.embedding import Embedder, EmbeddingError
 from storage.fingerprints import encode
-from storage.memories import MemoryStore
+from storage.memories import Changed, Cleanup, MemoryStore
 from storage.memory_index import FingerprintIndex
 from storage.records import Memory, MemoryDraft, MemoryLink
 
@@ -241,6 +243,78 @@ class MemoryKeeper:
             seen.add(other)
             results.append(Found(memory, None, link))
         return results
+
+    # -- gestures (the memories API) -------------------------------------------------------
+    #
+    # The store does each in one statement (or one transaction). The index takes out what
+    # left the active set at once, without a rebuild; what came back (an unmute) it notices
+    # by the generation the write moved, and reads on its next look-up.
+
+    async def mute(self, person: str, ids: Sequence[UUID]) -> Changed:
+        """Mute the active memories among `ids`: out of search, the model's reach and every
+        default list. Raises UnknownMemories (nothing changed) for ids not the person's."""
+        changed = await self.store.set_status(person, ids, "muted", only_from="active")
+        await self._follow(person, changed)
+        self._tell("muted", person, changed, len(ids))
+        return changed
+
+    async def unmute(self, person: str, ids: Sequence[UUID]) -> Changed:
+        """Make the muted memories among `ids` active again (merged ones are skipped: see
+        `consolidation.unmerge`). The index is not told: adding them back needs their
+        fingerprints, which it reads on its next look-up since the generation moved."""
+        changed = await self.store.set_status(person, ids, "active", only_from="muted")
+        self._tell("unmuted", person, changed, len(ids))
+        return changed
+
+    async def mark_erroneous(self, person: str, memory_id: UUID, corrected_by: UUID) -> Changed:
+        """Settle a contradiction: `memory_id` was wrong, `corrected_by` is right."""
+        changed = await self.store.mark_erroneous(person, memory_id, corrected_by, self.clock.now())
+        await self._follow(person, changed)
+        log.info("memory %s marked erroneous, corrected by %s", memory_id, corrected_by)
+        return changed
+
+    async def forget(self, person: str, ids: Sequence[UUID]) -> Changed:
+        """Delete memories for good. Raises UnknownMemories (nothing deleted)."""
+        changed = await self.store.forget(person, ids)
+        await self._follow(person, changed)
+        self._tell("forgotten", person, changed, len(ids))
+        return changed
+
+    async def cleanup(
+        self,
+        person: str,
+        categories: frozenset[str],
+        *,
+        everything: bool,
+        zone: tzinfo,
+        dry_run: bool,
+    ) -> Changed:
+        """Forget what a clean-up sweep takes (see `storage.memories.Cleanup`), or with
+        `dry_run` only say what it would take. `zone` is the person's time zone: it decides
+        when an all-day item's day is over."""
+        now = self.clock.now()
+        sweep = Cleanup(categories, everything, now, now.astimezone(zone).date())
+        changed = await self.store.cleanup(person, sweep, dry_run=dry_run)
+        if not dry_run:
+            await self._follow(person, changed)
+            log.info(
+                "clean-up sweep of %s (%s, %s): %d memories forgotten",
+                person[:8],
+                ",".join(sorted(categories)),
+                "everything" if everything else "past only",
+                len(changed.ids),
+            )
+        return changed
+
+    async def _follow(self, person: str, changed: Changed) -> None:
+        """`changed.ids` left the active set: take them out of the index, if it is at the
+        generation just before (else it is dropped and rebuilt on its next look-up)."""
+        if self._index is not None and changed.generation is not None:
+            await self._index.applied(person, changed.generation, removed=changed.ids)
+
+    @staticmethod
+    def _tell(what: str, person: str, changed: Changed, asked: int) -> None:
+        log.info("memories %s for %s: %d of %d asked", what, person[:8], len(changed.ids), asked)
 
     # -- back-fill ---------------------------------------------------------------------------
 
