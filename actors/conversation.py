@@ -20,6 +20,7 @@ from actors.handles import TurnHandles
 from actors.messages import (
     Attach,
     CardCreated,
+    CardsWithdrawn,
     End,
     Interrupt,
     Park,
@@ -108,6 +109,8 @@ class ConversationActor(pykka.ThreadingActor):
             case CardCreated():  # a reinforced memory comes again: keep it once, latest last
                 self._cards = [c for c in self._cards if c.id != message.card.id]
                 self._cards.append(message.card)
+            case CardsWithdrawn():
+                self._cards = [c for c in self._cards if c.id not in message.ids]
             case SpeakerSet():
                 self._speaker, self._speaker_at = message.speaker, message.at
             case End():

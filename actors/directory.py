@@ -21,7 +21,7 @@ import pykka
 from actors.archive import archive, write_summary
 from actors.conversation import ConversationActor
 from actors.memory.consolidation import scheduled_pass
-from actors.messages import Attach, End, Interrupt, Park, Snapshot
+from actors.messages import Attach, CardsWithdrawn, End, Interrupt, Park, Snapshot
 from actors.runtime import Reply, Runtime
 from actors.stream import ConversationStream, Frame, Link
 from storage.records import ConversationRecord
@@ -168,6 +168,12 @@ class Directory:
 
     def _age(self, last_activity: datetime) -> float:
         return (self._rt.clock.now() - last_activity).total_seconds()
+
+    def withdraw(self, person: str, ids: list[UUID]) -> None:
+        """Memories left the active set: the live conversation drops them from its cards."""
+        live = self._live.get(person)
+        if live is not None:
+            live.tell(CardsWithdrawn(frozenset(ids)))
 
     # -- links ----------------------------------------------------------------------------
 

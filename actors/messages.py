@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 from actors.handles import TurnHandles
 from actors.runtime import Reply
@@ -60,6 +61,13 @@ class TurnEnded:
 @dataclass(frozen=True, slots=True)
 class CardCreated:
     card: Card
+
+
+@dataclass(frozen=True, slots=True)
+class CardsWithdrawn:
+    """Memories muted, marked erroneous or forgotten: no longer for the model's eyes."""
+
+    ids: frozenset[UUID]
 
 
 @dataclass(frozen=True, slots=True)

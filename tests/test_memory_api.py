@@ -19,6 +19,7 @@ import pytest
 
 from actors.clock import ManualClock
 from actors.memory.keeper import MemoryKeeper
+from actors.messages import Attach
 from tests.conftest import Harness
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import MODEL, Script, fake_server, scripted
@@ -825,3 +826,20 @@ async def test_the_generation_trigger_after_migration_003(api: Api, db: asyncpg.
         "UPDATE cards SET person = $1 WHERE id = (SELECT min(id::text)::uuid FROM cards)", other
     )
     assert await generations() == {api.person: first[api.person] + 2, other: 1}
+
+
+async def test_a_memory_muted_mid_conversation_leaves_the_model_s_reach_at_once(
+    api: Api,
+) -> None:
+    phone = await api.harness.phone(api.device)
+    await phone.say("Note that Owen arrives Friday evening")
+    card = (await phone.expect("card"))["card"]
+    await phone.reply()
+    status, _ = await api.call("POST", f"/v1/memories/{card['id']}/mute")
+    assert status == 200
+    live = api.harness.server.directory.get(api.person)
+    assert live is not None
+    snapshot = await live.ask(Attach)  # what the next turn would hand the model
+    assert [c.id for c in snapshot.cards] == []
+    again = await api.harness.phone(api.device)
+    assert again.welcome["resumed"] is True and again.welcome["cards"] == []

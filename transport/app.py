@@ -82,6 +82,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     memory = await open_keeper(dsn, embedder, clock)
     rt = Runtime(loop, store, model, clock, conversation_settings(settings), memory=memory)
     directory = Directory(rt)
+    memory.on_withdrawn = directory.withdraw
     supervisor = Supervisor.start(rt, directory)
     secret = settings.secret or load_or_create_secret(settings.data_dir)
     app[SERVER_KEY] = Server(settings, rt, Identity(secret), directory, supervisor)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from uuid import UUID
@@ -81,6 +81,9 @@ class MemoryKeeper:
         self._max_persons = max_persons
         self._offload_above = offload_above
         self._index: FingerprintIndex | None = None
+        # Told (on the loop) which memories left the active set, so a live conversation
+        # stops handing them to the model at once.
+        self.on_withdrawn: Callable[[str, list[UUID]], None] | None = None
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @property
@@ -311,6 +314,8 @@ class MemoryKeeper:
         generation just before (else it is dropped and rebuilt on its next look-up)."""
         if self._index is not None and changed.generation is not None:
             await self._index.applied(person, changed.generation, removed=changed.ids)
+        if self.on_withdrawn is not None and changed.ids:
+            self.on_withdrawn(person, changed.ids)
 
     @staticmethod
     def _tell(what: str, person: str, changed: Changed, asked: int) -> None:
