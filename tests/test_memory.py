@@ -339,3 +339,22 @@ async def test_the_local_model_recognises_a_restatement(dsn: str, clock: ManualC
     finally:
         await close_keeper(keeper)
         await store.close()
+
+
+async def test_a_memory_of_the_same_length_is_no_restatement(
+    keeper: MemoryKeeper, script: Script
+) -> None:
+    """Beyond the closest fingerprints, only a verbatim copy may be recognised: a memory
+    merely as long as the new one is never taken for it."""
+    olds = [MemoryDraft(f"Errand number {i:02d} is about the garden.", "task") for i in range(12)]
+    for draft in olds:
+        script.base(draft.text)
+        assert (await keeper.remember(PERSON, draft)).created
+    new = MemoryDraft("Hannah's library books go back Monday.", "task")
+    script.base(new.text)  # orthogonal to every one of them
+    outcome = await keeper.remember(PERSON, new)
+    assert outcome.created and outcome.tier is None
+    copy = await keeper.remember(
+        PERSON, MemoryDraft("errand number 11 is about the GARDEN", "task")
+    )
+    assert (copy.created, copy.tier) == (False, "exact")

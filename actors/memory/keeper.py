@@ -23,7 +23,13 @@ from uuid import UUID
 import numpy as np
 
 from actors.clock import Clock
-from actors.memory.recognition import Candidate, Thresholds, recognise, thresholds_for
+from actors.memory.recognition import (
+    Candidate,
+    Thresholds,
+    recognise,
+    same_text,
+    thresholds_for,
+)
 from providers.embedding import Embedder, EmbeddingError
 from storage.fingerprints import encode
 from storage.memories import Changed, Cleanup, MemoryStore
@@ -214,7 +220,8 @@ class MemoryKeeper:
         for memory in await self.store.active_of_length(
             person, length - _LENGTH_SLACK, length + _LENGTH_SLACK
         ):
-            found.setdefault(memory.id, memory)
+            if memory.id not in found and same_text(memory.text, draft.text):
+                found[memory.id] = memory  # a verbatim copy: score 1.0 below is its due
         return [
             Candidate(memory, scores.get(memory.id, 1.0))
             for memory in found.values()
