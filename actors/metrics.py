@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+# The sources of actors/context.py (not imported: metrics must not depend on the pipeline).
+CONTEXT_SOURCES = ("conversations", "working", "recent", "sample", "rules")
 # A turn is a model call or several (tools), seconds to a minute with a real model.
 TURN_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
 
@@ -61,6 +63,8 @@ class Metrics:
             self.hellos.labels(outcome=outcome)
         for reason in ("leave", "idle"):
             self.archives.labels(reason=reason)
+        for source in CONTEXT_SOURCES:
+            self.context_source_failures.labels(source=source)
 
     def watch(self, live_actors: Callable[[], int], links: Callable[[], int]) -> None:
         """Read the gauges from their source at scrape time, so they can never drift."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from actors.context import Context
 from providers.chat import ChatMessage
 from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
 from storage.records import Card, Turn
@@ -24,11 +25,13 @@ class PromptStats:
     cards: int
     speaker: str | None
     chars: int
+    context: Context | None = None
 
     def __str__(self) -> str:
+        handed = f"{self.cards} cards" if self.context is None else str(self.context)
         return (
-            f"{self.history_turns} turns of history, {self.cards} cards, "
-            f"speaker {self.speaker or 'owner'}, {self.chars} chars"
+            f"{self.history_turns} turns of history, {handed}, "
+            f"speaker {self.speaker or 'owner'}, {self.chars} chars in all"
         )
 
 
@@ -40,13 +43,19 @@ def build_messages(
     cards: list[Card],
     during_reply: bool,
     after_interrupt: bool,
+    context: Context | None = None,
 ) -> tuple[list[ChatMessage], PromptStats]:
+    """The messages of one model call. With a `context` (every real turn), it ends the
+    first system message, and the session's cards are in it (working memories) rather than
+    listed here a second time."""
     system = [SYSTEM]
     if speaker:
         system.append(f"The phone is lent: the person speaking now is {speaker}, not the owner.")
     if cards:
         system.append("Cards created in this conversation:")
         system.extend(f"- [{c.kind}] {c.text}" for c in cards)
+    if context is not None and context.text:
+        system.append("\n" + context.text)  # after a blank line, in the one system message
     messages = [ChatMessage("system", "\n".join(system))]
     messages.extend(_as_message(t) for t in history)
     notes = [
@@ -58,7 +67,7 @@ def build_messages(
         messages.append(ChatMessage("system", " ".join(notes)))
     messages.extend(_as_message(t) for t in new)
     chars = sum(len(m.content) for m in messages)
-    return messages, PromptStats(len(history), len(cards), speaker, chars)
+    return messages, PromptStats(len(history), len(cards), speaker, chars, context)
 
 
 def _as_message(turn: Turn) -> ChatMessage:

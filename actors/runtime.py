@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actors.clock import Clock
+from actors.context import ContextSettings
 from actors.metrics import Metrics
 from providers.chat import ChatModel
 from storage.store import Store
@@ -34,6 +35,7 @@ class ConversationSettings:
     retry_pause_s: float = 0.5
     max_tool_rounds: int = 4
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
+    context: ContextSettings = field(default_factory=ContextSettings)
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from uuid import UUID, uuid4
 
+from actors.context import Context, assemble
 from actors.handles import TurnHandles
 from actors.messages import Say, SayStored, TurnEnded
 from actors.prompt import build_messages
@@ -119,13 +120,15 @@ async def run_turn(
 ) -> None:
     reply = uuid4()
     started = rt.clock.now()
+    context = await _context(rt, req)
     messages, stats = build_messages(
         req.history,
         req.new,
         speaker=req.speaker,
-        cards=req.cards,
+        cards=[],  # in the context, as working memories
         during_reply=req.during_reply,
         after_interrupt=req.after_interrupt,
+        context=context,
     )
     log.info("turn in conversation %s: handing the model %s", str(req.conversation)[:8], stats)
     in_reply_to = [t.client_id for t in req.new if t.client_id]
@@ -142,6 +145,16 @@ async def run_turn(
     stream.emit("reply.end", **end)
     rt.metrics.turn_seconds.observe(time.monotonic() - req.since)
     mailbox.tell(TurnEnded(turn))
+
+
+async def _context(rt: Runtime, req: TurnRequest) -> Context:
+    """The turn's context. A failing source is already left out by `assemble`; anything
+    else going wrong costs the context, never the reply."""
+    try:
+        return await assemble(rt, req)
+    except Exception:
+        log.exception("context assembly failed; the model gets the window alone")
+        return Context("", failed=("assembly",))
 
 
 async def _converse_unless_interrupted(

@@ -14,8 +14,10 @@ from uuid import UUID, uuid4
 import asyncpg
 import orjson
 
+from storage.context import ContextReads
 from storage.migrate import migrate
 from storage.records import Card, ConversationRecord, Reminder, StoredSay, Turn
+from storage.rules import RuleStore
 
 
 class ConversationEnded(Exception):
@@ -48,6 +50,8 @@ def _card(row: asyncpg.Record) -> Card:
 class Store:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
+        self.context = ContextReads(pool)  # what a turn's context is assembled from
+        self.rules = RuleStore(pool)  # personal rules, edited over HTTP
 
     @classmethod
     async def open(cls, dsn: str, *, max_size: int = 10) -> Store:

@@ -11,6 +11,7 @@ from functools import partial
 from aiohttp import web
 
 from actors.clock import Clock, SystemClock
+from actors.context import ContextSettings
 from actors.directory import Directory, stop_actors
 from actors.memory.setup import close_keeper, make_embedder, open_keeper
 from actors.runtime import ConversationSettings, Runtime
@@ -24,6 +25,7 @@ from transport.admin import metrics_handler, start_admin
 from transport.config import Settings
 from transport.identity import Identity, load_or_create_secret
 from transport.memory_api import add_routes as add_memory_routes
+from transport.rules_api import add_routes as add_rule_routes
 from transport.server import SERVER_KEY, Server, close_links
 from transport.sse import events_handler, interrupt_handler, leave_handler, say_handler
 from transport.websocket import websocket_handler
@@ -50,6 +52,9 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         speaker_reset_s=settings.speaker_reset,
         park_after_s=settings.park_after,
         interrupt_words=settings.interrupt_words,
+        context=ContextSettings(
+            budget_chars=settings.context_budget, source_timeout_s=settings.context_timeout
+        ),
     )
 
 
@@ -64,6 +69,7 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     app.router.add_post("/v1/leave", leave_handler)
     app.router.add_get("/metrics", metrics_handler)
     add_memory_routes(app.router)
+    add_rule_routes(app.router)
     return app
 
 

@@ -54,6 +54,8 @@ class Settings:
     park_after: float = 10 * 60
     speaker_reset: float = 30 * 60
     window_turns: int = 40
+    context_budget: int = 6000
+    context_timeout: float = 0.5
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     secret: str | None = None
     log_format: str = "text"
@@ -84,6 +86,8 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("park-after", parse_duration, "stop an actor with no link attached for this long"),
     ("speaker-reset", parse_duration, "silence after which the speaker is the owner again"),
     ("window-turns", int, "recent turns kept in the conversation's window"),
+    ("context-budget", int, "characters of context (past talks, memories, rules) per turn"),
+    ("context-timeout", parse_duration, "time each context source may take before it is left out"),
     ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
     ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
     ("log-format", str, "text or json"),

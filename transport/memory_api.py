@@ -41,7 +41,7 @@ from storage.memories import (
 from storage.records import MEMORY_STATUSES, Memory, MemoryDraft
 from transport.config import Limits
 from transport.identity import Unauthorized
-from transport.server import SERVER_KEY
+from transport.server import SERVER_KEY, Server
 from transport.sse import credentials, dumps, json_error
 
 log = logging.getLogger("stillhere.memories")
@@ -104,7 +104,10 @@ Answer = tuple[int, dict[str, Any]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def gesture(act: Callable[[Gesture], Awaitable[Answer]]) -> Handler:
+PersonAct = Callable[[web.Request, Server, str, dict[str, Any]], Awaitable[Answer]]
+
+
+def person_handler(act: PersonAct) -> Handler:
     """Read the body, identify the person, run `act`, and turn every refusal into an error
     object with its status. The body comes first because it may carry the credentials."""
 
@@ -112,30 +115,40 @@ def gesture(act: Callable[[Gesture], Awaitable[Answer]]) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         server = request.app[SERVER_KEY]
         try:
-            body = await _body(request)
+            body = await read_body(request)
             person = server.identity.person(**credentials(request, body))
-            keeper = server.runtime.memory
-            if keeper is None:
-                raise Refusal(503, "memory_unavailable", "this server keeps no memories")
-            status, answer = await act(
-                Gesture(request, keeper, person, body, server.settings.limits)
-            )
+            status, answer = await act(request, server, person, body)
         except Unauthorized as refused:
             return json_error(401, "unauthorized", str(refused))
         except UnknownMemories as missing:
-            return _refused(unknown(missing.ids))
+            return refusal_response(unknown(missing.ids))
         except Refusal as refusal:
-            return _refused(refusal)
+            return refusal_response(refusal)
         return web.json_response(answer, status=status, dumps=dumps)
 
     return handle
 
 
-def _refused(refusal: Refusal) -> web.Response:
+def gesture(act: Callable[[Gesture], Awaitable[Answer]]) -> Handler:
+    """A memories endpoint: `act` gets the person's memory keeper with the request."""
+
+    @functools.wraps(act)
+    async def with_keeper(
+        request: web.Request, server: Server, person: str, body: dict[str, Any]
+    ) -> Answer:
+        keeper = server.runtime.memory
+        if keeper is None:
+            raise Refusal(503, "memory_unavailable", "this server keeps no memories")
+        return await act(Gesture(request, keeper, person, body, server.settings.limits))
+
+    return person_handler(with_keeper)
+
+
+def refusal_response(refusal: Refusal) -> web.Response:
     return json_error(refusal.status, refusal.code, refusal.message, **refusal.extra)
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def read_body(request: web.Request) -> dict[str, Any]:
     """The JSON object in the body, `{}` if there is none."""
     if (request.content_length or 0) > MAX_BODY_BYTES:
         raise _too_large()
@@ -354,7 +367,7 @@ async def mark_erroneous(g: Gesture) -> Answer:
     if not isinstance(raw, str):
         raise invalid("corrected_by must be the id of the memory that is right")
     memory_id = _path_id(g.request)
-    corrector = _parse_id(raw)
+    corrector = parse_id(raw)
     if corrector is None:
         raise unknown([raw])
     if corrector == memory_id:
@@ -378,13 +391,13 @@ async def forget_memory(g: Gesture) -> Answer:
 
 def _path_id(request: web.Request) -> UUID:
     raw = request.match_info["id"]
-    memory_id = _parse_id(raw)
+    memory_id = parse_id(raw)
     if memory_id is None:
         raise unknown([raw])
     return memory_id
 
 
-def _parse_id(raw: str) -> UUID | None:
+def parse_id(raw: str) -> UUID | None:
     try:
         return UUID(raw)
     except ValueError:
@@ -432,7 +445,7 @@ async def bulk(g: Gesture) -> Answer:
 async def _owned_or_refused(g: Gesture, raw: list[str]) -> list[UUID]:
     """The ids, parsed. Strings that are not ids name no memory: the refusal lists them
     with every well-formed id that is not the person's either (read only, nothing done)."""
-    parsed = {r: _parse_id(r) for r in raw}
+    parsed = {r: parse_id(r) for r in raw}
     malformed = [r for r, i in parsed.items() if i is None]
     ids = [i for i in parsed.values() if i is not None]
     if malformed:
