@@ -8,10 +8,11 @@ from __future__ import annotations
 import logging
 from uuid import UUID
 
+from actors.memory.keeper import SUMMARY
 from actors.runtime import Runtime
 from providers.chat import ChatMessage, ModelError, TextDelta
 from providers.notes import SUMMARY_PROMPT
-from storage.records import Turn
+from storage.records import MemoryDraft, Turn
 
 log = logging.getLogger("stillhere.archive")
 
@@ -28,7 +29,12 @@ async def archive(rt: Runtime, conversation: UUID, reason: str) -> bool:
 async def write_summary(rt: Runtime, conversation: UUID, reason: str) -> None:
     """Summarise an archived conversation onto its row."""
     turns = await rt.store.all_turns(conversation)
-    await rt.store.set_summary(conversation, await summarise(rt, turns))
+    summary = await summarise(rt, turns)
+    await rt.store.set_summary(conversation, summary)
+    if rt.memory is not None and turns:  # findable by meaning weeks later
+        person = await rt.store.conversation_person(conversation)
+        draft = MemoryDraft(summary, SUMMARY)
+        await rt.memory.remember(person, draft, conversation=conversation)
     log.info("archived conversation %s (%s), %d turns", str(conversation)[:8], reason, len(turns))
 
 

@@ -130,6 +130,11 @@ class Store:
             "UPDATE conversations SET summary = $2 WHERE id = $1", conversation, summary
         )
 
+    async def conversation_person(self, conversation: UUID) -> str:
+        return await self._pool.fetchval(
+            "SELECT person FROM conversations WHERE id = $1", conversation
+        )
+
     async def idle_conversations(self, before: datetime) -> list[tuple[UUID, str]]:
         rows = await self._pool.fetch(
             "SELECT id, person FROM conversations "

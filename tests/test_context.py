@@ -307,8 +307,13 @@ async def test_summaries_are_not_repeated_among_facts(
     phone = await talk_then(harness, fake_llm)
     await leave(phone, fake_llm)
     person = harness.server.identity.person(device=phone.device)
+    kept = await db.fetchval("SELECT text FROM cards WHERE kind = 'summary'")
+    assert kept == SUMMARY  # archiving keeps the summary as a memory, findable by meaning
+    memory = harness.server.runtime.memory
+    assert memory is not None
+    assert SUMMARY in [f.memory.text for f in await memory.search(person, SUMMARY)]
     now = harness.clock.now()
-    await insert_memory(db, person, SUMMARY, now)  # the summary, also kept as a memory
+    await insert_memory(db, person, SUMMARY, now)  # the same text stored as a plain fact
     await insert_memory(db, person, "Findable later.", now, kind="summary")
     await insert_memory(db, person, "A plain fact.", now)
 

@@ -40,6 +40,7 @@ log = logging.getLogger("stillhere.memory")
 
 # A verbatim restatement differs from the stored text by punctuation and case at most.
 _LENGTH_SLACK = 8
+SUMMARY = "summary"  # the type of a conversation's summary, kept findable by meaning
 # Statuses a search may reach through a link: an erroneous memory stays explainable ("why
 # did you think it was Lisbon?"); a muted one never reaches the model.
 _REACHABLE = ("active", "erroneous", "done")
@@ -158,7 +159,10 @@ class MemoryKeeper:
         """Reinforce the memory `draft` restates, or store it as a new one."""
         vector = await self._fingerprint_or_none(draft.text)
         async with self._lock(person):
-            candidates = await self._candidates(person, draft, vector)
+            # A conversation's summary is a record of its own, never merged either way.
+            candidates = (
+                [] if draft.type == SUMMARY else await self._candidates(person, draft, vector)
+            )
             verdict = recognise(draft, candidates, self.thresholds)
             now = self.clock.now()
             contradicts = tuple(m for m, _ in verdict.contradicts)
@@ -225,7 +229,7 @@ class MemoryKeeper:
         return [
             Candidate(memory, scores.get(memory.id, 1.0))
             for memory in found.values()
-            if memory.status == "active"
+            if memory.status == "active" and memory.type != SUMMARY
         ]
 
     # -- searching ---------------------------------------------------------------------------
