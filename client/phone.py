@@ -329,6 +329,8 @@ class Phone:
                 try:
                     answer = await link.say(id_, self.outbox[id_])
                 except Transient as failed:
+                    if self._queue is not queue:
+                        return  # the link ended: a cancel can surface as a POST timeout
                     delay = self.backoff.delay(failures, self.rng)
                     failures += 1
                     log.debug("say %s not delivered (%s); again in %.2f s", id_, failed, delay)

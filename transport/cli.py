@@ -10,6 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from bench import flap
 from transport import eval_dedup, memory_cli
 from transport.app import build_app
 from transport.config import Settings, add_options, env_value, settings_from
@@ -36,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     add_inspect_options(inspect)
     memory_cli.add_parser(commands)  # memory consolidate
     eval_dedup.add_parser(commands)  # eval dedup
+    bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
+    flap.add_parser(bench.add_subparsers(dest="bench", required=True))  # bench flap
     return parser
 
 
@@ -47,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "inspect":
         return run_inspect(args)
-    if args.command in ("memory", "eval"):
+    if args.command in ("memory", "eval", "bench"):
         setup_logging("text")
         return asyncio.run(args.run(args))
     settings = settings_from(args)

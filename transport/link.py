@@ -4,6 +4,7 @@ writer task, so a slow phone never holds up the conversation or the other links.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from abc import ABC, abstractmethod
@@ -37,7 +38,8 @@ class QueuedLink(ABC):
             except (ConnectionError, RuntimeError) as gone:
                 log.info("%s dropped while writing: %s", self.name, gone)
                 return
-        await self.close(item)
+        with contextlib.suppress(ConnectionError, RuntimeError):  # already gone: fine
+            await self.close(item)
 
     @abstractmethod
     async def write(self, frame: dict[str, Any]) -> None: ...

@@ -135,6 +135,9 @@ async def leave_handler(request: web.Request) -> web.Response:
     return await _post(request, "leave")
 
 
+_STATUS = {"conversation_ended": 409, "rate_limited": 429, "internal_error": 503}
+
+
 async def _post(request: web.Request, kind: str) -> web.Response:
     """Validate first, then identify, then act: bad input never opens a conversation."""
     server = request.app[SERVER_KEY]
@@ -152,7 +155,7 @@ async def _post(request: web.Request, kind: str) -> web.Response:
     except Unauthorized as refused:
         return json_error(401, "unauthorized", str(refused))
     except ProtocolError as bad:
-        status = {"conversation_ended": 409, "rate_limited": 429}.get(bad.code, 400)
+        status = _STATUS.get(bad.code, 400)
         return json_error(status, bad.code, bad.message, bad.id or id_)
     return web.json_response(answer, dumps=dumps)
 

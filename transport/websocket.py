@@ -51,6 +51,8 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
                     break
             elif message.type == WSMsgType.ERROR:
                 break
+    except ConnectionError as gone:  # the phone aborted mid-write: a drop, not an error
+        log.info("%s dropped: %s", link.name, gone)
     finally:
         session.close()
         await link.drain()

@@ -1,0 +1,722 @@
+"""`stillhere bench flap`: phones on flapping mobile links against a real server.
+
+Starts a real `stillhere serve` (embedded PostgreSQL in a tmp data dir, rehearsal model),
+brings up N reference phones (`client.Phone`) that hold conversations while their links
+misbehave on a seeded schedule (tunnels, handovers, NAT idle closes, drops mid-reply and
+mid-hello, real leaves), and checks every say and reply end to end. With baselines (the
+default) it also runs, on the same machine in the same run, a link-bound and a stateless
+server (bench/baselines/) under the same load, and reports stillhere's figures as ratios.
+
+    .venv/bin/python -m bench.flap --clients 200 --duration 60 --json bench/out/flap.json
+
+See bench/README.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from bench import flap_procs as procs
+from bench.flap_db import Stored, stateless_stored, stillhere_stored
+from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
+from bench.flap_throughput import measure as measure_throughput
+from client import Backoff
+
+DESCRIPTION = "phones on flapping mobile links: resume, loss, latency, memory, baselines"
+SETTLE_S = 2.0  # before reading an RSS figure
+BASELINE_SETTLE_TIMEOUT_S = 30.0
+TARGETS = {
+    "resume_p99_ms": 50.0,
+    "rss_per_conversation_kb": 64.0,
+    "storm_s": 10.0,
+    "turns_ratio": 0.70,
+}
+CORRECTNESS_KEYS = (
+    "new_conversations_unexpected",
+    "lost_says",
+    "duplicated_says",
+    "lost_replies",
+    "duplicated_replies",
+    "duplicated_events",
+    "lost_events",
+    "out_of_order_events",
+    "broken_replies",
+    "not_stored",
+    "stored_twice",
+    "stored_wrong_person",
+)
+
+
+class BenchFailed(Exception):
+    """The bench could not finish (a server did not start, a phase timed out)."""
+
+
+# -- options --------------------------------------------------------------------------------
+
+
+def _seconds(text: str) -> float:
+    from transport.config import parse_duration
+
+    return parse_duration(text)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add `flap` to a subparsers object (`stillhere bench flap`); the command's `run`
+    checks the options first."""
+    parser = subparsers.add_parser("flap", help=DESCRIPTION, description=DESCRIPTION)
+    add_options(parser)
+
+    async def checked_run(args: argparse.Namespace) -> int:
+        check_args(parser, args)
+        return await run(args)
+
+    parser.set_defaults(run=checked_run)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--clients", type=int, default=200, help="phones (N), default 200")
+    parser.add_argument(
+        "--duration", type=_seconds, default=60.0, help="flapping time (default 60s)"
+    )
+    parser.add_argument("--transport", choices=["ws", "sse", "mixed"], default="mixed")
+    parser.add_argument("--seed", type=int, default=1, help="seeds every phone's schedule")
+    parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    parser.add_argument("--plot", type=Path, default=None, help="write a PNG here")
+    parser.add_argument(
+        "--storm", action="store_true", help="after the flapping, drop every phone at once"
+    )
+    parser.add_argument(
+        "--rehearsal-latency",
+        type=_seconds,
+        default=0.3,
+        help="rehearsal model: pause before its first word (default 300ms)",
+    )
+    parser.add_argument(
+        "--rehearsal-rate", type=float, default=20.0, help="rehearsal words per second (20)"
+    )
+    parser.add_argument(
+        "--baselines",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the link-bound and stateless baselines (default on)",
+    )
+    parser.add_argument(
+        "--think", type=_seconds, default=15.0, help="mean pause between a reply and the next say"
+    )
+    parser.add_argument(
+        "--flap-every", type=_seconds, default=30.0, help="mean time between a phone's link events"
+    )
+    parser.add_argument(
+        "--baseline-duration",
+        type=_seconds,
+        default=None,
+        help="flapping time for each baseline (default: --duration)",
+    )
+    parser.add_argument("--throughput-phones", type=int, default=50, help="M (default 50)")
+    parser.add_argument("--throughput-says", type=int, default=40, help="K (default 40)")
+    parser.add_argument("--ramp-concurrency", type=int, default=100, help="phones starting at once")
+    parser.add_argument("--backoff-first", type=_seconds, default=0.2, help="first reconnect wait")
+    parser.add_argument("--backoff-jitter", type=float, default=0.5, help="reconnect jitter 0..1")
+    parser.add_argument(
+        "--rss-settle", type=_seconds, default=SETTLE_S, help="pause before reading RSS (2s)"
+    )
+    parser.add_argument(
+        "--settle-timeout", type=_seconds, default=120.0, help="bound on the final settling"
+    )
+    parser.add_argument(
+        "--storm-timeout", type=_seconds, default=120.0, help="bound on waiting for the storm"
+    )
+    parser.add_argument(
+        "--timeout", type=_seconds, default=3 * 3600.0, help="bound on the whole run (3h)"
+    )
+    parser.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bar"
+    )
+    parser.add_argument(
+        "--client-debug",
+        action="store_true",
+        help="keep the last client debug lines per phone, shown for unsettled phones",
+    )
+    parser.add_argument(
+        "--server-logs", type=Path, default=None, help="keep the servers' logs in this folder"
+    )
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.clients < 1 or args.duration <= 0:
+        parser.error("--clients must be at least 1 and --duration positive")
+    if args.throughput_phones < 1 or args.throughput_says < 1 or args.ramp_concurrency < 1:
+        parser.error("--throughput-phones, --throughput-says, --ramp-concurrency must be >= 1")
+    if not 0 <= args.backoff_jitter <= 1:
+        parser.error("--backoff-jitter is between 0 and 1")
+
+
+# -- figures --------------------------------------------------------------------------------
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "p99": None, "n": 0}
+    p50, p95, p99 = np.percentile(np.asarray(values), [50, 95, 99])
+    return {
+        "p50": round(float(p50), 2),
+        "p95": round(float(p95), 2),
+        "p99": round(float(p99), 2),
+        "n": len(values),
+    }
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+class Progress:
+    """A tqdm bar over the seconds of a phase (or nothing with --no-progress)."""
+
+    def __init__(self, enabled: bool, total: float, desc: str, unit: str = "s") -> None:
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=round(total), desc=desc, unit=unit, file=sys.stderr, leave=True)
+        self.done = 0
+
+    def to(self, seconds: float, **postfix: Any) -> None:
+        if self.bar is None:
+            return
+        step = min(round(seconds), int(self.bar.total)) - self.done
+        if step > 0:
+            self.bar.update(step)
+            self.done += step
+        if postfix:
+            self.bar.set_postfix(postfix, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# -- one server under flapping ---------------------------------------------------------------
+
+
+async def _sample_loop(
+    server: procs.Server,
+    fleet: Fleet,
+    series: dict[str, list[float]],
+    t0: float,
+    progress: Progress,
+) -> None:
+    while True:
+        t = time.perf_counter() - t0
+        with contextlib.suppress(psutil.Error):
+            series["t"].append(round(t, 2))
+            series["live"].append(fleet.up)
+            series["rss_mb"].append(round(server.rss_mb(), 1))
+            series["threads"].append(server.threads())
+        reconnects = sum(1 for w in fleet.ledger.welcomes if w.reconnect)
+        progress.to(t, up=fleet.up, reconnects=reconnects, says=len(fleet.ledger.says))
+        await asyncio.sleep(1.0)
+
+
+async def flap_one(
+    name: str, root: Path, args: argparse.Namespace, *, duration: float, storm: bool
+) -> dict[str, Any]:
+    """Start `name`, ramp the phones, flap them for `duration`, settle, check, stop."""
+    transport = args.transport if name == "stillhere" else "ws"  # baselines: WebSocket only
+    server = procs.start(name, root, latency=args.rehearsal_latency, rate=args.rehearsal_rate)
+    out: dict[str, Any] = {"server": name, "transport": transport}
+    fleet: Fleet | None = None
+    sampler_task: asyncio.Task[None] | None = None
+    progress = Progress(False, 1, "")
+    try:
+        out["ready_s"] = round(await procs.wait_ready(server), 2)
+        with procs.RssSampler(server) as rss:
+            await asyncio.sleep(args.rss_settle)
+            idle_mb = server.rss_mb()
+            options = FleetOptions(
+                base_url=server.base_url,
+                transport=transport,
+                think_s=args.think,
+                flap_every_s=args.flap_every,
+                kinds=dict(KINDS),
+                backoff=Backoff(first=args.backoff_first, jitter=args.backoff_jitter),
+                seed=args.seed,
+            )
+            fleet = Fleet(options, args.clients)
+            if args.client_debug:
+                fleet.client_log = ClientLogRing()
+                fleet.client_log.install()
+            ramp_bar = Progress(args.progress, args.clients, f"{name}: ramp", " phones")
+            ramped = [0]
+
+            def one_more() -> None:
+                ramped[0] += 1
+                ramp_bar.to(ramped[0])
+
+            started = time.perf_counter()
+            try:
+                ramp_failed = await fleet.ramp(args.ramp_concurrency, one_more)
+            finally:
+                ramp_bar.close()
+            out["ramp_s"] = round(time.perf_counter() - started, 2)
+            out["ramp_failed"] = ramp_failed
+            out["unsettled_after_ramp"] = await fleet.wait_settled(args.settle_timeout)
+            await asyncio.sleep(args.rss_settle)
+            live_mb = server.rss_mb()
+            live = fleet.up
+            out["server_rss_mb_idle"] = round(idle_mb, 1)
+            out["server_rss_mb_live"] = round(live_mb, 1)
+            out["live_conversations"] = live
+            out["rss_per_conversation_kb"] = (
+                round((live_mb - idle_mb) * 1024 / live, 1) if live else None
+            )
+            out["server_threads_live"] = server.threads()
+
+            series: dict[str, list[float]] = {"t": [], "live": [], "rss_mb": [], "threads": []}
+            cpu0 = cpu_seconds(server)
+            t0 = time.perf_counter()
+            progress = Progress(args.progress, duration, f"{name}: flapping")
+            sampler_task = asyncio.get_running_loop().create_task(
+                _sample_loop(server, fleet, series, t0, progress)
+            )
+            fleet.start_scripts(t0 + duration)
+            await asyncio.sleep(duration)
+            await fleet.stop_scripts()
+            out["cpu_s_during_flapping"] = {
+                k: round(max(0.0, v - cpu0[k]), 1) for k, v in cpu_seconds(server).items()
+            }
+            used = out["cpu_s_during_flapping"]
+            used["wall"] = round(time.perf_counter() - t0, 1)
+            used["other_processes"] = round(  # includes PostgreSQL backends that exited
+                used["machine"] - used["server"] - used["postgres"] - used["bench"], 1
+            )
+            progress.to(duration)
+            progress.close()
+            settle_timeout = (
+                args.settle_timeout
+                if name == "stillhere"
+                else min(args.settle_timeout, BASELINE_SETTLE_TIMEOUT_S)
+            )
+            out["unsettled"] = await fleet.wait_settled(settle_timeout)
+            out["unsettled_phones"] = fleet.unsettled()
+            out["client_wedged_phones"] = fleet.wedged()
+            if storm:
+                out["storm"] = await fleet.storm(args.storm_timeout)
+                out["unsettled_after_storm"] = await fleet.wait_settled(settle_timeout)
+            sampler_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler_task
+            sampler_task = None
+            out["series"] = series
+            out["t0"] = t0
+        out["server_rss_mb_peak"] = round(rss.peak_mb, 1)
+        out["server_threads_peak"] = rss.peak_threads
+        await fleet.close()
+        stored = await _stored(name, server, fleet)
+        out.update(_verdict(fleet, stored))
+        out["resume_points"] = [(at - t0, ms) for at, ms in fleet.resume_series]
+        return out
+    finally:
+        progress.close()
+        if sampler_task is not None:
+            sampler_task.cancel()
+        if fleet is not None:
+            if fleet.client_log is not None:
+                fleet.client_log.remove()
+            with contextlib.suppress(Exception):
+                await fleet.stop_scripts()
+            with contextlib.suppress(Exception):
+                await fleet.close()
+        out["server_stop"] = await asyncio.get_running_loop().run_in_executor(
+            None, procs.stop, server
+        )
+        out["server_log_tail"] = procs.log_tail(server.log_path, 20)
+        if args.server_logs is not None:
+            args.server_logs.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                shutil.copyfile(server.log_path, args.server_logs / f"{name}.log")
+
+
+def cpu_seconds(server: procs.Server) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the server, its PostgreSQL, and this bench."""
+
+    def cpu(p: psutil.Process) -> float:
+        t = p.cpu_times()
+        return float(t.user + t.system)
+
+    machine = psutil.cpu_times()
+    busy = float(machine.user + machine.system + getattr(machine, "nice", 0.0))
+    out = {"server": 0.0, "postgres": 0.0, "bench": cpu(psutil.Process()), "machine": busy}
+    with contextlib.suppress(psutil.Error):
+        server_ps = server.ps()
+        out["server"] = cpu(server_ps)
+        for child in server_ps.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                out["postgres"] += cpu(child)
+        if server.pgdata is not None and not out["postgres"]:  # stillhere: pg is a grandchild
+            for proc in psutil.process_iter(["cmdline"]):
+                with contextlib.suppress(psutil.Error):
+                    if str(server.pgdata) in " ".join(proc.info["cmdline"] or []):
+                        out["postgres"] += cpu(proc)
+                        out["postgres"] += sum(cpu(c) for c in proc.children(recursive=True))
+    return out
+
+
+async def _stored(name: str, server: procs.Server, fleet: Fleet) -> Stored | None:
+    said = fleet.said_by()
+    if name == "stillhere" and server.pgdata is not None and server.data_dir is not None:
+        return await stillhere_stored(server.pgdata, server.data_dir, said)
+    if name == "stateless" and server.pgdata is not None:
+        return await stateless_stored(server.pgdata, said)
+    return None
+
+
+def _verdict(fleet: Fleet, stored: Stored | None) -> dict[str, Any]:
+    ledger = fleet.ledger
+    verdict = ledger.verdict(
+        stored.rows if stored is not None else None,
+        stored.answered if stored is not None else None,
+    )
+    verdict["stored_wrong_person"] = stored.wrong_person if stored is not None else None
+    verdict["resume_ms"] = percentiles([ms for _, ms in fleet.resume_series])
+    verdict["turn_ms"] = percentiles(ledger.turn_ms(clean_only=True))
+    verdict["turn_ms_all"] = percentiles(ledger.turn_ms(clean_only=False))
+    verdict["link_events"] = dict(fleet.kinds)
+    verdict["cuts"] = dict(fleet.cuts)
+    verdict["phone_failures"] = dict(fleet.failures)
+    verdict["resume_fraction"] = (
+        round(verdict["resumed"] / verdict["reconnects"], 4) if verdict["reconnects"] else None
+    )
+    verdict["frames_tapped_before_dedup"] = TAPPED
+    return verdict
+
+
+# -- throughput -----------------------------------------------------------------------------
+
+
+async def throughput_one(name: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    # stillhere's per-link frame rate limit (20/s) is raised so that it measures the
+    # server's cost per turn, not the limiter; the baselines have no limiter at all.
+    extra = ["--frames-per-s", "100000", "--frame-burst", "100000"] if name == "stillhere" else []
+    server = procs.start(name, root / "throughput", latency=0.0, rate=0.0, extra=extra)
+    try:
+        await procs.wait_ready(server)
+        with procs.RssSampler(server, interval=0.5) as rss:
+            result = await measure_throughput(
+                server.base_url, args.throughput_phones, args.throughput_says, timeout=600.0
+            )
+        return {
+            "turns": result.turns,
+            "seconds": round(result.seconds, 3),
+            "turns_per_s": round(result.turns_per_s, 1) if result.turns_per_s else None,
+            "turn_ms": percentiles(result.turn_ms),
+            "server_rss_mb_peak": round(rss.peak_mb, 1),
+            "errors": result.errors,
+        }
+    finally:
+        stop = await asyncio.get_running_loop().run_in_executor(None, procs.stop, server)
+        if stop["log_problems"]:
+            print(f"{name}: {stop['log_problems']} problem lines in its log", file=sys.stderr)
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+async def _run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "clients": args.clients,
+        "duration_s": args.duration,
+        "transport": args.transport,
+        "seed": args.seed,
+        "storm_requested": args.storm,
+        "rehearsal": {"latency_s": args.rehearsal_latency, "rate_words_per_s": args.rehearsal_rate},
+        "load": {
+            "think_s": args.think,
+            "flap_every_s": args.flap_every,
+            "kinds": KINDS,
+            "backoff": {"first": args.backoff_first, "jitter": args.backoff_jitter},
+        },
+    }
+    baselines: dict[str, Any] = {}
+    if args.baselines:
+        tput = {}
+        for name in ("stillhere", "link-bound", "stateless"):
+            print(f"throughput: {name} ...", file=sys.stderr)
+            tput[name] = await throughput_one(name, root, args)
+        baselines["throughput"] = tput
+    main = await flap_one("stillhere", root, args, duration=args.duration, storm=args.storm)
+    report.update(_main_figures(main))
+    if args.baselines:
+        flaps = {}
+        duration = args.baseline_duration or args.duration
+        for name in ("link-bound", "stateless"):
+            flapped = await flap_one(name, root, args, duration=duration, storm=False)
+            flapped.pop("series", None)
+            flapped.pop("resume_points", None)
+            flapped.pop("t0", None)
+            flaps[name] = {k: flapped.get(k) for k in _BASELINE_KEYS}
+        baselines["flap"] = flaps
+        baselines["flap_duration_s"] = duration
+        baselines.update(_ratios(report, baselines))
+    report["baselines"] = baselines if args.baselines else None
+    report["targets"] = targets(report)
+    report["machine"] = {
+        "cpu_count": os.cpu_count(),
+        "memory_mb": round(psutil.virtual_memory().total / (1024 * 1024)),
+        "python": sys.version.split()[0],
+    }
+    report["_resume_points"] = main.get("resume_points", [])
+    return report
+
+
+_BASELINE_KEYS = (
+    "transport",
+    "reconnects",
+    "resumed",
+    "resume_fraction",
+    "new_conversations_unexpected",
+    "says",
+    "lost_says",
+    "duplicated_says",
+    "lost_replies",
+    "duplicated_replies",
+    "duplicated_events",
+    "lost_events",
+    "not_stored",
+    "stored_twice",
+    "resume_ms",
+    "turn_ms",
+    "server_rss_mb_idle",
+    "server_rss_mb_live",
+    "server_rss_mb_peak",
+    "rss_per_conversation_kb",
+    "server_threads_peak",
+    "unsettled",
+    "client_wedged_phones",
+    "cpu_s_during_flapping",
+    "server_stop",
+)
+
+
+def _main_figures(main: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in main.items() if k not in ("resume_points", "t0")}
+    storm = main.get("storm")
+    if storm is not None:
+        out["storm_s"] = storm["storm_s"]
+        out["storm_not_resumed"] = storm["not_resumed"]
+        ms = storm.pop("reconnect_ms", [])
+        storm["reconnect_ms"] = percentiles(ms)
+    return out
+
+
+def _ratios(report: dict[str, Any], baselines: dict[str, Any]) -> dict[str, Any]:
+    tput = baselines.get("throughput", {})
+    tps = {name: (tput.get(name) or {}).get("turns_per_s") for name in tput}
+    flap = baselines.get("flap", {})
+    return {
+        "turns_per_s": tps,
+        "stillhere_turns_over_link_bound": ratio(tps.get("stillhere"), tps.get("link-bound")),
+        "stillhere_turns_over_stateless": ratio(tps.get("stillhere"), tps.get("stateless")),
+        "resume_fraction": {
+            "stillhere": report.get("resume_fraction"),
+            **{name: f.get("resume_fraction") for name, f in flap.items()},
+        },
+        "rss_peak_mb": {
+            "stillhere": report.get("server_rss_mb_peak"),
+            **{name: f.get("server_rss_mb_peak") for name, f in flap.items()},
+        },
+        "stillhere_rss_over_link_bound": ratio(
+            report.get("server_rss_mb_peak"), flap.get("link-bound", {}).get("server_rss_mb_peak")
+        ),
+    }
+
+
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def target(name: str, measured: Any, goal: str, met: bool | None) -> None:
+        out[name] = {"measured": measured, "target": goal, "met": met}
+
+    reconnects, resumed = report.get("reconnects", 0), report.get("resumed", 0)
+    target("all_resumed", f"{resumed}/{reconnects}", "100%", resumed == reconnects)
+    lost_dup = {k: report.get(k) for k in CORRECTNESS_KEYS if report.get(k)}
+    target("nothing_lost_or_duplicated", lost_dup or 0, "0", not lost_dup)
+    p99 = (report.get("resume_ms") or {}).get("p99")
+    target("resume_p99_ms", p99, "< 50", p99 is not None and p99 < TARGETS["resume_p99_ms"])
+    kb = report.get("rss_per_conversation_kb")
+    target("rss_per_conversation_kb", kb, "<= 64", kb is not None and kb <= 64.0)
+    if report.get("storm_requested"):
+        s, missing = report.get("storm_s"), report.get("storm_not_resumed")
+        met = s is not None and s <= TARGETS["storm_s"] and missing == 0
+        target("storm_s", {"storm_s": s, "not_resumed": missing}, "all within 10 s", met)
+    baselines = report.get("baselines") or {}
+    r = baselines.get("stillhere_turns_over_link_bound")
+    if baselines:
+        target("turns_over_link_bound", r, ">= 0.70", r is not None and r >= TARGETS["turns_ratio"])
+    return out
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def _cell(value: Any, width: int = 9) -> str:
+    if value is None:
+        return f"{'-':>{width}}"
+    if isinstance(value, float):
+        return f"{value:{width}.2f}"
+    return f"{value!s:>{width}}"
+
+
+def table(report: dict[str, Any]) -> str:
+    r, t = report.get("resume_ms") or {}, report.get("turn_ms") or {}
+    lines = [
+        f"stillhere flap bench: {report['clients']} phones, {report['transport']}, "
+        f"{report['duration_s']:.0f} s, seed {report['seed']}, "
+        f"rehearsal {report['rehearsal']['latency_s']:g} s + "
+        f"{report['rehearsal']['rate_words_per_s']:g} w/s, "
+        f"{report['machine']['cpu_count']} CPUs",
+        f"  link events        {report.get('link_events')}",
+        f"  reconnects         {_cell(report.get('reconnects'))}   resumed {report.get('resumed')}"
+        f"   new conversations unexpected {report.get('new_conversations_unexpected')}",
+        f"  says               {_cell(report.get('says'))}   lost {report.get('lost_says')}"
+        f"   duplicated {report.get('duplicated_says')}   not stored {report.get('not_stored')}"
+        f"   stored twice {report.get('stored_twice')}",
+        f"  replies            {_cell(report.get('replies'))}   lost {report.get('lost_replies')}"
+        f"   duplicated {report.get('duplicated_replies')}   broken {report.get('broken_replies')}",
+        f"  events             duplicated {report.get('duplicated_events')}"
+        f"   lost {report.get('lost_events')}   out of order {report.get('out_of_order_events')}",
+        f"  {'(ms)':<17}{'p50':>9}{'p95':>9}{'p99':>9}",
+        f"  {'resume':<17}{_cell(r.get('p50'))}{_cell(r.get('p95'))}{_cell(r.get('p99'))}"
+        f"   n={r.get('n')}",
+        f"  {'turn':<17}{_cell(t.get('p50'))}{_cell(t.get('p95'))}{_cell(t.get('p99'))}"
+        f"   n={t.get('n')}",
+        f"  server rss         idle {report.get('server_rss_mb_idle')} MB, "
+        f"live {report.get('server_rss_mb_live')} MB ({report.get('live_conversations')} live), "
+        f"peak {report.get('server_rss_mb_peak')} MB",
+        f"  per conversation   {_cell(report.get('rss_per_conversation_kb'))} KB"
+        f"   threads peak {report.get('server_threads_peak')}",
+    ]
+    if report.get("storm_requested"):
+        storm = report.get("storm") or {}
+        lines.append(
+            f"  storm              {_cell(report.get('storm_s'))} s until all resumed, "
+            f"not resumed {report.get('storm_not_resumed')}, "
+            f"reconnect ms {storm.get('reconnect_ms')}"
+        )
+    baselines = report.get("baselines")
+    if baselines:
+        tput, flap = baselines.get("throughput", {}), baselines.get("flap", {})
+        lines.append(
+            f"  {'baselines':<17}{'turns/s':>9}{'ratio':>9}{'resumed':>9}{'rss peak':>10}"
+            f"{'lost':>7}{'dup':>7}"
+        )
+        ref = (tput.get("link-bound") or {}).get("turns_per_s")
+        for name in ("stillhere", "link-bound", "stateless"):
+            tps = (tput.get(name) or {}).get("turns_per_s")
+            f = report if name == "stillhere" else flap.get(name, {})
+            lost = sum(f.get(k) or 0 for k in ("lost_says", "lost_replies", "lost_events"))
+            dup = sum(
+                f.get(k) or 0
+                for k in ("duplicated_says", "duplicated_replies", "duplicated_events")
+            )
+            lines.append(
+                f"  {name:<17}{_cell(tps)}{_cell(ratio(tps, ref))}"
+                f"{_cell(f.get('resume_fraction'))}{_cell(f.get('server_rss_mb_peak'), 10)}"
+                f"{_cell(lost, 7)}{_cell(dup, 7)}"
+            )
+    lines.append("  targets:")
+    for name, t in report.get("targets", {}).items():
+        mark = "met" if t["met"] else "MISSED"
+        lines.append(f"    {name:<28} {mark:<7} measured {t['measured']}  (target {t['target']})")
+    return "\n".join(lines)
+
+
+def problems(report: dict[str, Any]) -> list[str]:
+    found = [f"{k}: {report[k]}" for k in CORRECTNESS_KEYS if report.get(k)]
+    if report.get("ramp_failed"):
+        found.append(f"{report['ramp_failed']} phones failed to start")
+    if report.get("phone_failures"):
+        found.append(f"phone failures: {report['phone_failures']}")
+    if report.get("unsettled"):
+        found.append(
+            f"{report['unsettled']} phones not settled at the end, "
+            f"{report.get('client_wedged_phones')} of them with a wedged client "
+            "(UP, link ended, no writer: see unsettled_phones)"
+        )
+    stop = report.get("server_stop") or {}
+    if stop.get("killed") or stop.get("exit_code") not in (0, None) or stop.get("log_problems"):
+        found.append(f"server stop: {stop}")
+    return found
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Run every phase in a tmp dir (removed after) and return the report. The key
+    `_resume_points` holds (s, ms) of every resume, for the plot."""
+    root = Path(tempfile.mkdtemp(prefix="stillhere-flap-"))
+    try:
+        async with asyncio.timeout(args.timeout):
+            return await _run(args, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Run the bench; 0 when nothing was lost, duplicated or failed, 1 if so, 2 if it could
+    not finish. Timing and memory targets are reported, not part of the exit code."""
+    try:
+        report = await measure(args)
+    except (procs.ServerError, BenchFailed, TimeoutError) as failed:
+        print(f"flap bench failed: {type(failed).__name__}: {failed}", file=sys.stderr)
+        return 2
+    resume_points = report.pop("_resume_points")
+    print(table(report))
+    found = problems(report)
+    if found:
+        print("problems:\n  " + "\n  ".join(found))
+        examples = report.get("examples") or {}
+        for kind, seen in examples.items():
+            print(f"  e.g. {kind}: " + "; ".join(seen[:3]))
+    if args.json is not None:
+        write_json(report, args.json)
+        print(f"report written to {args.json}")
+    if args.plot is not None:
+        from bench.flap_plot import plot
+
+        plot(args.plot, report, resume_points)
+        print(f"plot written to {args.plot}")
+    return 1 if found else 0
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.flap", description=DESCRIPTION)
+    add_options(parser)
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return asyncio.run(run(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Server processes for `bench.flap`: stillhere and the two baselines, started and stopped.
+
+Every server runs as its own process on 127.0.0.1 with a free port and a tmp data dir, is
+sampled with psutil (RSS, threads), and is stopped with SIGINT, then SIGKILL; an embedded
+PostgreSQL left behind in its data dir is stopped too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+
+from bench.live import (
+    HOST,
+    free_port,
+    log_problems,
+    log_tail,
+    stillhere_command,
+    stop_leftover_postgres,
+)
+
+READY_TIMEOUT_S = 180.0  # a first start runs initdb
+STOP_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 15.0
+PROJECT = Path(__file__).resolve().parent.parent
+
+__all__ = ["HOST", "RssSampler", "Server", "ServerError", "log_problems", "log_tail", "start"]
+
+
+class ServerError(Exception):
+    """A server did not start or died."""
+
+
+@dataclass
+class Server:
+    name: str  # stillhere | link-bound | stateless
+    proc: subprocess.Popen[bytes]
+    port: int
+    data_dir: Path | None
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def pgdata(self) -> Path | None:
+        return self.data_dir / "pgdata" if self.data_dir is not None else None
+
+    def ps(self) -> psutil.Process:
+        return psutil.Process(self.proc.pid)
+
+    def rss_mb(self) -> float:
+        return float(self.ps().memory_info().rss) / (1024 * 1024)
+
+    def threads(self) -> int:
+        return int(self.ps().num_threads())
+
+
+def _clean_env() -> dict[str, str]:
+    # Only the command line configures a server: no STILLHERE_* from the environment.
+    return {k: v for k, v in os.environ.items() if not k.startswith("STILLHERE_")}
+
+
+def start(
+    name: str, root: Path, *, latency: float, rate: float, extra: list[str] | None = None
+) -> Server:
+    """Start one server in `root/<name>` on a free port of 127.0.0.1."""
+    home = root / name
+    home.mkdir(parents=True, exist_ok=True)
+    port, log_path = free_port(), home / "server.log"
+    data_dir: Path | None = home / "data"
+    timing = ["--rehearsal-latency", f"{latency}", "--rehearsal-rate", f"{rate}"]
+    if name == "stillhere":
+        command = [stillhere_command(), "serve", "--host", HOST, "--port", str(port)]
+        command += ["--data-dir", str(data_dir), "--sweep-interval", "1h"]
+        command += ["--resume-window", "30m"]
+        command += [timing[0], f"{latency}s", timing[2], timing[3]]
+    elif name == "link-bound":
+        data_dir = None
+        command = [sys.executable, "-m", "bench.baselines.link_bound", "--port", str(port)]
+        command += timing
+    elif name == "stateless":
+        command = [sys.executable, "-m", "bench.baselines.stateless", "--port", str(port)]
+        command += ["--data-dir", str(data_dir), *timing]
+    else:
+        raise ValueError(f"unknown server {name!r}")
+    command += extra or []
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            command,
+            cwd=PROJECT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_clean_env(),
+            start_new_session=True,  # a Ctrl-C on the bench reaches it via `finally` only
+        )
+    return Server(name, proc, port, data_dir, log_path)
+
+
+async def wait_ready(server: Server) -> float:
+    """Seconds until `/v1/ws` accepts a WebSocket (bounded)."""
+    started = time.perf_counter()
+    deadline = started + READY_TIMEOUT_S
+    async with aiohttp.ClientSession() as http:
+        while time.perf_counter() < deadline:
+            if server.proc.poll() is not None:
+                tail = "\n  ".join(log_tail(server.log_path, 20))
+                raise ServerError(
+                    f"{server.name} exited with {server.proc.returncode} before it was ready:"
+                    f"\n  {tail}"
+                )
+            with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+                ws = await asyncio.wait_for(
+                    http.ws_connect(server.base_url + "/v1/ws"), CONNECT_TIMEOUT_S
+                )
+                await asyncio.wait_for(ws.close(), CONNECT_TIMEOUT_S)
+                return time.perf_counter() - started
+            await asyncio.sleep(0.25)
+    raise ServerError(f"{server.name} not accepting after {READY_TIMEOUT_S:.0f} s")
+
+
+def stop(server: Server) -> dict[str, Any]:
+    """SIGINT, then SIGKILL after STOP_TIMEOUT_S; then any PostgreSQL it left running."""
+    started, killed = time.perf_counter(), False
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGINT)
+        try:
+            server.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            killed = True
+            server.proc.kill()
+            server.proc.wait(10.0)
+    seconds = time.perf_counter() - started
+    leftover = stop_leftover_postgres(server.pgdata) if server.pgdata is not None else False
+    return {
+        "seconds": round(seconds, 2),
+        "exit_code": server.proc.returncode,
+        "killed": killed,
+        "postgres_left_running": leftover,
+        "log_problems": len(log_problems(server.log_path)),
+    }
+
+
+@dataclass
+class RssSampler:
+    """Samples a server's RSS and thread count every `interval` seconds, in a task."""
+
+    server: Server
+    interval: float = 1.0
+    t0: float = field(default_factory=time.perf_counter)
+    series: list[tuple[float, float, int]] = field(default_factory=list)  # (s, MB, threads)
+    _task: asyncio.Task[None] | None = None
+
+    def sample(self) -> tuple[float, int]:
+        with contextlib.suppress(psutil.Error):
+            mb, threads = self.server.rss_mb(), self.server.threads()
+            self.series.append((time.perf_counter() - self.t0, mb, threads))
+            return mb, threads
+        return 0.0, 0
+
+    async def _run(self) -> None:
+        while self.server.proc.poll() is None:
+            self.sample()
+            await asyncio.sleep(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self.sample()
+
+    @property
+    def peak_mb(self) -> float:
+        return max((mb for _, mb, _ in self.series), default=0.0)
+
+    @property
+    def peak_threads(self) -> int:
+        return max((n for _, _, n in self.series), default=0)

@@ -1,0 +1,94 @@
+"""The fixed throughput phase: M phones each send K says back to back, no drops.
+
+Run against each server in turn with a zero-latency rehearsal model, so what is measured
+is the server's own cost per turn (link, actor or handler, storage), not the model's pace.
+Each phone is a bare WebSocket (not the reference client) so the bench's own work per turn
+is as small as possible and the same for every server: send a say, read frames until the
+`reply.end` that answers it, send the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+FRAME_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Throughput:
+    phones: int
+    says: int
+    turns: int = 0
+    seconds: float = 0.0
+    turn_ms: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def turns_per_s(self) -> float | None:
+        return self.turns / self.seconds if self.seconds > 0 else None
+
+
+async def _next(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    message = await asyncio.wait_for(ws.receive(), FRAME_TIMEOUT_S)
+    if message.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+        raise ConnectionError(f"link ended: {message.type.name}")
+    frame: dict[str, Any] = orjson.loads(message.data)
+    if frame.get("type") == "error":
+        raise RuntimeError(f"error frame: {frame.get('code')}")
+    return frame
+
+
+async def _connect(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
+    ws = await http.ws_connect(url)
+    device = "tput-" + secrets.token_urlsafe(24)
+    await ws.send_str(orjson.dumps({"type": "hello", "v": 1, "device": device}).decode())
+    while (await _next(ws))["type"] != "welcome":
+        pass
+    return ws
+
+
+async def _turns(ws: aiohttp.ClientWebSocketResponse, k: int, out: Throughput) -> None:
+    for n in range(k):
+        id_ = uuid.uuid4().hex
+        text = f"Throughput message {n}, plain words and nothing more."
+        sent = time.perf_counter()
+        await ws.send_str(orjson.dumps({"type": "say", "id": id_, "text": text}).decode())
+        while True:
+            frame = await _next(ws)
+            if frame["type"] == "reply.end":
+                break
+        out.turn_ms.append((time.perf_counter() - sent) * 1000.0)
+        out.turns += 1
+
+
+async def measure(base_url: str, phones: int, says: int, timeout: float) -> Throughput:
+    """Connect M phones (hello), then time M x K turns from the first say to the last end."""
+    out = Throughput(phones, says)
+    url = base_url + "/v1/ws"
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        links = await asyncio.wait_for(
+            asyncio.gather(*(_connect(http, url) for _ in range(phones))), timeout
+        )
+        try:
+            started = time.perf_counter()
+            results = await asyncio.wait_for(
+                asyncio.gather(*(_turns(ws, says, out) for ws in links), return_exceptions=True),
+                timeout,
+            )
+            out.seconds = time.perf_counter() - started
+            for result in results:
+                if isinstance(result, BaseException):
+                    key = f"{type(result).__name__}: {result}"[:200]
+                    out.errors[key] = out.errors.get(key, 0) + 1
+        finally:
+            await asyncio.gather(*(ws.close() for ws in links), return_exceptions=True)
+    return out
