@@ -16,9 +16,7 @@ import aiohttp
 import numpy as np
 import orjson
 
-# Enough of an error body to tell "model not found" from "overloaded" in a log line, short
-# enough that an HTML error page does not flood it.
-_BODY_EXCERPT = 200
+from providers.http import ApiClient, excerpt
 
 # Below this norm a vector has no direction: normalising it would turn noise into a
 # fingerprint that matches anything.
@@ -95,26 +93,15 @@ class OpenAIEmbeddings:
         self.label = f"openai-compatible embeddings {model} at {url}"
         # 0 until the first answer says how long the model's vectors are.
         self.dim = dim or 0
-        self._endpoint = f"{url.rstrip('/')}/embeddings"
         self._model = model
-        self._key = key or None
         self._batch_size = batch_size
         # One total timeout per request: an embedding answer is not streamed, so there is
         # no long-but-alive case to allow for.
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        # Created on first use because a ClientSession binds to the running loop, and the
-        # embedder is usually constructed before the server's loop starts.
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        return self._session
+        timeout_ = aiohttp.ClientTimeout(total=timeout)
+        self._api = ApiClient(f"{url.rstrip('/')}/embeddings", key, timeout_)
 
     async def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        await self._api.close()
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -127,45 +114,28 @@ class OpenAIEmbeddings:
 
     async def _embed_batch(self, texts: list[str]) -> np.ndarray:
         body = {"model": self._model, "input": texts}
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        try:
-            async with self._client().post(
-                self._endpoint, data=orjson.dumps(body), headers=headers
+        api = self._api
+        with api.network_failures(EmbeddingError):
+            async with api.session().post(
+                api.endpoint, data=orjson.dumps(body), headers=api.headers("application/json")
             ) as response:
                 raw = await response.read()
                 if not 200 <= response.status < 300:
-                    excerpt = raw.decode("utf-8", "replace")[:_BODY_EXCERPT]
-                    raise EmbeddingError(
-                        f"http_{response.status}",
-                        self._scrub(f"{self._endpoint} answered {response.status}: {excerpt}"),
-                    )
-        except EmbeddingError:
-            raise
-        except TimeoutError as exc:
-            # Checked before ClientError: aiohttp's timeout errors are both.
-            raise EmbeddingError(
-                "timeout", self._scrub(f"{self._endpoint} timed out: {_describe(exc)}")
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise EmbeddingError(
-                "connect", self._scrub(f"cannot reach {self._endpoint}: {_describe(exc)}")
-            ) from None
+                    raise api.http_error(EmbeddingError, response.status, raw)
         return self._parse(raw, len(texts))
 
     def _parse(self, raw: bytes, expected: int) -> np.ndarray:
         try:
             answer = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            raise self._bad(f"the answer is not JSON: {_excerpt(raw)}") from None
+            raise self._bad(f"the answer is not JSON: {excerpt(raw)}") from None
         if not isinstance(answer, dict):
-            raise self._bad(f"the answer is not an object: {_excerpt(raw)}")
+            raise self._bad(f"the answer is not an object: {excerpt(raw)}")
         if answer.get("error"):
-            raise self._bad(f"the server reported an error: {_excerpt(raw)}")
+            raise self._bad(f"the server reported an error: {excerpt(raw)}")
         data = answer.get("data")
         if not isinstance(data, list):
-            raise self._bad(f"the answer has no data list: {_excerpt(raw)}")
+            raise self._bad(f"the answer has no data list: {excerpt(raw)}")
         if len(data) != expected:
             raise self._bad(f"asked for {expected} embeddings, got {len(data)}")
         rows: list[list[float] | None] = [None] * expected
@@ -214,18 +184,4 @@ class OpenAIEmbeddings:
         return normalised
 
     def _bad(self, message: str) -> EmbeddingError:
-        return EmbeddingError("bad_response", self._scrub(f"{self._endpoint}: {message}"))
-
-    def _scrub(self, text: str) -> str:
-        # Error bodies sometimes quote the credential back ("Incorrect API key provided:
-        # sk-..."), and error messages end up in logs.
-        return text.replace(self._key, "[redacted]") if self._key else text
-
-
-def _excerpt(payload: bytes) -> str:
-    return payload[:_BODY_EXCERPT].decode("utf-8", "replace")
-
-
-def _describe(exc: BaseException) -> str:
-    # Some aiohttp timeouts stringify to nothing; the class name still says what happened.
-    return str(exc) or type(exc).__name__
+        return EmbeddingError("bad_response", self._api.scrub(f"{self._api.endpoint}: {message}"))

@@ -16,10 +16,7 @@ import aiohttp
 import orjson
 
 from providers.chat import ChatEvent, ChatMessage, ModelError, TextDelta, ToolCall, ToolSpec
-
-# Enough of an error body to tell "overloaded" from "model not found" in a log line,
-# short enough that an HTML error page does not flood it.
-_BODY_EXCERPT = 200
+from providers.http import BODY_EXCERPT, ApiClient, excerpt
 
 
 class OpenAIChat:
@@ -35,27 +32,16 @@ class OpenAIChat:
         read_timeout: float = 60.0,
     ) -> None:
         self.label = f"openai-compatible {model} at {url}"
-        self._endpoint = f"{url.rstrip('/')}/chat/completions"
         self._model = model
-        self._key = key or None
         # No total timeout: a long answer may legitimately stream for minutes. What must
         # not happen is a silent socket, which sock_read catches between any two reads.
-        self._timeout = aiohttp.ClientTimeout(
+        timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=connect_timeout, sock_read=read_timeout
         )
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        # Created on first use because a ClientSession binds to the running loop, and the
-        # model is usually constructed before the server's loop starts.
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        return self._session
+        self._api = ApiClient(f"{url.rstrip('/')}/chat/completions", key, timeout)
 
     async def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        await self._api.close()
 
     async def stream(
         self, messages: list[ChatMessage], tools: list[ToolSpec]
@@ -68,56 +54,35 @@ class OpenAIChat:
         if tools:
             # Some servers reject an empty tools list, so the key is left out entirely.
             body["tools"] = [_tool_to_wire(t) for t in tools]
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-
-        try:
-            async with self._client().post(
-                self._endpoint, data=orjson.dumps(body), headers=headers
+        api = self._api
+        with api.network_failures(ModelError):
+            async with api.session().post(
+                api.endpoint, data=orjson.dumps(body), headers=api.headers("text/event-stream")
             ) as response:
                 if not 200 <= response.status < 300:
-                    raw = await response.read()
-                    excerpt = raw.decode("utf-8", "replace")[:_BODY_EXCERPT]
-                    raise ModelError(
-                        f"http_{response.status}",
-                        self._scrub(f"{self._endpoint} answered {response.status}: {excerpt}"),
-                    )
+                    raise api.http_error(ModelError, response.status, await response.read())
                 calls = _ToolCallAssembler()
                 async for payload in _sse_data(response):
                     for event in self._parse_chunk(payload, calls):
                         yield event
                 for call in calls.finish():
                     yield call
-        except ModelError:
-            raise
-        except TimeoutError as exc:
-            # Checked before ClientError: aiohttp's timeout errors are both.
-            raise ModelError(
-                "timeout", self._scrub(f"{self._endpoint} timed out: {_describe(exc)}")
-            ) from None
-        except aiohttp.ClientError as exc:
-            # Refused, reset or dropped mid-stream: in every case the model is unreachable
-            # and the turn can only be retried, so they share one code.
-            raise ModelError(
-                "connect", self._scrub(f"cannot reach {self._endpoint}: {_describe(exc)}")
-            ) from None
 
     def _parse_chunk(self, payload: bytes, calls: _ToolCallAssembler) -> list[ChatEvent]:
         try:
             chunk = orjson.loads(payload)
         except orjson.JSONDecodeError:
             raise ModelError(
-                "bad_response", self._scrub(f"stream data is not JSON: {_excerpt(payload)}")
+                "bad_response", self._api.scrub(f"stream data is not JSON: {excerpt(payload)}")
             ) from None
         if not isinstance(chunk, dict):
             raise ModelError(
-                "bad_response", self._scrub(f"stream data is not an object: {_excerpt(payload)}")
+                "bad_response", self._api.scrub(f"stream data is not an object: {excerpt(payload)}")
             )
         if chunk.get("error"):
             # Servers that fail after the 200 has been sent can only say so in the stream.
             raise ModelError(
-                "bad_response", self._scrub(f"model reported an error: {_excerpt(payload)}")
+                "bad_response", self._api.scrub(f"model reported an error: {excerpt(payload)}")
             )
         events: list[ChatEvent] = []
         for choice in chunk.get("choices") or []:
@@ -131,11 +96,6 @@ class OpenAIChat:
                 if isinstance(fragment, dict):
                     calls.add(fragment)
         return events
-
-    def _scrub(self, text: str) -> str:
-        # Error bodies sometimes quote the credential back ("Incorrect API key provided:
-        # sk-..."), and error messages end up in logs and on phones.
-        return text.replace(self._key, "[redacted]") if self._key else text
 
 
 @dataclass(slots=True)
@@ -183,13 +143,13 @@ class _ToolCallAssembler:
             except orjson.JSONDecodeError:
                 raise ModelError(
                     "bad_response",
-                    f"arguments of tool call {partial.name} are not JSON: {text[:_BODY_EXCERPT]}",
+                    f"arguments of tool call {partial.name} are not JSON: {text[:BODY_EXCERPT]}",
                 ) from None
             if not isinstance(arguments, dict):
                 raise ModelError(
                     "bad_response",
                     f"arguments of tool call {partial.name} are not an object: "
-                    f"{text[:_BODY_EXCERPT]}",
+                    f"{text[:BODY_EXCERPT]}",
                 )
             # The id is echoed back with the tool result; invent one if the server did not.
             calls.append(ToolCall(partial.id or f"call_{index}", partial.name, arguments))
@@ -270,12 +230,3 @@ def _tool_to_wire(tool: ToolSpec) -> dict[str, Any]:
             "parameters": tool.parameters,
         },
     }
-
-
-def _excerpt(payload: bytes) -> str:
-    return payload[:_BODY_EXCERPT].decode("utf-8", "replace")
-
-
-def _describe(exc: BaseException) -> str:
-    # Some aiohttp timeouts stringify to nothing; the class name still says what happened.
-    return str(exc) or type(exc).__name__
