@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench import flap_procs as procs
+from bench import procs
 from bench.flap_db import Stored, stateless_stored, stillhere_stored
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
 from bench.flap_throughput import measure as measure_throughput

@@ -17,9 +17,6 @@ import os
 import random
 import secrets
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,16 +31,15 @@ import aiohttp
 import numpy as np
 import psutil
 
-HOST = "127.0.0.1"
-READY_TIMEOUT_S = 180.0  # first start runs initdb
-STOP_TIMEOUT_S = 60.0
+from bench.procs import Server, log_problems, log_tail, wait_ready
+from bench.procs import start as start_server
+from bench.procs import stop as stop_server
+
 CONNECT_TIMEOUT_S = 15.0
 FRAME_TIMEOUT_S = 30.0
 PHONE_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 5.0
 MAX_FRAMES_PER_WAIT = 10_000
-LOG_TAIL_LINES = 40
-PROBLEM_MARKERS = ("ERROR", "Traceback", "Exception", "CRITICAL")
 DESCRIPTION = "memory per live conversation, and resume latency against new devices"
 
 
@@ -52,119 +48,6 @@ class BenchError(Exception):
 
 
 # -- the server process ---------------------------------------------------------------------
-
-
-@dataclass
-class ServerProcess:
-    proc: subprocess.Popen[bytes]
-    port: int
-    data_dir: Path
-    log_path: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}/v1/ws"
-
-    def ps(self) -> psutil.Process:
-        return psutil.Process(self.proc.pid)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def stillhere_command() -> str:
-    beside = Path(sys.executable).parent / "stillhere"
-    found = str(beside) if beside.exists() else shutil.which("stillhere")
-    if found is None:
-        raise SystemExit("no `stillhere` command: install the project (pip install -e .)")
-    return found
-
-
-def start_server(root: Path, port: int) -> ServerProcess:
-    data_dir, log_path = root / "data", root / "server.log"
-    command = [stillhere_command(), "serve", "--host", HOST, "--port", str(port)]
-    command += ["--data-dir", str(data_dir), "--sweep-interval", "1h"]
-    # Only the command line configures the server: no STILLHERE_* from the environment.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STILLHERE_")}
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # a Ctrl-C on the bench reaches the server via finally
-        )
-    return ServerProcess(proc, port, data_dir, log_path)
-
-
-async def wait_ready(server: ServerProcess, http: aiohttp.ClientSession) -> float:
-    """Seconds until `/v1/ws` accepts a WebSocket."""
-    started = time.perf_counter()
-    deadline = started + READY_TIMEOUT_S
-    while time.perf_counter() < deadline:
-        if server.proc.poll() is not None:
-            raise BenchError(f"server exited with {server.proc.returncode} before it was ready")
-        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-            ws = await asyncio.wait_for(http.ws_connect(server.url), CONNECT_TIMEOUT_S)
-            await asyncio.wait_for(ws.close(), CLOSE_TIMEOUT_S)
-            return time.perf_counter() - started
-        await asyncio.sleep(0.25)
-    raise BenchError(f"server not accepting on {server.url} after {READY_TIMEOUT_S:.0f} s")
-
-
-def stop_server(server: ServerProcess) -> dict[str, Any]:
-    """SIGINT, then kill after STOP_TIMEOUT_S; then any PostgreSQL it left behind."""
-    started, killed = time.perf_counter(), False
-    if server.proc.poll() is None:
-        server.proc.send_signal(signal.SIGINT)
-        try:
-            server.proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            killed = True
-            server.proc.kill()
-            server.proc.wait(10.0)
-    seconds = time.perf_counter() - started
-    leftover = stop_leftover_postgres(server.data_dir / "pgdata")
-    return {
-        "seconds": round(seconds, 2),
-        "exit_code": server.proc.returncode,
-        "killed": killed,
-        "postgres_left_running": leftover,
-    }
-
-
-def stop_leftover_postgres(pgdata: Path) -> bool:
-    """Stop the postmaster the server started in our tmp dir, if it outlived the server."""
-    pidfile = pgdata / "postmaster.pid"
-    with contextlib.suppress(OSError, ValueError, IndexError, psutil.Error):
-        pid = int(pidfile.read_text().splitlines()[0])
-        postmaster = psutil.Process(pid)
-        if str(pgdata) not in " ".join(postmaster.cmdline()):
-            return False
-        postmaster.terminate()
-        try:
-            postmaster.wait(10.0)
-        except psutil.TimeoutExpired:
-            postmaster.kill()
-        return True
-    return False
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
-    with contextlib.suppress(OSError):
-        return path.read_text(errors="replace").splitlines()[-lines:]
-    return []
-
-
-def log_problems(path: Path) -> list[str]:
-    with contextlib.suppress(OSError):
-        text = path.read_text(errors="replace").splitlines()
-        return [line for line in text if any(m in line for m in PROBLEM_MARKERS)]
-    return []
 
 
 # -- phones ---------------------------------------------------------------------------------
@@ -395,10 +278,6 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a is not None and b else None
 
 
-def rss_mb(server: ServerProcess) -> float:
-    return server.ps().memory_info().rss / (1024 * 1024)
-
-
 async def close_all(phones: Sequence[Phone], concurrency: int) -> None:
     gate = asyncio.Semaphore(concurrency)
 
@@ -413,19 +292,20 @@ def connector_limit(args: argparse.Namespace) -> int:
     return args.conversations + 2 * args.sample + 100
 
 
-async def measure(server: ServerProcess, args: argparse.Namespace) -> dict[str, Any]:
+async def measure(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     connector = aiohttp.TCPConnector(limit=connector_limit(args), limit_per_host=0)
     async with aiohttp.ClientSession(connector=connector) as http:
-        ready_s = await wait_ready(server, http)
+        ready_s = await wait_ready(server)
+        url = server.base_url + "/v1/ws"
         await asyncio.sleep(args.settle)
-        idle_mb, idle_threads = rss_mb(server), server.ps().num_threads()
+        idle_mb, idle_threads = server.rss_mb(), server.threads()
         started = time.perf_counter()
-        phones, ramp_errors = await ramp(http, server.url, args.conversations, args.concurrency)
+        phones, ramp_errors = await ramp(http, url, args.conversations, args.concurrency)
         ramp_s = time.perf_counter() - started
         await asyncio.sleep(args.settle)
-        live_mb, live_threads = rss_mb(server), server.ps().num_threads()
+        live_mb, live_threads = server.rss_mb(), server.threads()
         sample = random.Random(args.seed).sample(phones, min(args.sample, len(phones)))
-        latencies = await measure_latencies(http, server.url, sample)
+        latencies = await measure_latencies(http, url, sample)
         await close_all(phones, args.concurrency)
     live = len(phones)
     return {
@@ -530,7 +410,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-async def _bounded(server: ServerProcess, args: argparse.Namespace) -> dict[str, Any]:
+async def _bounded(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     async with asyncio.timeout(args.timeout):
         return await measure(server, args)
 
@@ -540,7 +420,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="stillhere-bench-"))
     measured: dict[str, Any] | None = None
     try:
-        server = start_server(root, free_port())
+        server = start_server("stillhere", root, latency=0.0, rate=0.0)
         try:
             measured = asyncio.run(_bounded(server, args))
         finally:

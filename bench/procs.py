@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,15 +23,9 @@ from typing import Any
 import aiohttp
 import psutil
 
-from bench.live import (
-    HOST,
-    free_port,
-    log_problems,
-    log_tail,
-    stillhere_command,
-    stop_leftover_postgres,
-)
-
+HOST = "127.0.0.1"
+LOG_TAIL_LINES = 40
+PROBLEM_MARKERS = ("ERROR", "Traceback", "Exception", "CRITICAL")
 READY_TIMEOUT_S = 180.0  # a first start runs initdb
 STOP_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 15.0
@@ -66,6 +62,50 @@ class Server:
 
     def threads(self) -> int:
         return int(self.ps().num_threads())
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def stillhere_command() -> str:
+    beside = Path(sys.executable).parent / "stillhere"
+    found = str(beside) if beside.exists() else shutil.which("stillhere")
+    if found is None:
+        raise SystemExit("no `stillhere` command: install the project (pip install -e .)")
+    return found
+
+
+def stop_leftover_postgres(pgdata: Path) -> bool:
+    """Stop the postmaster the server started in our tmp dir, if it outlived the server."""
+    pidfile = pgdata / "postmaster.pid"
+    with contextlib.suppress(OSError, ValueError, IndexError, psutil.Error):
+        pid = int(pidfile.read_text().splitlines()[0])
+        postmaster = psutil.Process(pid)
+        if str(pgdata) not in " ".join(postmaster.cmdline()):
+            return False
+        postmaster.terminate()
+        try:
+            postmaster.wait(10.0)
+        except psutil.TimeoutExpired:
+            postmaster.kill()
+        return True
+    return False
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    with contextlib.suppress(OSError):
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    return []
+
+
+def log_problems(path: Path) -> list[str]:
+    with contextlib.suppress(OSError):
+        text = path.read_text(errors="replace").splitlines()
+        return [line for line in text if any(m in line for m in PROBLEM_MARKERS)]
+    return []
 
 
 def _clean_env() -> dict[str, str]:
