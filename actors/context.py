@@ -24,8 +24,8 @@ from storage.context import ContextMemory, PastConversation
 from storage.records import Turn
 
 if TYPE_CHECKING:
-    from actors.runtime import Runtime
-    from actors.turn import TurnRequest
+    from actors.messages import TurnRequest
+    from actors.runtime import ContextSettings, Runtime
 
 log = logging.getLogger("stillhere.context")
 
@@ -33,20 +33,6 @@ RECALL_INSTRUCTION = (
     "When the person asks what we were talking about, whether you remember, or says they "
     "forgot what we were saying, answer from this section first, before searching memories."
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ContextSettings:
-    """How much context a turn gets, and how long each source may take."""
-
-    budget_chars: int = 6000
-    source_timeout_s: float = 0.5
-    conversations: int = 5  # recent conversations listed
-    exchange_turns: int = 6  # last turns of the most recent one, word for word
-    turn_chars: int = 300  # a longer turn is shortened
-    memory_chars: int = 240  # a longer memory is shortened
-    recent_days: float = 3.0  # "mentioned in recent days"
-    per_layer: int = 40  # memories read per layer, before the budget
 
 
 @dataclass(frozen=True, slots=True)

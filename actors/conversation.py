@@ -29,10 +29,11 @@ from actors.messages import (
     Snapshot,
     SpeakerSet,
     TurnEnded,
+    TurnRequest,
 )
 from actors.runtime import ActorFailed, Reply, Runtime
 from actors.stream import ConversationStream
-from actors.turn import SayOutcome, TurnJob, TurnRequest, run_turn, store_say
+from actors.turn import SayOutcome, TurnJob, run_turn, store_say
 from storage.records import ConversationRecord, Turn
 
 log = logging.getLogger("stillhere.conversation")

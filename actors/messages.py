@@ -100,3 +100,17 @@ class Snapshot:
         if self.ending:
             return "ending"
         return "replying" if self.generating else "idle"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    conversation: UUID
+    person: str
+    history: list[Turn]
+    new: list[Turn]
+    speaker: str | None
+    cards: list[Card]
+    during_reply: bool
+    after_interrupt: bool
+    handles: TurnHandles
+    since: float  # time.monotonic() when the oldest of `new` was stored

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actors.clock import Clock
-from actors.context import ContextSettings
 from actors.metrics import Metrics
 from providers.chat import ChatModel
 from storage.store import Store
@@ -24,6 +23,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("stillhere.actors")
 
 DEFAULT_INTERRUPT_WORDS = ("stop", "wait", "hold on", "hang on", "shut up", "enough", "pause")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSettings:
+    """How much context a turn gets, and how long each source may take."""
+
+    budget_chars: int = 6000
+    source_timeout_s: float = 0.5
+    conversations: int = 5  # recent conversations listed
+    exchange_turns: int = 6  # last turns of the most recent one, word for word
+    turn_chars: int = 300  # a longer turn is shortened
+    memory_chars: int = 240  # a longer memory is shortened
+    recent_days: float = 3.0  # "mentioned in recent days"
+    per_layer: int = 40  # memories read per layer, before the budget
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from uuid import UUID, uuid4
 
 from actors.context import Context, assemble
-from actors.handles import TurnHandles
-from actors.messages import Say, SayStored, TurnEnded
+from actors.messages import Say, SayStored, TurnEnded, TurnRequest
 from actors.prompt import build_messages
 from actors.runtime import Runtime
 from actors.stream import ConversationStream
 from actors.tools import TOOLS, Mailbox, ToolContext, execute
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
-from storage.records import Card, Turn
+from storage.records import Turn
 from storage.store import ConversationEnded
 
 log = logging.getLogger("stillhere.turn")
@@ -66,20 +65,6 @@ async def store_say(
         mailbox.tell(SayStored(stored, say.handles, time.monotonic()))
         say.reply.resolve(SayOutcome(ack))
         await rt.store.set_ack_seq(person, say.client_id, ack["seq"])
-
-
-@dataclass(frozen=True, slots=True)
-class TurnRequest:
-    conversation: UUID
-    person: str
-    history: list[Turn]
-    new: list[Turn]
-    speaker: str | None
-    cards: list[Card]
-    during_reply: bool
-    after_interrupt: bool
-    handles: TurnHandles
-    since: float  # time.monotonic() when the oldest of `new` was stored
 
 
 class TurnJob:

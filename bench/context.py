@@ -50,8 +50,8 @@ import asyncpg
 from actors import context
 from actors.clock import ManualClock
 from actors.handles import TurnHandles
+from actors.messages import TurnRequest
 from actors.runtime import ConversationSettings, Runtime
-from actors.turn import TurnRequest
 from providers.rehearsal import RehearsalModel
 from storage.embedded import EmbeddedPostgres
 from storage.records import Card

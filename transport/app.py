@@ -11,10 +11,9 @@ from functools import partial
 from aiohttp import web
 
 from actors.clock import Clock, SystemClock
-from actors.context import ContextSettings
 from actors.directory import Directory, stop_actors
 from actors.memory.setup import close_keeper, make_embedder, open_keeper
-from actors.runtime import ConversationSettings, Runtime
+from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
 from providers.chat import ChatModel
 from providers.openai import OpenAIChat
