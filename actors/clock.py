@@ -1,7 +1,10 @@
-"""Injected time, so the resume window and the sweep are tested in milliseconds."""
+"""Time: an injected clock (so the resume window and the sweep are tested in milliseconds),
+and durations as people write them (`90s`, `30m`, `2h`)."""
 
 from __future__ import annotations
 
+import argparse
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -30,3 +33,15 @@ class ManualClock:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self._now += timedelta(seconds=seconds)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from `90s`, `30m`, `2h`, `250ms` or a bare number of seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 90s, 30m, 2h)")
+    return float(match.group(1)) * _UNITS[match.group(2)]

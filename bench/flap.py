@@ -69,7 +69,7 @@ class BenchFailed(Exception):
 
 
 def _seconds(text: str) -> float:
-    from transport.config import parse_duration
+    from actors.clock import parse_duration
 
     return parse_duration(text)
 

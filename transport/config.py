@@ -4,22 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actors.clock import parse_duration
 from actors.runtime import DEFAULT_INTERRUPT_WORDS
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from `90s`, `30m`, `2h`, `250ms` or a bare number of seconds."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 90s, 30m, 2h)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 def _words(text: str) -> tuple[str, ...]:
