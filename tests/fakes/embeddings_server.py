@@ -12,16 +12,15 @@ that the client normalises them.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-from collections import deque
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 import orjson
 from aiohttp import web
+
+from tests.fakes.http_fake import FakeApi
 
 
 def vector_for(text: str, dim: int) -> np.ndarray:
@@ -91,57 +90,21 @@ class Shuffled:
 Response = Fail | Hang | Garbage | WrongCount | WrongLength | Ragged | Junk | Zero | Shuffled
 
 
-class FakeEmbeddings:
+class FakeEmbeddings(FakeApi["Response"]):
     """Serves `POST /v1/embeddings`: scripted responses first (FIFO), then good answers."""
 
+    path = "/v1/embeddings"
+
     def __init__(self, dim: int = 32, scale: float = 3.0) -> None:
+        super().__init__()
         self.dim = dim
         self.scale = scale
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.url = ""
-        self._script: deque[Response] = deque()
-        self._runner: web.AppRunner | None = None
-        self._stopping = asyncio.Event()
-
-    def queue(self, *responses: Response) -> None:
-        self._script.extend(responses)
 
     def expected(self, texts: list[str]) -> np.ndarray:
         """What a correct client returns for these texts: the fake's unit vectors."""
         return np.stack([vector_for(t, self.dim) for t in texts]).astype(np.float32)
 
-    async def start(self) -> str:
-        self._stopping = asyncio.Event()
-        app = web.Application()
-        app.router.add_post("/v1/embeddings", self._embeddings)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}/v1"
-        return self.url
-
-    async def stop(self) -> None:
-        self._stopping.set()
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
-
-    async def __aenter__(self) -> FakeEmbeddings:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    async def _embeddings(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
         self.requests.append(body)
         self.headers.append(dict(request.headers))

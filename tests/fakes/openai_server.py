@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests.fakes.http_fake import FakeApi
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,62 +60,24 @@ class Garbage:
 Response = Reply | Fail | Empty | Hang | Garbage
 
 
-class FakeOpenAI:
+class FakeOpenAI(FakeApi["Response"]):
     """Serves `POST /v1/chat/completions` from a FIFO script of responses.
 
     Once the script runs out, `default` decides; without one, the fake echoes the last
     user message, so tests that do not care what the model says need not script it.
     """
 
-    def __init__(self, default: Callable[[dict[str, Any]], Response] | None = None) -> None:
-        self.default = default
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.url = ""
-        self._script: deque[Response] = deque()
-        self._call_ids = itertools.count(1)
-        self._runner: web.AppRunner | None = None
-        self._stopping = asyncio.Event()
+    path = "/v1/chat/completions"
 
-    def queue(self, *responses: Response) -> None:
-        self._script.extend(responses)
+    def __init__(self, default: Callable[[dict[str, Any]], Response] | None = None) -> None:
+        super().__init__()
+        self.default = default
+        self._call_ids = itertools.count(1)
 
     @property
     def pending(self) -> int:
         """Scripted responses not consumed yet; a test can assert the model was called."""
         return len(self._script)
-
-    async def start(self) -> str:
-        self._stopping = asyncio.Event()
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._completions)
-        # A short shutdown grace: a hanging handler is released by stop(), and anything
-        # still streaming to a vanished client should not hold the test up for a minute.
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}/v1"
-        return self.url
-
-    async def stop(self) -> None:
-        self._stopping.set()
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
-
-    async def __aenter__(self) -> FakeOpenAI:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     def _next(self, body: dict[str, Any]) -> Response:
         if self._script:
@@ -124,7 +86,7 @@ class FakeOpenAI:
             return self.default(body)
         return Reply(f"echo: {_last_user_text(body)}")
 
-    async def _completions(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         self.requests.append(body)
         self.headers.append(dict(request.headers))
