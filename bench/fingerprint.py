@@ -40,36 +40,9 @@ from __future__ import annotations
 import os
 import sys
 
-# Thread pools read these once, when their library loads: they must be set before numpy
-# (and the tokenizer) are imported, which is why this block precedes the other imports.
-_THREAD_VARIABLES = (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "RAYON_NUM_THREADS",
-)
+from bench.threads import pin_threads
 
-
-def _threads_from_argv(argv: list[str]) -> int:
-    # Read by hand, ahead of argparse, which comes after numpy; argparse still checks it.
-    for i, arg in enumerate(argv):
-        value = argv[i + 1] if arg == "--threads" and i + 1 < len(argv) else None
-        if arg.startswith("--threads="):
-            value = arg.split("=", 1)[1]
-        if value is not None:
-            return int(value) if value.isdigit() and int(value) > 0 else 1
-    return 1
-
-
-_THREADS = _threads_from_argv(sys.argv[1:])
-if __name__ == "__main__":
-    # Only when run as the bench: importing this module must not change the importer's
-    # thread pools.
-    for _name in _THREAD_VARIABLES:
-        os.environ[_name] = str(_THREADS)
-    os.environ["TOKENIZERS_PARALLELISM"] = "false" if _THREADS == 1 else "true"
+_THREADS = pin_threads(sys.argv[1:], running=__name__ == "__main__")
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
