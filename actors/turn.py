@@ -123,7 +123,10 @@ async def run_turn(
     error = await _converse_unless_interrupted(rt, messages, writer, tools, job)
     text = writer.text_since(0) or (FALLBACK if error else "")
     turn = Turn("assistant", text, started, interrupted=job.interrupted)
-    await rt.store.add_reply(req.conversation, req.person, reply, turn, in_reply_to)
+    try:
+        await rt.store.add_reply(req.conversation, req.person, reply, turn, in_reply_to)
+    except Exception:  # sent but not stored: said loudly, and the conversation goes on
+        log.exception("reply %s could not be stored", reply)
     end: dict[str, object] = {"reply": str(reply), "text": text, "interrupted": turn.interrupted}
     if error:
         end["error"] = error
@@ -162,6 +165,10 @@ async def _converse_unless_interrupted(
     except ModelError as failure:
         log.warning("model failed during a turn: %s", failure)
         return failure.code
+    except Exception:
+        # A tool or the store failed: the turn still ends, or the actor would wait forever.
+        log.exception("a turn failed")
+        return "internal_error"
     return None
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import asyncpg
+import pytest
 
+from actors import tools
 from actors.turn import FALLBACK
 from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
 from tests.conftest import Harness, Phone
@@ -170,3 +172,21 @@ async def test_the_lent_phone_speaker_is_kept_and_resets_after_silence(
     await again.say("it's me")
     await again.reply()
     assert "person speaking now" not in _contents(fake_llm.requests[-1])[0]
+
+
+async def test_a_failing_tool_ends_the_turn_and_the_conversation_goes_on(
+    harness: Harness, fake_llm: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+
+    async def broken(ctx: object, args: object) -> dict[str, object]:
+        raise RuntimeError("injected: the card table is gone")
+
+    monkeypatch.setitem(tools._EXECUTORS, "remember", broken)
+    fake_llm.queue(Reply("", tool_calls=[("remember", {"text": "Owen"})]), Reply("Still here."))
+    phone = await harness.phone()
+    await phone.say("Remember Owen")
+    end = await phone.reply()
+    assert (end["error"], end["text"]) == ("internal_error", FALLBACK)
+    await phone.say("hello?")
+    assert (await phone.reply())["text"] == "Still here."
