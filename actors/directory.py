@@ -200,8 +200,13 @@ class Directory:
         return bool(await live.ask(lambda reply: End(reason, reply), timeout=120.0))
 
     async def finish(self, live: LiveConversation, reason: str, reply: Reply | None) -> None:
-        """The actor's last act, run on the loop: archive, say bye, let go."""
-        archived = await archive(self._rt, live.id, reason)
+        """The actor's last act, run on the loop: archive, say bye, let go. If archiving
+        fails, the conversation stays active in the database and the next sweep retries."""
+        try:
+            archived = await archive(self._rt, live.id, reason)
+        except Exception:
+            log.exception("archiving conversation %s failed", str(live.id)[:8])
+            archived = False
         live.stream.farewell({"type": "bye", "reason": reason})
         await self._let_go(live)
         if reply is not None:
