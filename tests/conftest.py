@@ -17,8 +17,11 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from actors.clock import ManualClock
+from actors.memory.keeper import MemoryKeeper
 from storage.embedded import EmbeddedPostgres
+from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.fakes.openai_server import FakeOpenAI
+from tests.memory_support import Script, close_memory, fake_server, open_memory, scripted
 from transport.app import build_app
 from transport.config import Settings
 from transport.logs import AccessLogger
@@ -53,6 +56,27 @@ async def db(dsn: str) -> AsyncIterator[asyncpg.Connection]:
     conn = await asyncpg.connect(dsn)
     yield conn
     await conn.close()
+
+
+@pytest.fixture
+def script(monkeypatch: pytest.MonkeyPatch) -> Script:
+    """Chosen cosines for the fake embeddings server, for this test."""
+    return scripted(monkeypatch)
+
+
+@pytest.fixture
+async def fake_embeddings() -> AsyncIterator[FakeEmbeddings]:
+    async with fake_server() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def keeper(
+    dsn: str, fake_embeddings: FakeEmbeddings, clock: ManualClock
+) -> AsyncIterator[MemoryKeeper]:
+    store, keeper = await open_memory(dsn, fake_embeddings.url, clock)
+    yield keeper
+    await close_memory(store, keeper)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,7 +26,7 @@ from actors.prompt import SYSTEM
 from tests.conftest import Harness, Phone
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.fakes.openai_server import FakeOpenAI, Reply
-from tests.memory_support import MODEL, fake_server
+from tests.memory_support import MODEL
 
 ASKED = "Can you make me a list for the weekend?"
 ANSWERED = "There, I've noted all of that."
@@ -38,16 +37,12 @@ QUESTION = "What were we talking about last time?"
 TENT = "Claire brings the big green tent and both camping stoves on Saturday."
 
 
-@pytest.fixture
-async def embeddings() -> AsyncIterator[FakeEmbeddings]:
-    async with fake_server() as fake:
-        yield fake
-
-
 async def start(
-    harness: Harness, fake_llm: FakeOpenAI, embeddings: FakeEmbeddings, **kw: Any
+    harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings, **kw: Any
 ) -> None:
-    await harness.start(llm_url=fake_llm.url, embed_url=embeddings.url, embed_model=MODEL, **kw)
+    await harness.start(
+        llm_url=fake_llm.url, embed_url=fake_embeddings.url, embed_model=MODEL, **kw
+    )
 
 
 def handed_context(fake_llm: FakeOpenAI, index: int = -1) -> str:
@@ -120,10 +115,10 @@ async def insert_memory(
 async def test_after_leave_the_last_exchanges_are_handed_word_for_word(
     harness: Harness,
     fake_llm: FakeOpenAI,
-    embeddings: FakeEmbeddings,
+    fake_embeddings: FakeEmbeddings,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    await start(harness, fake_llm, embeddings)
+    await start(harness, fake_llm, fake_embeddings)
     phone = await talk_then(harness, fake_llm)
     first_context = handed_context(fake_llm)
     assert "none: this is our first conversation" in first_context
@@ -143,9 +138,9 @@ async def test_after_leave_the_last_exchanges_are_handed_word_for_word(
 
 
 async def test_after_the_idle_sweep_too(
-    harness: Harness, fake_llm: FakeOpenAI, embeddings: FakeEmbeddings
+    harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings
 ) -> None:
-    await start(harness, fake_llm, embeddings)
+    await start(harness, fake_llm, fake_embeddings)
     phone = await talk_then(harness, fake_llm)
     await phone.close()
     fake_llm.queue(Reply(SUMMARY))
@@ -159,9 +154,9 @@ async def test_after_the_idle_sweep_too(
 
 
 async def test_long_turns_are_shortened_and_older_conversations_listed(
-    harness: Harness, fake_llm: FakeOpenAI, embeddings: FakeEmbeddings
+    harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings
 ) -> None:
-    await start(harness, fake_llm, embeddings)
+    await start(harness, fake_llm, fake_embeddings)
     phone = await talk_then(harness, fake_llm)
     await leave(phone, fake_llm, "The first talk.")
     harness.clock.advance(2 * 86400)
@@ -182,9 +177,9 @@ async def test_long_turns_are_shortened_and_older_conversations_listed(
 
 
 async def test_a_neighbours_conversations_never_appear(
-    harness: Harness, fake_llm: FakeOpenAI, embeddings: FakeEmbeddings
+    harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings
 ) -> None:
-    await start(harness, fake_llm, embeddings)
+    await start(harness, fake_llm, fake_embeddings)
     neighbour = await harness.phone()
     fake_llm.queue(Reply("Your locker code is 4417."))
     await neighbour.say("My locker code is 4417, remember it")
@@ -241,14 +236,14 @@ async def full_setup(
 async def test_a_failing_or_late_source_leaves_the_others(
     harness: Harness,
     fake_llm: FakeOpenAI,
-    embeddings: FakeEmbeddings,
+    fake_embeddings: FakeEmbeddings,
     db: asyncpg.Connection,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
     broken: str,
     how: str,
 ) -> None:
-    await start(harness, fake_llm, embeddings, context_timeout=0.2)
+    await start(harness, fake_llm, fake_embeddings, context_timeout=0.2)
     phone, markers = await full_setup(harness, fake_llm, db)
     before = handed_context(fake_llm)
     assert all(marker in before for marker in markers.values()), before
@@ -278,9 +273,9 @@ async def test_a_failing_or_late_source_leaves_the_others(
 
 
 async def test_muted_memories_never_appear(
-    harness: Harness, fake_llm: FakeOpenAI, embeddings: FakeEmbeddings, db: asyncpg.Connection
+    harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings, db: asyncpg.Connection
 ) -> None:
-    await start(harness, fake_llm, embeddings)
+    await start(harness, fake_llm, fake_embeddings)
     phone = await harness.phone()
     person = harness.person(phone)
     now = harness.clock.now()
@@ -300,10 +295,10 @@ async def test_muted_memories_never_appear(
 async def test_summaries_are_not_repeated_among_facts(
     harness: Harness,
     fake_llm: FakeOpenAI,
-    embeddings: FakeEmbeddings,
+    fake_embeddings: FakeEmbeddings,
     db: asyncpg.Connection,
 ) -> None:
-    await start(harness, fake_llm, embeddings)
+    await start(harness, fake_llm, fake_embeddings)
     phone = await talk_then(harness, fake_llm)
     await leave(phone, fake_llm)
     person = harness.server.identity.person(device=phone.device)
@@ -331,12 +326,12 @@ async def test_summaries_are_not_repeated_among_facts(
 async def test_the_budget_holds_in_priority_order_and_is_deterministic(
     harness: Harness,
     fake_llm: FakeOpenAI,
-    embeddings: FakeEmbeddings,
+    fake_embeddings: FakeEmbeddings,
     db: asyncpg.Connection,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     budget = 900
-    await start(harness, fake_llm, embeddings, context_budget=budget)
+    await start(harness, fake_llm, fake_embeddings, context_budget=budget)
     phone = await talk_then(harness, fake_llm)
     await leave(phone, fake_llm)
     person = harness.server.identity.person(device=phone.device)
@@ -404,9 +399,9 @@ class Rules:
 
 
 async def test_rules_are_stored_listed_and_deleted_per_person(
-    harness: Harness, fake_llm: FakeOpenAI, embeddings: FakeEmbeddings, db: asyncpg.Connection
+    harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings, db: asyncpg.Connection
 ) -> None:
-    await start(harness, fake_llm, embeddings)
+    await start(harness, fake_llm, fake_embeddings)
     mine, theirs = Rules(harness), Rules(harness)
     status, made = await mine.call("POST", "/v1/rules", {"text": "  Always answer\nin French "})
     assert status == 201 and made["rule"]["text"] == "Always answer in French"
@@ -430,9 +425,9 @@ async def test_rules_are_stored_listed_and_deleted_per_person(
 
 
 async def test_rules_refuse_bad_input_and_strangers(
-    harness: Harness, fake_llm: FakeOpenAI, embeddings: FakeEmbeddings, db: asyncpg.Connection
+    harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings, db: asyncpg.Connection
 ) -> None:
-    await start(harness, fake_llm, embeddings)
+    await start(harness, fake_llm, fake_embeddings)
     rules = Rules(harness)
     for body, code in [
         ({}, "invalid_field"),
@@ -456,9 +451,9 @@ async def test_rules_refuse_bad_input_and_strangers(
 
 
 async def test_a_rule_reaches_the_very_next_turn(
-    harness: Harness, fake_llm: FakeOpenAI, embeddings: FakeEmbeddings
+    harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings
 ) -> None:
-    await start(harness, fake_llm, embeddings)
+    await start(harness, fake_llm, fake_embeddings)
     phone = await harness.phone()
     made = await add_rule(harness, phone.device, "Always answer in French.")
     fake_llm.queue(Reply("D'accord."), Reply("ok"))
@@ -474,11 +469,11 @@ async def test_a_rule_reaches_the_very_next_turn(
 async def test_the_context_log_line_is_one_line_per_turn(
     harness: Harness,
     fake_llm: FakeOpenAI,
-    embeddings: FakeEmbeddings,
+    fake_embeddings: FakeEmbeddings,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    await start(harness, fake_llm, embeddings)
+    await start(harness, fake_llm, fake_embeddings)
     phone = await harness.phone()
     fake_llm.queue(Reply("ok"))
     await phone.say("hello")

@@ -4,7 +4,6 @@ embeddings server over HTTP (scripted cosines, so every figure is known in advan
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +12,8 @@ import orjson
 import pytest
 
 from tests.fakes.embeddings_server import FakeEmbeddings
-from tests.memory_support import Script, fake_server, scripted
+from tests.memory_support import Script
 from transport import eval_dedup
-
-
-@pytest.fixture
-def script(monkeypatch: pytest.MonkeyPatch) -> Script:
-    return scripted(monkeypatch)
-
-
-@pytest.fixture
-async def fake_embeddings() -> AsyncIterator[FakeEmbeddings]:
-    async with fake_server() as fake:
-        yield fake
 
 
 def memory(text: str, people: list[str] = [], themes: list[str] = []) -> dict[str, Any]:  # noqa: B006

@@ -3,8 +3,6 @@ the index's consistency with the database, search by meaning, consolidation and 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
 import pytest
 
@@ -14,33 +12,13 @@ from actors.memory.keeper import MemoryKeeper
 from storage.fingerprints import encode
 from storage.records import MemoryDraft
 from tests.fakes.embeddings_server import Fail, FakeEmbeddings
-from tests.memory_support import MODEL, Script, close_memory, fake_server, open_memory, scripted
+from tests.memory_support import MODEL, Script, close_memory, open_memory
 
 PERSON = "person-hannah"
 OWEN = MemoryDraft("My brother Owen lives in Bristol.", "fact", ("owen",), ("family", "bristol"))
 LISBON = MemoryDraft("The trip is to Lisbon.", "fact", (), ("trip",))
 PORTO = MemoryDraft("The trip is to Porto.", "fact", (), ("trip",))
 TEA = MemoryDraft("Hannah prefers tea to coffee.", "preference", ("hannah",), ("drinks",))
-
-
-@pytest.fixture
-def script(monkeypatch: pytest.MonkeyPatch) -> Script:
-    return scripted(monkeypatch)
-
-
-@pytest.fixture
-async def fake_embeddings() -> AsyncIterator[FakeEmbeddings]:
-    async with fake_server() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def keeper(
-    dsn: str, fake_embeddings: FakeEmbeddings, clock: ManualClock
-) -> AsyncIterator[MemoryKeeper]:
-    store, keeper = await open_memory(dsn, fake_embeddings.url, clock)
-    yield keeper
-    await close_memory(store, keeper)
 
 
 async def another_keeper(dsn: str, fake: FakeEmbeddings, clock: ManualClock) -> MemoryKeeper:

@@ -9,7 +9,6 @@ deterministic.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,7 +21,7 @@ from actors.memory.keeper import MemoryKeeper
 from actors.messages import Attach
 from tests.conftest import Harness
 from tests.fakes.embeddings_server import FakeEmbeddings
-from tests.memory_support import MODEL, Script, fake_server, scripted
+from tests.memory_support import MODEL, Script
 
 OWEN = {
     "text": "My brother Owen lives in Bristol.",
@@ -72,23 +71,12 @@ class Api:
 
 
 @pytest.fixture
-async def embeddings() -> AsyncIterator[FakeEmbeddings]:
-    async with fake_server() as fake:
-        yield fake
-
-
-@pytest.fixture
-def script(monkeypatch: pytest.MonkeyPatch) -> Script:
-    return scripted(monkeypatch)
-
-
-@pytest.fixture
-async def api(harness: Harness, embeddings: FakeEmbeddings) -> Api:
-    await harness.start(embed_url=embeddings.url, embed_model=MODEL)
+async def api(harness: Harness, fake_embeddings: FakeEmbeddings) -> Api:
+    await harness.start(embed_url=fake_embeddings.url, embed_model=MODEL)
     return Api(harness)
 
 
-def keeper(api: Api) -> MemoryKeeper:
+def keeper_of(api: Api) -> MemoryKeeper:
     memory = api.harness.server.runtime.memory
     assert memory is not None
     return memory
@@ -96,7 +84,7 @@ def keeper(api: Api) -> MemoryKeeper:
 
 async def found(api: Api, query: str) -> list[str]:
     """What a search by meaning finds (what the model would be handed)."""
-    return [f.memory.text for f in await keeper(api).search(api.person, query)]
+    return [f.memory.text for f in await keeper_of(api).search(api.person, query)]
 
 
 async def snapshot(db: asyncpg.Connection) -> tuple[list[Any], ...]:
@@ -316,7 +304,7 @@ async def test_mute_unmute_and_forget_change_what_search_finds(
 async def test_an_index_built_before_a_mute_never_serves_it(api: Api) -> None:
     """The index follows a gesture at once (by generation), not at its next rebuild."""
     owen = (await api.create(OWEN))["memory"]["id"]
-    index = keeper(api).index
+    index = keeper_of(api).index
     await found(api, OWEN["text"])
     builds = index.builds
 
@@ -335,8 +323,8 @@ async def test_unmuting_a_merged_memory_undoes_the_merge(
     script.close_to(OWEN["text"], short["text"], 0.95)
     await insert(db, api.person, short["text"], "fact", people=["owen"], themes=["family"])
     await api.create(OWEN)  # recognised? no: the inserted one has no fingerprint yet
-    await keeper(api).backfill()
-    [merge] = await consolidate(keeper(api), api.person)
+    await keeper_of(api).backfill()
+    [merge] = await consolidate(keeper_of(api), api.person)
     [absorbed] = merge.muted
 
     status, bulk = await api.call(
@@ -360,8 +348,8 @@ async def test_forgetting_takes_the_trace_of_merges_along(
     script.close_to(OWEN["text"], short["text"], 0.95)
     await insert(db, api.person, short["text"], "fact", people=["owen"], themes=["family"])
     reference = (await api.create(OWEN))["memory"]["id"]
-    await keeper(api).backfill()
-    [merge] = await consolidate(keeper(api), api.person)
+    await keeper_of(api).backfill()
+    [merge] = await consolidate(keeper_of(api), api.person)
     [absorbed] = merge.muted
     assert await db.fetchval("SELECT count(*) FROM reinforcements WHERE new_id = $1", absorbed)
 

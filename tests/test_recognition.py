@@ -3,8 +3,6 @@ as rules and through the keeper against a real PostgreSQL and embeddings over HT
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
 import pytest
 
@@ -15,7 +13,7 @@ from actors.memory.values import conflict, values
 from storage.records import MemoryDraft
 from storage.store import Store
 from tests.fakes.embeddings_server import FakeEmbeddings
-from tests.memory_support import Script, close_memory, fake_server, open_memory, scripted
+from tests.memory_support import Script
 
 PERSON = "person-hannah"
 
@@ -95,26 +93,6 @@ def test_thresholds_are_per_model() -> None:
 
 
 # -- through the keeper --------------------------------------------------------------------
-
-
-@pytest.fixture
-def script(monkeypatch: pytest.MonkeyPatch) -> Script:
-    return scripted(monkeypatch)
-
-
-@pytest.fixture
-async def fake_embeddings() -> AsyncIterator[FakeEmbeddings]:
-    async with fake_server() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def keeper(
-    dsn: str, fake_embeddings: FakeEmbeddings, clock: ManualClock
-) -> AsyncIterator[MemoryKeeper]:
-    store, keeper = await open_memory(dsn, fake_embeddings.url, clock)
-    yield keeper
-    await close_memory(store, keeper)
 
 
 OWEN = MemoryDraft("My brother Owen lives in Bristol.", "fact", ("owen",), ("family", "bristol"))
