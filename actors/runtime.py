@@ -60,7 +60,7 @@ class Runtime:
     settings: ConversationSettings = field(default_factory=ConversationSettings)
     jobs: set[concurrent.futures.Future[Any]] = field(default_factory=set)
     metrics: Metrics = field(default_factory=Metrics)  # one registry per server
-    memory: MemoryKeeper | None = None  # long-term memory; None: plain cards
+    memory: MemoryKeeper | None = None  # long-term memory; None: the tools say so
 
     def run(self, job: Coroutine[Any, Any, Any], what: str) -> concurrent.futures.Future[Any]:
         """Start `job` on the loop from any thread; a failure is logged, never lost."""

@@ -186,14 +186,9 @@ async def _remember(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     one it reinforced; the model is told which, and of any possible contradiction."""
     rt = ctx.runtime
     draft = memory_draft(args)
-    keeper = getattr(rt, "memory", None)
-    if keeper is None:  # a runtime without long-term memory: a plain card, as before
-        card = await rt.store.add_card(
-            ctx.conversation, ctx.person, draft.type, draft.text, rt.clock.now()
-        )
-        ctx.handles.screen.show_card(card)
-        ctx.mailbox.tell(CardCreated(card))
-        return {"stored": True, "card": str(card.id)}
+    keeper = rt.memory
+    if keeper is None:
+        return {"error": "this server keeps no memories"}
     outcome = await keeper.remember(ctx.person, draft, conversation=ctx.conversation)
     card = outcome.memory.card()
     ctx.handles.screen.show_card(card)

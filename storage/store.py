@@ -261,22 +261,6 @@ class Store:
 
     # -- cards and reminders --------------------------------------------------------------
 
-    async def add_card(
-        self, conversation: UUID, person: str, kind: str, text: str, now: datetime
-    ) -> Card:
-        card = Card(id=uuid4(), kind=kind, text=text, created_at=now)
-        await self._pool.execute(
-            "INSERT INTO cards (id, person, conversation, kind, text, created_at) "
-            "VALUES ($1, $2, $3, $4, $5, $6)",
-            card.id,
-            person,
-            conversation,
-            kind,
-            text,
-            now,
-        )
-        return card
-
     async def add_reminder(
         self, conversation: UUID, person: str, text: str, due: str, now: datetime
     ) -> Reminder:

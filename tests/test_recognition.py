@@ -200,16 +200,26 @@ async def test_two_mentions_at_once_make_one_memory(keeper: MemoryKeeper, script
 
 
 async def test_the_store_is_the_first_migration_plus_memory(dsn: str) -> None:
-    """Cards written the first way (add_card) are memories with sensible defaults."""
+    """Cards written with the first migration's columns only are memories with sensible
+    defaults."""
     from datetime import UTC, datetime
+    from uuid import uuid4
 
     store = await Store.open(dsn)
     try:
         now = datetime(2026, 5, 19, tzinfo=UTC)
         conversation = await store.create_conversation(PERSON, now)
-        card = await store.add_card(conversation, PERSON, "fact", "Owen likes tea", now)
         conn = await asyncpg.connect(dsn)
-        row = await conn.fetchrow("SELECT * FROM cards WHERE id = $1", card.id)
+        card = uuid4()
+        await conn.execute(
+            "INSERT INTO cards (id, person, conversation, kind, text, created_at) "
+            "VALUES ($1, $2, $3, 'fact', 'Owen likes tea', $4)",
+            card,
+            PERSON,
+            conversation,
+            now,
+        )
+        row = await conn.fetchrow("SELECT * FROM cards WHERE id = $1", card)
         await conn.close()
         assert (row["status"], row["mention_count"], row["first_mentioned"]) == ("active", 1, now)
         assert row["fingerprint"] is None and row["people"] == []
