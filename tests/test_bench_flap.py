@@ -10,21 +10,6 @@ import pytest
 
 from bench import flap
 
-CORRECTNESS = (
-    "new_conversations_unexpected",
-    "lost_says",
-    "duplicated_says",
-    "lost_replies",
-    "duplicated_replies",
-    "duplicated_events",
-    "lost_events",
-    "out_of_order_events",
-    "broken_replies",
-    "not_stored",
-    "stored_twice",
-    "stored_wrong_person",
-)
-
 
 @pytest.mark.timeout(110)
 @pytest.mark.parametrize("transport", ["ws", "mixed"])
@@ -44,7 +29,7 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str) -> Non
     assert report["says"] > 20 and report["link_events"], "the phones talked and flapped"
     assert report["reconnects"] > 0
     assert report["resumed"] == report["reconnects"], report["examples"]
-    for key in CORRECTNESS:
+    for key in flap.CORRECTNESS_KEYS:
         assert report[key] == 0, (key, report["examples"])
     assert report["unsettled"] == 0
     assert report["phone_failures"] == {}
