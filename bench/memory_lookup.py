@@ -37,9 +37,9 @@ the end, whatever happens):
    - `keeper`: the whole recognition look-up of `MemoryKeeper.remember`, without the
      embedding of the text (`bench.fingerprint` measures that) and without the write that
      follows: under the keeper's per-person lock, `_candidates` (index search, the rows of
-     the hits, and the active memories whose text is within 8 characters of the new one's
-     length, for the verbatim tier) then `recognise`;
-   - `verbatim`: that length-window query (`MemoryStore.active_of_length`) alone.
+     the hits, and the active memories with the same letters and digits as the new
+     one, for the verbatim tier) then `recognise`;
+   - `verbatim`: that indexed query (`MemoryStore.candidates` with no ids) alone.
    What each recognition decided is counted: a restatement should be taken for the memory
    it restates, a new memory for none.
 5. Prints a table, and with `--json PATH` writes the report (the folder is created).
@@ -84,7 +84,7 @@ import numpy as np  # noqa: E402
 import psutil  # noqa: E402
 
 from actors.clock import SystemClock  # noqa: E402
-from actors.memory.keeper import _LENGTH_SLACK, MemoryKeeper  # noqa: E402
+from actors.memory.keeper import MemoryKeeper  # noqa: E402
 from actors.memory.recognition import Candidate, Verdict, recognise  # noqa: E402
 from providers.embedding import EmbeddingError  # noqa: E402
 from storage.embedded import EmbeddedPostgres  # noqa: E402
@@ -330,19 +330,15 @@ async def recognition_lookup(
         return candidates, recognise(draft, candidates, keeper.thresholds)
 
 
-async def length_window(keeper: MemoryKeeper, person: str, draft: MemoryDraft) -> int:
-    """The verbatim tier's query alone: the active memories within the length slack."""
-    length = len(draft.text)
-    found = await keeper.store.active_of_length(
-        person, length - _LENGTH_SLACK, length + _LENGTH_SLACK
-    )
-    return len(found)
+async def verbatim_rows(keeper: MemoryKeeper, person: str, draft: MemoryDraft) -> int:
+    """The verbatim tier's query alone: the active memories with the draft's letters."""
+    return len(await keeper.store.candidates(person, (), draft.text))
 
 
 def keeper_outcomes(
     queries: list[Query],
     looked_up: list[tuple[list[Candidate], Verdict]],
-    windows: list[int],
+    verbatim: list[int],
     size: int,
 ) -> dict[str, Any]:
     """What the recognition look-ups decided: a restatement should be taken for the memory
@@ -367,10 +363,10 @@ def keeper_outcomes(
             "max": max(counts),
             "mean": round(float(np.mean(counts)), 1),
         },
-        "length_window_rows": {
-            "p50": float(np.percentile(windows, 50)),
-            "max": max(windows),
-            "share_of_memories": round(float(np.mean(windows)) / size, 3),
+        "verbatim_rows": {
+            "p50": float(np.percentile(verbatim, 50)),
+            "max": max(verbatim),
+            "share_of_memories": round(float(np.mean(verbatim)) / size, 5),
         },
         "verdicts": dict(sorted(verdicts.items())),
         "outcomes": dict(sorted(outcomes.items())),
@@ -454,7 +450,7 @@ async def measure_size(
         # first pass its garbage and its PostgreSQL work would land in their figures.
         heavy: dict[str, Timed] = {
             "keeper": lambda q: recognition_lookup(keeper, person.key, q.draft, q.vector),
-            "verbatim": lambda q: length_window(keeper, person.key, q.draft),
+            "verbatim": lambda q: verbatim_rows(keeper, person.key, q.draft),
         }
         more = await time_subjects(heavy, queries, args.warmup)
         timed.wall.update(more.wall)
@@ -664,13 +660,11 @@ def table(report: dict[str, Any]) -> str:
     for row in report["results"]:
         keeper = row["keeper"]
         if keeper is not None:
-            c, w, t = keeper["candidates"], keeper["length_window_rows"], row["text_length"]
+            c, w, t = keeper["candidates"], keeper["verbatim_rows"], row["text_length"]
             lines.append(
                 f"keeper at {row['dim']} dims, {row['size']} memories: candidates per look-up "
-                f"p50 {c['p50']:.0f} (max {c['max']}), of which within +-{_LENGTH_SLACK} "
-                f"characters of the text's length p50 {w['p50']:.0f} "
-                f"({w['share_of_memories']:.0%} of the memories; texts {t['p10']}-{t['p90']} "
-                f"characters, p10-p90)"
+                f"p50 {c['p50']:.0f} (max {c['max']}), verbatim rows p50 {w['p50']:.0f} "
+                f"(max {w['max']}; texts {t['p10']}-{t['p90']} characters, p10-p90)"
             )
             lines.append(f"  outcomes {keeper['outcomes']}")
     for t in report["targets"]:

@@ -15,6 +15,7 @@ from uuid import UUID, uuid4
 
 import asyncpg
 
+from storage.pool import open_pool
 from storage.records import Memory, MemoryDraft, MemoryLink, Reinforcement
 
 RECOGNITION_TIERS = ("exact", "close", "shared")
@@ -194,7 +195,7 @@ class MemoryStore:
     @classmethod
     async def open(cls, dsn: str, *, max_size: int = 4) -> MemoryStore:
         """A store with its own small pool (migrations are run by `Store.open`)."""
-        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size)
+        pool = await open_pool(dsn, max_size=max_size)
         return cls(pool, owned=True)
 
     async def close(self) -> None:
@@ -242,17 +243,18 @@ class MemoryStore:
         )
         return [memory(r) for r in rows]
 
-    async def active_of_length(self, person: str, low: int, high: int) -> list[Memory]:
-        """Active memories whose text is between `low` and `high` characters long: the
-        few a verbatim restatement can be, found without any fingerprint."""
+    async def candidates(self, person: str, ids: Iterable[UUID], text: str) -> dict[UUID, Memory]:
+        """The person's memories among `ids` (the closest fingerprints), and in the same
+        round trip the active ones that may be `text` word for word (same letters and
+        digits: found without any fingerprint, by the `text_key` index)."""
         rows = await self._pool.fetch(
-            "SELECT * FROM cards WHERE person = $1 AND status = 'active' "
-            "AND length(text) BETWEEN $2 AND $3 ORDER BY created_at, id",
+            "SELECT * FROM cards WHERE person = $1 AND (id = ANY($2::uuid[]) "
+            "OR (status = 'active' AND text_key = memory_text_key($3))) ORDER BY created_at, id",
             person,
-            low,
-            high,
+            list(ids),
+            text,
         )
-        return [memory(r) for r in rows]
+        return {r["id"]: memory(r) for r in rows}
 
     async def active_unfingerprinted(self, person: str, model: str) -> list[Memory]:
         """Active memories the index cannot see (no fingerprint of `model` yet)."""

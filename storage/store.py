@@ -16,6 +16,7 @@ import orjson
 
 from storage.context import ContextReads
 from storage.migrate import migrate
+from storage.pool import open_pool
 from storage.records import Card, ConversationRecord, Reminder, StoredSay, Turn
 from storage.rules import RuleStore
 
@@ -31,6 +32,24 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         decoder=orjson.loads,
         schema="pg_catalog",
     )
+
+
+# One statement, so one round trip: refresh the conversation's last activity and store the
+# say unless its id is already stored. `live` is false when the conversation has ended (then
+# nothing is stored); a null `id` with `live` true means the say was stored before.
+_ADD_SAY = """
+WITH live AS (
+    UPDATE conversations SET last_activity = $2 WHERE id = $1 AND status = 'active'
+    RETURNING id
+), added AS (
+    INSERT INTO turns (conversation, person, role, client_id, text, at)
+    SELECT id, $3, 'user', $4, $5, $2 FROM live
+    ON CONFLICT (person, client_id) WHERE client_id IS NOT NULL DO NOTHING
+    RETURNING *
+)
+SELECT EXISTS (SELECT 1 FROM live) AS live, added.* FROM (VALUES (1)) AS one
+LEFT JOIN added ON true
+"""
 
 
 def _turn(row: asyncpg.Record) -> Turn:
@@ -61,7 +80,7 @@ class Store:
             await migrate(conn)
         finally:
             await conn.close()
-        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size, init=_init_connection)
+        pool = await open_pool(dsn, max_size=max_size, init=_init_connection)
         return cls(pool)
 
     async def close(self) -> None:
@@ -169,31 +188,15 @@ class Store:
         A say resent with an id already stored is not stored again; the caller answers it
         with the ack it had before.
         """
-        async with self._pool.acquire() as conn, conn.transaction():
-            touched = await conn.execute(
-                "UPDATE conversations SET last_activity = $2 WHERE id = $1 AND status = 'active'",
-                conversation,
-                now,
-            )
-            if not touched.endswith(" 1"):
-                raise ConversationEnded(str(conversation))
-            row = await conn.fetchrow(
-                "INSERT INTO turns (conversation, person, role, client_id, text, at) "
-                "VALUES ($1, $2, 'user', $3, $4, $5) "
-                "ON CONFLICT (person, client_id) WHERE client_id IS NOT NULL DO NOTHING "
-                "RETURNING *",
-                conversation,
-                person,
-                client_id,
-                text,
-                now,
-            )
-            if row is not None:
-                return StoredSay(_turn(row), duplicate=False, ack_seq=None)
-            row = await conn.fetchrow(
-                "SELECT * FROM turns WHERE person = $1 AND client_id = $2", person, client_id
-            )
-            return StoredSay(_turn(row), duplicate=True, ack_seq=row["ack_seq"])
+        row = await self._pool.fetchrow(_ADD_SAY, conversation, now, person, client_id, text)
+        if not row["live"]:
+            raise ConversationEnded(str(conversation))
+        if row["id"] is not None:
+            return StoredSay(_turn(row), duplicate=False, ack_seq=None)
+        row = await self._pool.fetchrow(
+            "SELECT * FROM turns WHERE person = $1 AND client_id = $2", person, client_id
+        )
+        return StoredSay(_turn(row), duplicate=True, ack_seq=row["ack_seq"])
 
     async def set_ack_seq(self, person: str, client_id: str, seq: int) -> None:
         await self._pool.execute(

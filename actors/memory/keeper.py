@@ -38,8 +38,6 @@ from storage.records import Memory, MemoryDraft, MemoryLink
 
 log = logging.getLogger("stillhere.memory")
 
-# A verbatim restatement differs from the stored text by punctuation and case at most.
-_LENGTH_SLACK = 8
 SUMMARY = "summary"  # the type of a conversation's summary, kept findable by meaning
 # Statuses a search may reach through a link: an erroneous memory stays explainable ("why
 # did you think it was Lisbon?"); a muted one never reaches the model.
@@ -219,17 +217,13 @@ class MemoryKeeper:
         if vector is not None:
             index = await self.ready()
             scores.update(await index.search(person, vector, self.candidates))
-        found = await self.store.get(person, scores)
-        length = len(draft.text)
-        for memory in await self.store.active_of_length(
-            person, length - _LENGTH_SLACK, length + _LENGTH_SLACK
-        ):
-            if memory.id not in found and same_text(memory.text, draft.text):
-                found[memory.id] = memory  # a verbatim copy: score 1.0 below is its due
+        found = await self.store.candidates(person, scores, draft.text)
         return [
-            Candidate(memory, scores.get(memory.id, 1.0))
+            Candidate(memory, scores.get(memory.id, 1.0))  # a verbatim copy: 1.0 is its due
             for memory in found.values()
-            if memory.status == "active" and memory.type != SUMMARY
+            if memory.status == "active"
+            and memory.type != SUMMARY
+            and (memory.id in scores or same_text(memory.text, draft.text))
         ]
 
     # -- searching ---------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from bench.baselines.common import (
     words,
 )
 from providers.rehearsal import RehearsalModel
+from storage.pool import open_pool
 
 RESUME_WINDOW_S = 30 * 60
 SEQ_BLOCK = 1024
@@ -370,7 +371,7 @@ async def _lifecycle(
         assert data_dir is not None
         embedded = await loop.run_in_executor(None, EmbeddedPostgres, data_dir)
         dsn = embedded.dsn
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=POOL_SIZE)
+    pool = await open_pool(dsn, max_size=POOL_SIZE)
     await pool.execute(SCHEMA)
     app[STATE_KEY] = Stateless(pool, RehearsalModel(latency=latency, tokens_per_s=rate))
     try:

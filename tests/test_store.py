@@ -1,0 +1,75 @@
+"""The stores against a real PostgreSQL: a say stored once and never after the end; the
+memory candidates a restatement is compared with."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from storage.memories import MemoryStore
+from storage.records import MemoryDraft
+from storage.store import ConversationEnded, Store
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+async def store(dsn: str) -> AsyncIterator[Store]:
+    store = await Store.open(dsn)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def _says(store: Store, person: str) -> list[str]:
+    rows = await store._pool.fetch(
+        "SELECT client_id FROM turns WHERE person = $1 AND role = 'user' ORDER BY id", person
+    )
+    return [r["client_id"] for r in rows]
+
+
+async def test_a_say_is_stored_once_and_refreshes_last_activity(store: Store) -> None:
+    conversation = await store.create_conversation("p1", NOW)
+    later = NOW + timedelta(minutes=3)
+    first = await store.add_say(conversation, "p1", "s-1", "two nights", later)
+    assert not first.duplicate and first.turn.text == "two nights"
+    await store.set_ack_seq("p1", "s-1", 7)
+    again = await store.add_say(conversation, "p1", "s-1", "two nights", later)
+    assert again.duplicate and again.ack_seq == 7
+    assert await _says(store, "p1") == ["s-1"]
+    activity = await store._pool.fetchval(
+        "SELECT last_activity FROM conversations WHERE id = $1", conversation
+    )
+    assert activity == later
+
+
+async def test_a_say_to_an_ended_conversation_is_refused_and_not_stored(store: Store) -> None:
+    conversation = await store.create_conversation("p2", NOW)
+    await store.add_say(conversation, "p2", "s-1", "hello", NOW)
+    assert await store.archive(conversation, "leave", NOW)
+    with pytest.raises(ConversationEnded):
+        await store.add_say(conversation, "p2", "s-2", "still there?", NOW)
+    with pytest.raises(ConversationEnded):  # a resend after the end is refused too
+        await store.add_say(conversation, "p2", "s-1", "hello", NOW)
+    assert await _says(store, "p2") == ["s-1"]
+
+
+async def test_verbatim_candidates_ignore_case_and_punctuation_and_nothing_else(
+    store: Store, dsn: str
+) -> None:
+    memories = await MemoryStore.open(dsn)
+    try:
+        owen, _ = await memories.create("p3", MemoryDraft("My brother Owen lives in Bristol."), NOW)
+        near, _ = await memories.create("p3", MemoryDraft("My brother Owen lived in Bristol."), NOW)
+        await memories.create("p4", MemoryDraft("My brother Owen lives in Bristol."), NOW)
+        found = await memories.candidates("p3", [], "my brother owen, lives in BRISTOL")
+        assert list(found) == [owen.id]
+        both = await memories.candidates("p3", [near.id], "my brother owen, lives in BRISTOL")
+        assert set(both) == {owen.id, near.id}  # the fingerprint hits come in the same read
+        await memories.set_status("p3", [owen.id], "muted", only_from="active")
+        assert await memories.candidates("p3", [], "My brother Owen lives in Bristol.") == {}
+    finally:
+        await memories.close()
