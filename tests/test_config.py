@@ -34,6 +34,7 @@ def test_defaults_match_the_documented_ones() -> None:
     assert (settings.resume_window, settings.sweep_interval) == (1800, 300)
     assert settings.data_dir == Path(".stillhere") and settings.db is None
     assert settings.window_turns == 40 and settings.log_format == "text"
+    assert settings.backlog == 4096 and _parse(["--backlog", "64"]).backlog == 64
 
 
 def test_env_vars_set_options_and_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:

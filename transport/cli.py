@@ -59,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_app(settings),
         host=settings.host,
         port=settings.port,
+        backlog=settings.backlog,
         access_log_class=AccessLogger,
         print=None,
     )

@@ -30,6 +30,9 @@ class Limits:
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8765
+    # Connections the kernel holds while the loop is busy: when every phone of a cell comes
+    # back at once, aiohttp's default 128 overflows and the rest retry SYN after 1 s, 3 s...
+    backlog: int = 4096
     data_dir: Path = Path(".stillhere")
     db: str | None = None
     llm_url: str | None = None
@@ -62,6 +65,7 @@ class Settings:
 _OPTIONS: list[tuple[str, object, str]] = [
     ("host", str, "address to listen on"),
     ("port", int, "port to listen on"),
+    ("backlog", int, "connections waiting to be accepted (capped by net.core.somaxconn)"),
     ("data-dir", Path, "folder for the embedded PostgreSQL and the signing secret"),
     ("db", str, "PostgreSQL DSN; without it an embedded PostgreSQL runs in the data dir"),
     ("llm-url", str, "OpenAI-compatible API base URL; without it, the rehearsal model"),
