@@ -78,19 +78,22 @@ async def test_eval_dedup_reports_precision_and_recall(
 
     report = orjson.loads(out.read_bytes())
     assert report["embedder"] == "fake-embed"
-    assert report["thresholds"] == {"high": 0.85, "low": 0.70}
-    assert (report["pairs"], report["same"], report["merged"]) == (5, 3, 3)
-    assert (report["false_merges"], report["missed"]) == (1, 1)
-    assert report["precision"] == report["recall"] == pytest.approx(2 / 3, abs=1e-4)
+    assert report["thresholds"] == {"high": 0.85, "low": 0.70, "worded": None}
+    assert (report["pairs"], report["same"], report["merged"]) == (5, 3, 2)
+    assert (report["false_merges"], report["missed"]) == (0, 1)
+    assert report["precision"] == 1.0
+    assert report["recall"] == pytest.approx(2 / 3, abs=1e-4)
     assert report["kinds"]["reword"] == {
         "pairs": 2, "same": 2, "merged": 1, "precision": 1.0, "recall": 0.5,
         "false_merges": 0, "missed": 1,
     }  # fmt: skip
     assert report["kinds"]["contradiction"]["merged"] == 0
-    assert report["kinds"]["false_twin"]["false_merges"] == 1
+    # "allergic to cats" / "to peanuts" at 0.9: the same sentence but for one word.
+    assert report["kinds"]["false_twin"]["false_merges"] == 0
     details = {d["kind"] + d["new"][:4]: d for d in report["details"]}
     assert details["verbatimmy b"]["tier"] == "exact"
     assert details["contradictionThe "]["conflict"].startswith("name")
+    assert details["false_twinHann"]["swap"] and not details["rewordOwen"]["swap"]
     assert report["best"]["precision"] >= 0.95  # the search over thresholds ran
 
     printed = capsys.readouterr().out
@@ -126,3 +129,21 @@ def test_other_thresholds_are_replayed_without_running_again() -> None:
     assert not eval_dedup.decide(outcome(0.75, same_type=False), t)
     assert not eval_dedup.decide(outcome(0.99, conflict="name"), t)
     assert eval_dedup.decide(outcome(0.1, verbatim=True), t)
+
+
+def test_the_replay_applies_the_wording_rules() -> None:
+    from actors.memory.recognition import Thresholds
+
+    def outcome(cosine: float, **facts: Any) -> eval_dedup.Outcome:
+        base = dict(kind="k", same=True, merged=False, tier=None, cosine=cosine, same_type=True,
+                    shared=True, verbatim=False, conflict=None, existing="a", new="b")  # fmt: skip
+        return eval_dedup.Outcome(**{**base, **facts})
+
+    t = Thresholds(0.87, 0.73, worded=0.55)
+    assert not eval_dedup.decide(outcome(0.99, swap=True), t)  # a one-word swap
+    assert eval_dedup.decide(outcome(0.99, swap=True, verbatim=True), t)
+    assert eval_dedup.decide(outcome(0.6, share=1.0), t)  # worded alike, above the floor
+    assert not eval_dedup.decide(outcome(0.6, share=0.5), t)
+    assert not eval_dedup.decide(outcome(0.6, share=1.0), Thresholds(0.87, 0.73))
+    assert eval_dedup.decide(outcome(0.2, slot=True), t)  # one appointment slot
+    assert not eval_dedup.decide(outcome(0.2, slot=True, shared=False), t)

@@ -9,6 +9,7 @@ import pytest
 from actors.clock import ManualClock
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.recognition import THRESHOLDS, Thresholds, shares_subject, thresholds_for
+from actors.memory.setup import parse_thresholds
 from actors.memory.values import conflict, values
 from storage.records import MemoryDraft
 from storage.store import Store
@@ -90,6 +91,24 @@ def test_thresholds_are_per_model() -> None:
     assert thresholds_for("x", mine) == Thresholds(0.9, 0.8)
     with pytest.raises(ValueError):
         Thresholds(0.6, 0.7)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0.85,0.70", Thresholds(0.85, 0.70)), ("0.87,0.73,0.55", Thresholds(0.87, 0.73, 0.55))],
+)
+def test_thresholds_on_the_command_line_keep_the_worded_floor(
+    text: str, expected: Thresholds
+) -> None:
+    assert parse_thresholds(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["0.85", "0.85,0.70,0.55,0.5", "high,low", "0.7,0.8", "0.9,0.7,0.8"]
+)
+def test_wrong_thresholds_on_the_command_line_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="HIGH,LOW"):
+        parse_thresholds(text)
 
 
 # -- through the keeper --------------------------------------------------------------------

@@ -27,7 +27,7 @@ import numpy as np
 import orjson
 
 from actors.memory.keeper import MemoryKeeper
-from actors.memory.recognition import Thresholds, same_text, shares_subject
+from actors.memory.recognition import Thresholds, Wording, reach, same_text, shares_subject, wording
 from actors.memory.values import conflict
 from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
@@ -61,6 +61,9 @@ class Outcome:
     conflict: str | None
     existing: str
     new: str
+    share: float = 0.0  # of the shorter memory's fact-bearing words, how many the other has
+    swap: bool = False  # the same sentence but for one word
+    slot: bool = False  # two appointments on the same day at the same time
 
 
 def _draft(value: Any, where: str) -> MemoryDraft:
@@ -109,9 +112,10 @@ def decide(o: Outcome, t: Thresholds) -> bool:
     candidate, replayed on the recorded facts.)"""
     if o.conflict is not None:
         return False
-    if o.verbatim or o.cosine >= t.high:
+    if o.verbatim:
         return True
-    return o.cosine >= t.low and o.same_type and o.shared
+    found = reach(o.cosine, o.same_type, o.shared, Wording(o.share, o.swap, o.slot), t)
+    return found is not None and not o.swap
 
 
 def score(merged: list[bool], same: list[bool]) -> dict[str, Any]:
@@ -143,14 +147,18 @@ def report(outcomes: list[Outcome], merged: list[bool]) -> dict[str, Any]:
     return result
 
 
-def search_thresholds(outcomes: list[Outcome], target: float) -> list[dict[str, Any]]:
-    """Every (high, low) pair on a 0.01 grid, best first: precision >= target, then the
-    highest recall, then the highest precision, then the highest thresholds (safest)."""
+def search_thresholds(
+    outcomes: list[Outcome], target: float, worded: float | None = None
+) -> list[dict[str, Any]]:
+    """Every (high, low) pair on a 0.01 grid, with the model's `worded` floor where it is
+    below `low`, best first: precision >= target, then the highest recall, then the
+    highest precision, then the highest thresholds (safest)."""
     same = [o.same for o in outcomes]
     grid = []
     for high in np.arange(0.50, 1.0001, 0.01):
         for low in np.arange(0.40, high + 0.0001, 0.01):
-            t = Thresholds(round(float(high), 2), round(float(low), 2))
+            high_, low_ = round(float(high), 2), round(float(low), 2)
+            t = Thresholds(high_, low_, worded if worded is not None and worded <= low_ else None)
             figures = score([decide(o, t) for o in outcomes], same)
             grid.append({"high": t.high, "low": t.low, **figures})
 
@@ -173,6 +181,7 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
             raise EmbeddingError("failed", f"pair {number + 1}: a fingerprint failed (see log)")
         vectors = await keeper.fingerprint([pair.existing.text, pair.new.text])
         disagreement = conflict(pair.existing, pair.new)
+        words = wording(pair.new, pair.existing)
         outcomes.append(
             Outcome(
                 kind=pair.kind,
@@ -186,6 +195,9 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
                 conflict=str(disagreement) if disagreement else None,
                 existing=pair.existing.text,
                 new=pair.new.text,
+                share=words.share,
+                swap=words.one_word_swap,
+                slot=words.same_slot,
             )
         )
         keeper.drop(person)
@@ -256,9 +268,11 @@ async def run(args: argparse.Namespace) -> int:
             return 1
         thresholds, model = keeper.thresholds, keeper.model
     result = report(outcomes, [o.merged for o in outcomes])
-    grid = search_thresholds(outcomes, args.target_precision)
+    grid = search_thresholds(outcomes, args.target_precision, thresholds.worded)
     best = grid[0]
-    print(f"{len(pairs)} pairs, embedder {model}, thresholds {thresholds.high}/{thresholds.low}")
+    worded = "" if thresholds.worded is None else f", worded floor {thresholds.worded}"
+    pair = f"{thresholds.high}/{thresholds.low}"
+    print(f"{len(pairs)} pairs, embedder {model}, thresholds {pair}{worded}")
     print(table(result))
     balanced = max(grid, key=_f1)
     print(
@@ -272,7 +286,11 @@ async def run(args: argparse.Namespace) -> int:
     if args.json_out is not None:
         document = {
             "embedder": model,
-            "thresholds": {"high": thresholds.high, "low": thresholds.low},
+            "thresholds": {
+                "high": thresholds.high,
+                "low": thresholds.low,
+                "worded": thresholds.worded,
+            },
             **result,
             "seconds": round(time.perf_counter() - started, 2),
             "best": best,

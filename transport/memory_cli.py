@@ -61,7 +61,7 @@ def add_embed_options(parser: argparse.ArgumentParser) -> None:
         "--thresholds",
         type=_thresholds,
         default=None,
-        metavar="HIGH,LOW",
+        metavar="HIGH,LOW[,WORDED]",
         help="recognition thresholds (default: the ones measured for the embedding model)",
     )
 

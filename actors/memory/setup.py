@@ -37,12 +37,17 @@ def make_embedder(
 
 
 def parse_thresholds(text: str) -> Thresholds:
-    """`0.85,0.70` -> Thresholds(high=0.85, low=0.70)."""
+    """`0.85,0.70` -> Thresholds(0.85, 0.70); `0.87,0.73,0.55` also sets the worded floor."""
     try:
-        high, low = (float(x) for x in text.split(","))
-    except ValueError:
-        raise ValueError(f"thresholds are HIGH,LOW (e.g. 0.85,0.70), not {text!r}") from None
-    return Thresholds(high, low)
+        high, low, *worded = (float(x) for x in text.split(","))
+        if len(worded) > 1:
+            raise ValueError(text)
+        return Thresholds(high, low, worded[0] if worded else None)
+    except ValueError as wrong:
+        raise ValueError(
+            f"thresholds are HIGH,LOW[,WORDED] with 0 <= WORDED <= LOW <= HIGH <= 1 "
+            f"(e.g. 0.85,0.70), not {text!r}"
+        ) from wrong
 
 
 async def open_keeper(
@@ -58,10 +63,11 @@ async def open_keeper(
     chosen = thresholds or thresholds_for(embedder.name)
     log.info(
         "long-term memory: fingerprints by %s, recognised above %.2f, or above %.2f with the "
-        "same type and a shared person or theme",
+        "same type and a shared person or theme (worded alike: above %s)",
         getattr(embedder, "label", embedder.name),
         chosen.high,
         chosen.low,
+        "none" if chosen.worded is None else f"{chosen.worded:.2f}",
     )
     return MemoryKeeper(store, embedder, clock, thresholds=chosen, max_persons=max_persons)
 

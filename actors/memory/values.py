@@ -136,8 +136,10 @@ _POSSESSED = re.compile(
     rf"'s\s+(?=({_WORD}))|\b(?:le|la|les|l')\s*(?=({_WORD})\s+(?:de|d'|du)\b)",
     re.IGNORECASE,
 )
-_NAMED_AFTER = re.compile(r"^[,:]?\s*(?:(?:is|are|was|were|est)\s+)?(?:(?:called|named)\s+)?[A-Z]")
-_NAMED_BEFORE = re.compile(r"[A-Z][\w-]*\s+(?:is|was|,)\s+[\w'-]*$")
+_NAME_AFTER = re.compile(
+    r"^[,:]?\s*(?:(?:is|are|was|were|est)\s+)?(?:(?:called|named)\s+)?([A-Z][\w-]*)"
+)
+_NAME_BEFORE = re.compile(r"([A-Z][\w-]*)\s+(?:is|was|,)\s+[\w'-]*$")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;…\"“«(]\s*|\n\s*)$")
 _CURLY = "\u2019"  # voice transcripts write a curly apostrophe
 _FIRST_PERSON = frozenset({"i", "my", "me", "mine", "i'm", "je", "j", "mon", "ma", "mes", "moi"})
@@ -252,8 +254,13 @@ def values(
         relation = RELATIONS.get(_fold(word).removesuffix("'s"))
         after = text[match.end() + len(word) :].lstrip("'s")
         before = text[: match.start()].rstrip()
-        if relation and not (_NAMED_AFTER.match(after) or _NAMED_BEFORE.search(before)):
+        if not relation:
+            continue
+        named = _NAME_AFTER.match(after) or _NAME_BEFORE.search(before)
+        if named is None:
             add("relation", relation)
+        else:  # "Hannah's brother Owen": who Owen is to her, a value of its own
+            add("named", f"{_fold(named.group(1))}={relation}")
     for match in _WORDS.finditer(text):
         kin = RELATIONS.get(_fold(match.group(0)).removesuffix("'s"))
         if kin is not None:
@@ -290,6 +297,191 @@ def shared_subject(a: MemoryDraft, b: MemoryDraft) -> set[str]:
     return (_words(a.people) | _words(a.themes)) & (_words(b.people) | _words(b.themes))
 
 
+def _named_relations(found: dict[str, frozenset[str]]) -> dict[str, frozenset[str]]:
+    """Who each named person is to the memory's owner ("owen" -> {"brother"})."""
+    out: dict[str, set[str]] = {}
+    for value in found.get("named", frozenset()):
+        name, relation = value.split("=", 1)
+        out.setdefault(name, set()).add(relation)
+    return {name: frozenset(relations) for name, relations in out.items()}
+
+
+# -- the same words, said the other way round ------------------------------------------------
+#
+# Two checks the values above cannot make, both on memories that use the same words: who
+# does what to whom ("Maya owes Hannah £50" / "Hannah owes Maya £50"), and whether it is so
+# at all ("Hannah's flat has a balcony" / "... has no balcony", "Hannah aime le café" /
+# "n'aime pas le café"). A fingerprint barely sees either (cosines above 0.95); the words do.
+
+# Negation words, English and French. "ne"/"n'" stands for the whole French negation, whose
+# second half (pas, plus, jamais...) is dropped with it; "no longer" is one negation.
+_NEGATIONS = frozenset({"not", "no", "never", "nor", "none", "nothing", "nobody", "ne", "n"})
+_FRENCH_NEGATION_ENDS = frozenset({"pas", "plus", "jamais", "rien", "aucun", "aucune", "guère"})
+# Words that take the place of a person already named (they follow who does what, so two
+# sentences with the roles swapped differ in them too: "Farid lent Hannah his tent").
+_PRONOUNS = frozenset(
+    {"he", "she", "him", "her", "his", "hers", "they", "them", "their", "il", "elle", "lui",
+     "son", "sa", "ses", "leur", "leurs"}
+)  # fmt: skip
+_TITLES = frozenset({"mr", "mrs", "ms", "miss", "dr", "m", "mme", "mlle", "prof"})
+_TOKEN = re.compile(r"[^\W_]+")
+
+
+def plain(text: str) -> str:
+    """Case-folded, accents and curly quotes gone, "n't" spelled "not": the form in which
+    two wordings are compared word by word ("Léa" and "Lea" are one word)."""
+    text = unicodedata.normalize("NFKD", text.replace(_CURLY, "'"))
+    text = "".join(c for c in text if not unicodedata.combining(c)).casefold()
+    return re.sub(r"(?<=\w)n't\b", " not", text.replace("can't", "can not"))
+
+
+def tokens(text: str) -> list[str]:
+    """The words of `text` in its plain form, in order ("Hannah's" -> hannah, s)."""
+    return _TOKEN.findall(plain(text))
+
+
+def negated(words: list[str]) -> bool:
+    """Does a sentence (its plain words) say "not"? Two negations are counted as one."""
+    return any(w in _NEGATIONS for w in words)
+
+
+def affirmed(words: list[str]) -> list[str]:
+    """The words less those that only say "not" ("no longer sings" -> sings)."""
+    french = "ne" in words or "n" in words
+    out = []
+    for i, word in enumerate(words):
+        if word in _NEGATIONS or (french and word in _FRENCH_NEGATION_ENDS):
+            continue
+        if word == "longer" and i and words[i - 1] == "no":
+            continue
+        out.append(word)
+    return out
+
+
+# Words that state no fact of their own (articles, auxiliaries, prepositions, pronouns),
+# English and French: two wordings are compared on the rest.
+_STOP_TEXT = """a an the this that these those it its is are was were be been being am do does did
+    done has have had having will would shall should can could may might must to of in on at
+    for with by from into onto about as and or but so than then there here very just also too
+    i me my mine you your we our us he she him her his hers they them their s t
+    le la les l un une des du de d et ou a au aux en dans sur pour par avec ce cet cette ces
+    ca c est sont ete etre ai as avons avez ont va vont j je tu il elle ils elles nous vous
+    on y se sa son ses leur leurs mon ma mes qui que qu"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
+_SUFFIXES = ("ing", "ed", "es", "s", "e")
+
+
+def stem(word: str) -> str:
+    """A crude stem, enough for "moves"/"moving", "nurse"/"nursing", "cats"/"cat"."""
+    for suffix in _SUFFIXES:
+        if len(word) - len(suffix) >= 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str, leave_out: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """The words that carry the fact, in order: plain, stemmed, without stop words,
+    negations or the words of `leave_out` (names, say)."""
+    return [stem(w) for w in affirmed(tokens(text)) if w not in STOP_WORDS and w not in leave_out]
+
+
+def _plain_keys(*tables: dict[str, str]) -> dict[str, str]:
+    return {plain(word): value for table in tables for word, value in table.items()}
+
+
+# Words that only spell a value the guard compares ("two" and "2", "Friday" and "Fri"), and
+# the one name of each relation ("mum" is "mother"): wording is compared past them.
+_VALUE_WORDS = frozenset(_plain_keys(WEEKDAYS, MONTHS, NUMBER_WORDS, ORDINALS, TIME_WORDS))
+_KIN = _plain_keys(RELATIONS)
+
+
+def fact_words(text: str, leave_out: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """`content_words` less numbers and the words of dates and times, with each relation
+    under one name: what two wordings of one fact are compared on."""
+    out = []
+    for word in affirmed(tokens(text)):
+        if word in STOP_WORDS or word in leave_out or word in _VALUE_WORDS:
+            continue
+        if any(c.isdigit() for c in word):
+            continue
+        out.append(stem(_KIN.get(word, word)))
+    return out
+
+
+def _negation_flip(a: str, b: str) -> bool:
+    """One memory says what the other denies: the same words but for a negation."""
+    if negated(tokens(a)) == negated(tokens(b)):
+        return False
+    rest_a, rest_b = content_words(a), content_words(b)
+    return bool(rest_a) and rest_a == rest_b
+
+
+def capitalised(text: str) -> set[str]:
+    """Words written with a capital inside a sentence (names, mostly), in their plain form."""
+    text = unicodedata.normalize("NFKC", text).replace(_CURLY, "'")
+    found = set()
+    for match in _WORDS.finditer(text):
+        word = match.group(0)
+        if word[0].isupper() and _SENTENCE_START.search(text[: match.start()]) is None:
+            found.update(tokens(word.removesuffix("'s")))
+    return found - _NOT_NAMES
+
+
+def roles(text: str, names: set[str]) -> tuple[list[str], list[frozenset[str]]]:
+    """The sentence as a frame with a slot for each run of `names` ("Mr Okafor",
+    "Ella and Sam" are one slot each), and who fills the slots, in order."""
+    frame: list[str] = []
+    slots: list[frozenset[str]] = []
+    run: set[str] = set()
+    for word in tokens(text):
+        if word in names or (word in _TITLES and not run):
+            run.add(word)
+            continue
+        if run and word in ("and", "et") and frame[-1:] != ["_"]:
+            continue  # "Ella and Sam": still the same slot
+        if run:
+            frame.append("_")
+            slots.append(frozenset(run - _TITLES))
+            run = set()
+        frame.append("him" if word in _PRONOUNS else word)
+    if run:
+        frame.append("_")
+        slots.append(frozenset(run - _TITLES))
+    return frame, slots
+
+
+def _written(text: str, upper: bool) -> set[str]:
+    """The plain forms of the words `text` writes with a capital (or without one)."""
+    found: set[str] = set()
+    for word in _WORDS.findall(unicodedata.normalize("NFKC", text).replace(_CURLY, "'")):
+        if word[0].isupper() == upper:
+            found.update(tokens(word))
+    return found
+
+
+def _roles_swapped(a: str, b: str) -> tuple[str, str] | None:
+    """The same sentence with its people in other places: someone else does it to whom.
+    Who the people are: words both write with a capital (even first in the sentence, as
+    "Maya owes Hannah" starts) and neither writes in lower case. Gives who is where in
+    each, when they differ."""
+    names = _written(a, upper=True) & _written(b, upper=True)
+    names -= _written(a, upper=False) | _written(b, upper=False) | _NOT_NAMES | {"s"}
+    if len(names) < 2:
+        return None
+    (frame_a, slots_a), (frame_b, slots_b) = roles(a, names), roles(b, names)
+    if (
+        frame_a != frame_b
+        or slots_a == slots_b
+        or sorted(map(sorted, slots_a)) != sorted(map(sorted, slots_b))
+    ):
+        return None
+    return _order(slots_a), _order(slots_b)
+
+
+def _order(slots: list[frozenset[str]]) -> str:
+    return " > ".join(" & ".join(sorted(slot)) for slot in slots)
+
+
 # The kinds in the order a conflict is reported (the first found wins).
 KINDS = (
     "people", "starts", "due", "date", "time", "weekday", "month", "year", "number", "colour",
@@ -311,6 +503,11 @@ def conflict(a: MemoryDraft, b: MemoryDraft) -> Conflict | None:
         for person in one.people:
             if not _words((person,)) & mentioned:
                 return Conflict("people", frozenset(one.people), frozenset(other.people))
+    swapped = _roles_swapped(a.text, b.text)
+    if swapped is not None:
+        return Conflict("roles", frozenset({swapped[0]}), frozenset({swapped[1]}))
+    if _negation_flip(a.text, b.text):
+        return Conflict("negation", frozenset({a.text}), frozenset({b.text}))
     shared = shared_subject(a, b)
     ours, theirs = values(a, shared), values(b, shared)
     # Whose fact: a relation one memory states must at least be mentioned by the other.
@@ -318,6 +515,10 @@ def conflict(a: MemoryDraft, b: MemoryDraft) -> Conflict | None:
     relations = ours.get("relation", none), theirs.get("relation", none)
     if not relations[0] <= theirs.get("kin", none) or not relations[1] <= ours.get("kin", none):
         return Conflict("relation", *relations)
+    named = _named_relations(ours), _named_relations(theirs)
+    for name in named[0].keys() & named[1].keys():
+        if named[0][name] != named[1][name]:
+            return Conflict("relation", named[0][name], named[1][name])
     for kind in KINDS[1:]:
         x, y = ours.get(kind), theirs.get(kind)
         if kind == "name" and x and y:
