@@ -159,7 +159,7 @@ class Directory:
         return Opened(live, True, age, snapshot)
 
     async def _start(self, record: ConversationRecord) -> LiveConversation:
-        stream = await ConversationStream.open(self._rt.store, record.id)
+        stream = await ConversationStream.open(self._rt.store, record.id, record.person)
         live = LiveConversation(self, record.person, record.id, stream)
         live.unlinked_since = self._rt.clock.now()
         live.ref = ConversationActor.start(self._rt, record, live)

@@ -10,6 +10,7 @@ starts above anything the dead one could have sent: seq never repeats, though it
 Turn-level events (all but `reply.delta`) are also written to the events table, so a link
 that comes back after the buffer is gone still gets every reply whole (`reply.end` holds
 the whole text).
+The replay buffer (`actors.replay`) holds the last events, every seq from its oldest on.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from collections import deque
 from typing import Any, Protocol
 from uuid import UUID
 
+from actors.replay import Frame, ReplayBuffer
 from storage.store import Store
 
 log = logging.getLogger("stillhere.stream")
-
-Frame = dict[str, Any]
 
 
 class Link(Protocol):
@@ -42,6 +42,7 @@ class ConversationStream:
         self,
         store: Store,
         conversation: UUID,
+        person: str,
         last_seq: int,
         ceiling: int,
         *,
@@ -53,33 +54,54 @@ class ConversationStream:
         self.links: set[Link] = set()
         self.ordering = asyncio.Lock()  # says are stored and acked one at a time, in order
         self._store = store
+        self._person = person
         self._ceiling = ceiling
         self._block = block
-        self._buffer: deque[Frame] = deque(maxlen=buffer_size)
-        self._unsaved: list[Frame] = []
-        self._saver: asyncio.Task[None] | None = None
+        self._buffer = ReplayBuffer(buffer_size)
+        # Turn-level events handed to the event log and not yet written, oldest first.
+        self._unwritten: deque[tuple[Frame, asyncio.Future[bool]]] = deque()
         self._reserving: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
-        cls, store: Store, conversation: UUID, *, block: int = 1000, buffer_size: int = 2000
+        cls,
+        store: Store,
+        conversation: UUID,
+        person: str,
+        *,
+        block: int = 1000,
+        buffer_size: int = 2000,
     ) -> ConversationStream:
         """Reserve a first block of seqs above anything handed out before."""
         ceiling = await store.raise_seq_ceiling(conversation, block)
         return cls(
-            store, conversation, ceiling - block, ceiling, block=block, buffer_size=buffer_size
+            store,
+            conversation,
+            person,
+            ceiling - block,
+            ceiling,
+            block=block,
+            buffer_size=buffer_size,
         )
 
     # -- sending --------------------------------------------------------------------------
 
     def emit(self, type_: str, **fields: Any) -> Frame:
         """Number an event, keep it for replay, send it to every attached link."""
+        return self._emit(type_, fields)
+
+    def ack(self, client_id: str) -> tuple[Frame, asyncio.Future[bool]]:
+        """Emit the ack of a stored say. The future resolves once the ack is written, and
+        with it the say's `ack_seq`: what a resend of that id is acked with."""
+        frame = self._emit("ack", {"id": client_id})
+        return frame, self._unwritten[-1][1]
+
+    def _emit(self, type_: str, fields: dict[str, Any]) -> Frame:
         self.last_seq += 1
         frame: Frame = {"type": type_, "seq": self.last_seq, **fields}
         self._buffer.append(frame)
         if type_ != "reply.delta":
-            self._unsaved.append(frame)
-            self._kick_saver()
+            self._write(frame)
         if self.last_seq > self._ceiling - self._block // 2:
             self._kick_reservation()
         for link in self.links:
@@ -98,42 +120,61 @@ class ConversationStream:
     async def attach(self, link: Link, welcome: Frame, last_seq: int | None) -> int:
         """Send `welcome`, then every event after `last_seq`, then live events; in order.
 
-        Returns how many events were replayed. Everything after the database read happens
-        in one loop step, so no event can slip between the replay and the live stream.
+        Returns how many events were replayed. The buffer holds every seq from its oldest
+        one to `self.last_seq` without a hole (ended replies' deltas are folded, not
+        dropped), so one number decides where the events table is needed: the seqs after
+        `last_seq` and below the buffer's oldest are read from it (turn-level events only:
+        there, deltas are gone and each `reply.end` carries its whole text), plus any not yet
+        written; the rest come from the buffer. The read is repeated if the buffer moved on
+        while it ran, and everything after the last read happens in one loop step, so no
+        event can slip between the replay and the live stream, or be sent twice.
         """
         stored: list[Frame] = []
-        if last_seq is not None:
-            oldest = self._buffer[0]["seq"] if self._buffer else self.last_seq + 1
-            if last_seq + 1 < oldest:
-                stored = await self._store.events_between(self.conversation, last_seq, oldest)
+        after = last_seq
+        while after is not None and after + 1 < self._oldest():
+            below = self._oldest()
+            stored += await self._stored_between(after, below)
+            after = below - 1
         link.send({**welcome, "seq": self.last_seq})
-        replay = stored
-        if last_seq is not None:
-            after = stored[-1]["seq"] if stored else last_seq
-            replay = stored + [f for f in self._buffer if f["seq"] > after]
+        replay = [] if after is None else stored + self._buffer.after(after)
         for frame in replay:
             link.send(frame)
         self.links.add(link)
         return len(replay)
+
+    def _oldest(self) -> int:
+        return self._buffer.oldest(self.last_seq + 1)
+
+    async def _stored_between(self, after: int, below: int) -> list[Frame]:
+        """Turn-level events with `after < seq < below`, written or still on their way."""
+        stored = await self._store.events_between(self.conversation, after, below)
+        pending = [f for f, _ in self._unwritten if after < f["seq"] < below]
+        if not pending:
+            return stored
+        by_seq = {f["seq"]: f for f in stored} | {f["seq"]: f for f in pending}
+        return [by_seq[seq] for seq in sorted(by_seq)]
 
     def detach(self, link: Link) -> None:
         self.links.discard(link)
 
     @property
     def buffered(self) -> int:
-        """Events held for replay without a database read (shown by the admin API)."""
+        """Events replayable without a database read (shown by the admin API): every seq
+        from the buffer's oldest to the last, each folded delta counted as one."""
         return len(self._buffer)
 
     # -- persistence ----------------------------------------------------------------------
 
-    def _kick_saver(self) -> None:
-        if self._saver is None or self._saver.done():
-            self._saver = asyncio.get_running_loop().create_task(self._save())
+    def _write(self, frame: Frame) -> None:
+        acked_by = self._person if frame["type"] == "ack" else None
+        written = self._store.events.append(self.conversation, frame, acked_by=acked_by)
+        self._unwritten.append((frame, written))
+        written.add_done_callback(self._forget_written)
 
-    async def _save(self) -> None:
-        while self._unsaved:
-            frames, self._unsaved = self._unsaved, []
-            await self._store.save_events(self.conversation, frames)
+    def _forget_written(self, _: asyncio.Future[bool]) -> None:
+        # The event log writes its batches in order, so the written ones are at the front.
+        while self._unwritten and self._unwritten[0][1].done():
+            self._unwritten.popleft()
 
     def _kick_reservation(self) -> None:
         if self._reserving is None or self._reserving.done():
@@ -144,11 +185,15 @@ class ConversationStream:
         if self.last_seq > self._ceiling:
             log.warning("seq %d ran past its reserved ceiling %d", self.last_seq, self._ceiling)
 
+    async def written(self) -> None:
+        """Wait until every event emitted so far is written (or its write has failed)."""
+        if self._unwritten:
+            await self._unwritten[-1][1]
+
     async def close(self) -> None:
         """Flush pending events and give back the seqs reserved but unused."""
-        for task in (self._saver, self._reserving):
-            if task is not None:
-                await task
-        await self._save()
+        if self._reserving is not None:
+            await self._reserving
+        await self.written()
         await self._store.set_seq_ceiling(self.conversation, self.last_seq)
         self.links.clear()

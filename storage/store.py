@@ -6,7 +6,6 @@ job on the loop that does (DESIGN.md, "The one process").
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -15,6 +14,7 @@ import asyncpg
 import orjson
 
 from storage.context import ContextReads
+from storage.event_log import EventLog
 from storage.migrate import migrate
 from storage.pool import open_pool
 from storage.records import Card, ConversationRecord, Reminder, StoredSay, Turn
@@ -70,6 +70,7 @@ class Store:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
         self.context = ContextReads(pool)  # what a turn's context is assembled from
+        self.events = EventLog(pool)  # stream events, group-committed
         self.rules = RuleStore(pool)  # personal rules, edited over HTTP
 
     @classmethod
@@ -198,14 +199,6 @@ class Store:
         )
         return StoredSay(_turn(row), duplicate=True, ack_seq=row["ack_seq"])
 
-    async def set_ack_seq(self, person: str, client_id: str, seq: int) -> None:
-        await self._pool.execute(
-            "UPDATE turns SET ack_seq = $3 WHERE person = $1 AND client_id = $2",
-            person,
-            client_id,
-            seq,
-        )
-
     async def add_reply(
         self,
         conversation: UUID,
@@ -241,13 +234,6 @@ class Store:
         """Give back unused reserved seqs on a clean stop (never lowers below one used)."""
         await self._pool.execute(
             "UPDATE conversations SET seq_ceiling = $2 WHERE id = $1", conversation, ceiling
-        )
-
-    async def save_events(self, conversation: UUID, frames: Iterable[dict[str, Any]]) -> None:
-        await self._pool.executemany(
-            "INSERT INTO events (conversation, seq, frame) VALUES ($1, $2, $3) "
-            "ON CONFLICT DO NOTHING",
-            [(conversation, f["seq"], f) for f in frames],
         )
 
     async def events_between(

@@ -36,7 +36,9 @@ async def test_a_say_is_stored_once_and_refreshes_last_activity(store: Store) ->
     later = NOW + timedelta(minutes=3)
     first = await store.add_say(conversation, "p1", "s-1", "two nights", later)
     assert not first.duplicate and first.turn.text == "two nights"
-    await store.set_ack_seq("p1", "s-1", 7)
+    assert await store.events.append(
+        conversation, {"type": "ack", "id": "s-1", "seq": 7}, acked_by="p1"
+    )
     again = await store.add_say(conversation, "p1", "s-1", "two nights", later)
     assert again.duplicate and again.ack_seq == 7
     assert await _says(store, "p1") == ["s-1"]

@@ -1,0 +1,63 @@
+"""The group-committed event log against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from uuid import uuid4
+
+import pytest
+
+from storage.store import Store
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+async def store(dsn: str) -> AsyncIterator[Store]:
+    store = await Store.open(dsn)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def test_events_of_many_conversations_share_one_write(store: Store) -> None:
+    a = await store.create_conversation("pa", NOW)
+    b = await store.create_conversation("pb", NOW)
+    await store.add_say(a, "pa", "say-1", "one night or two?", NOW)
+    first = store.events.append(a, {"type": "ack", "id": "say-1", "seq": 5}, acked_by="pa")
+    second = store.events.append(b, {"type": "reply.start", "seq": 9, "reply": "r"})
+    assert first is second  # queued in the same step: one batch, one statement
+    assert await first
+    later = store.events.append(a, {"type": "reply.end", "seq": 6, "text": "Two."})
+    assert later is not first and await later
+    assert await store.events_between(a, 0, 100) == [
+        {"type": "ack", "id": "say-1", "seq": 5},
+        {"type": "reply.end", "seq": 6, "text": "Two."},
+    ]
+    assert [f["seq"] for f in await store.events_between(b, 0, 100)] == [9]
+    again = await store.add_say(a, "pa", "say-1", "one night or two?", NOW)
+    assert again.duplicate and again.ack_seq == 5  # the ack's seq rode in the same write
+
+
+async def test_an_event_written_twice_is_kept_once(store: Store) -> None:
+    a = await store.create_conversation("pc", NOW)
+    frame = {"type": "reply.start", "seq": 3, "reply": "r"}
+    assert await store.events.append(a, frame)
+    assert await store.events.append(a, {**frame, "reply": "other"})
+    assert await store.events_between(a, 0, 10) == [frame]
+
+
+async def test_a_failed_write_is_logged_and_the_next_one_goes_through(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = await store.create_conversation("pd", NOW)
+    with caplog.at_level(logging.ERROR, logger="stillhere.events"):
+        failed = store.events.append(uuid4(), {"type": "ack", "id": "x", "seq": 1})
+        assert await failed is False  # no such conversation: the batch is refused whole
+    assert "1 stream events could not be written" in caplog.text
+    assert await asyncio.wait_for(store.events.append(a, {"type": "bye", "seq": 2}), 10)
+    assert [f["seq"] for f in await store.events_between(a, 0, 10)] == [2]
