@@ -109,6 +109,13 @@ class ReplayBuffer:
         while self._held > self._limit:
             self._evict_oldest()
 
+    def trim(self, through: int) -> None:
+        """Drop every event with a seq up to `through`: a client has them all (its `ack`,
+        or the `last_seq` of its hello). Dropped turn-level events stay in the events
+        table; a later replay from further back gets them, each reply whole in its end."""
+        while self._entries and self.oldest(through + 1) <= through:
+            self._evict_oldest()
+
     def after(self, seq: int) -> list[Frame]:
         """Every held event with a greater seq, in order, deltas rebuilt."""
         out: list[Frame] = []

@@ -129,6 +129,8 @@ class ConversationStream:
         while it ran, and everything after the last read happens in one loop step, so no
         event can slip between the replay and the live stream, or be sent twice.
         """
+        if last_seq is not None:
+            self.confirm(last_seq)
         stored: list[Frame] = []
         after = last_seq
         while after is not None and after + 1 < self._oldest():
@@ -153,6 +155,11 @@ class ConversationStream:
             return stored
         by_seq = {f["seq"]: f for f in stored} | {f["seq"]: f for f in pending}
         return [by_seq[seq] for seq in sorted(by_seq)]
+
+    def confirm(self, seq: int) -> None:
+        """A client has every event up to `seq`: the buffer lets them go, so a conversation's
+        memory stays that of what its phone has not yet seen, whatever its age."""
+        self._buffer.trim(min(seq, self.last_seq))
 
     def detach(self, link: Link) -> None:
         self.links.discard(link)

@@ -176,6 +176,10 @@ class Link(ABC):
     async def interrupt(self) -> None: ...
 
     @abstractmethod
+    async def confirm(self, seq: int) -> None:
+        """Tell the server we have every event up to `seq`, so it can let them go."""
+
+    @abstractmethod
     async def leave(self) -> Frame | None:
         """Ask to end the conversation: the bye if the answer is immediate, else None."""
 
@@ -261,6 +265,9 @@ class WebSocketLink(Link):
 
     async def interrupt(self) -> None:
         await self._send({"type": "interrupt"})
+
+    async def confirm(self, seq: int) -> None:
+        await self._send({"type": "ack", "seq": seq})
 
     async def leave(self) -> Frame | None:
         await self._send({"type": "leave"})
@@ -353,6 +360,9 @@ class EventStreamLink(Link):
 
     async def interrupt(self) -> None:
         await self.posts.interrupt()
+
+    async def confirm(self, seq: int) -> None:
+        """No frame for it over SSE: the next hello's Last-Event-ID says it."""
 
     async def leave(self) -> Frame | None:
         return await self.posts.leave()

@@ -126,7 +126,8 @@ class Phone:
         self._own_http = session is None
         self._task: asyncio.Task[None] | None = None
         self._link: Link | None = None
-        self._queue: asyncio.Queue[str] | None = None  # say ids for the live link's writer
+        # For the live link's writer: say ids to send, and seqs to confirm (ints).
+        self._queue: asyncio.Queue[str | int] | None = None
         self._resend_task: asyncio.Task[None] | None = None
         self._sent_in: dict[str, str | None] = {}  # say id -> conversation of its first send
         self._started = False
@@ -298,7 +299,7 @@ class Phone:
     async def _serve(self, link: Link, welcome: Frame) -> None:
         """The link is up: resend the outbox, read frames until the link ends."""
         self._on_welcome(welcome)
-        queue: asyncio.Queue[str] = asyncio.Queue()
+        queue: asyncio.Queue[str | int] = asyncio.Queue()
         for id_ in self.outbox:  # in order, after welcome, same ids
             queue.put_nowait(id_)
         self._queue = queue
@@ -319,11 +320,16 @@ class Phone:
             else:
                 link.abort()
 
-    async def _write(self, link: Link, queue: asyncio.Queue[str]) -> None:
-        """Send says in outbox order; a say that did not go out is retried, in place."""
+    async def _write(self, link: Link, queue: asyncio.Queue[str | int]) -> None:
+        """Send says in outbox order; a say that did not go out is retried, in place.
+        Confirmations go in the same order; one that fails is left to the next hello."""
         failures = 0
         while True:
             id_ = await queue.get()
+            if isinstance(id_, int):
+                with contextlib.suppress(Transient):
+                    await link.confirm(id_)
+                continue
             while id_ in self.outbox:
                 self._sent_in.setdefault(id_, self.conversation)
                 try:
@@ -376,6 +382,8 @@ class Phone:
             if self.record:
                 self.events.append(frame)
             self._deliver(frame)
+            if kind == "reply.end" and self._queue is not None:
+                self._queue.put_nowait(seq)  # a reply is whole here: the server may let go
         elif kind == "bye":
             if self._leaving:
                 if self._leave_bye is not None:

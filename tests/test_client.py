@@ -519,3 +519,21 @@ async def test_a_say_the_server_can_never_take_leaves_the_outbox(
         await phone.wait_until(lambda p=phone: p.outbox == {}, 10)
         errors = [f for f in phone.delivered if f["type"] == "error"]
         assert [(e["code"], e["id"]) for e in errors] == [("invalid_text", id_)]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_whole_reply_is_confirmed_so_the_server_lets_it_go(
+    harness: Harness, phones: list[Phone], transport: str
+) -> None:
+    await harness.start(rehearsal_rate=0)
+    phone = Phone(harness.url("/"), transport=transport, backoff=FAST)
+    phones.append(phone)
+    await phone.start()
+    said = phone.say("one night or two?")
+    await phone.wait_until(lambda: answered(phone, said), 10)
+    live = harness.server.directory.get(harness.server.identity.person(device=phone.device))
+    assert live is not None
+    if transport == "ws":  # an ack frame after the reply's end
+        await phone.wait_until(lambda: live.stream.buffered == 0, 10)
+    else:  # no frame for it over SSE: the buffer is kept until the next hello
+        assert live.stream.buffered > 0

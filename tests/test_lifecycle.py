@@ -128,6 +128,22 @@ async def test_a_half_streamed_reply_is_replayed_whole(harness: Harness) -> None
     assert "".join(d["text"] for d in deltas) == end["text"]
 
 
+async def test_a_client_ack_lets_the_server_forget_what_the_phone_has(harness: Harness) -> None:
+    await harness.start(rehearsal_rate=0)
+    phone = await harness.phone()
+    await phone.say("one night or two?")
+    end = await phone.reply()
+    stream = harness.server.directory.get(harness.person(phone)).stream
+    assert stream.buffered >= 3
+    await phone.send({"type": "ack", "seq": end["seq"]})
+    await eventually(lambda: stream.buffered == 0)
+    await phone.drop()  # back from further behind: the reply comes whole from the table
+    again = await harness.phone(
+        phone.device, conversation=phone.welcome["conversation"], last_seq=end["seq"] - 3
+    )
+    assert (await again.expect("reply.end"))["text"] == end["text"]
+
+
 async def test_a_failed_actor_is_replaced_without_losing_the_conversation(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -119,6 +119,15 @@ def test_the_frame_bound_evicts_oldest_first_folded_deltas_one_by_one() -> None:
     assert buffer.after(emit.seq - 3) == emit.sent[-3:]
 
 
+@pytest.mark.parametrize("through", [0, 1, 5, 20, 22, 43, 60])
+def test_a_trim_lets_go_of_everything_a_client_has(through: int) -> None:
+    buffer, emit = filled(10_000, 2, words=20)  # seqs 1-23 and 24-46
+    buffer.trim(through)
+    left = emit.sent[through:]
+    assert len(buffer) == len(left) and buffer.after(0) == left
+    assert buffer.oldest(emit.seq + 1) == min(through, emit.seq) + 1
+
+
 def test_an_empty_buffer_starts_at_the_next_seq() -> None:
     assert ReplayBuffer(5).oldest(42) == 42
 
@@ -316,4 +325,34 @@ async def test_buffered_counts_the_events_replayable_without_a_read(store: Gated
     link, count = await attach(stream, stream.last_seq - 30)
     assert count == 30 and not store.reading.is_set()
     assert link.frames[1:] == emit.sent[-30:]
+    await stream.close()
+
+
+async def test_a_confirmed_stretch_leaves_memory_and_replays_from_the_events_table(
+    store: Gated,
+) -> None:
+    stream, emit = await open_stream(store, buffer_size=2000)
+    for _ in range(3):
+        one_turn(emit, words=6)
+    await settle(stream)
+    stream.confirm(emit.base + 9)  # the phone acked the first turn (ack, start, 6, end)
+    assert stream.buffered == len(emit.sent) - 9
+    store.read_gate.clear()  # from the confirmed seq on, no database read
+    link, _ = await attach(stream, emit.base + 9)
+    assert link.frames[1:] == emit.sent[9:] and not store.reading.is_set()
+    store.read_gate.set()
+    stream.detach(link)
+    older, _ = await attach(stream, emit.base)  # another device, further back
+    check_replay(older.frames[1:], emit.sent, emit.base)  # the first reply whole in its end
+    assert older.frames[1:][3:] == emit.sent[9:]  # ack, start, end from the table first
+    await stream.close()
+
+
+async def test_a_hello_with_last_seq_confirms_what_came_before(store: Gated) -> None:
+    stream, emit = await open_stream(store, buffer_size=2000)
+    for _ in range(2):
+        one_turn(emit, words=4)
+    link, _ = await attach(stream, emit.base + 7)
+    assert stream.buffered == len(emit.sent) - 7
+    assert link.frames[1:] == emit.sent[7:]
     await stream.close()

@@ -118,6 +118,12 @@ class Session:
             raise ProtocolError(outcome.error, _SAY_ERRORS[outcome.error], id_)
         return outcome
 
+    def confirm(self, seq: int) -> None:
+        """The client's `ack`: it has every event up to `seq`. Advisory: on a conversation
+        that has ended meanwhile it does nothing."""
+        live = self._current() if self.live is None else self.live
+        live.stream.confirm(seq)
+
     def interrupt(self) -> None:
         self._current().tell(Interrupt())
 

@@ -94,6 +94,6 @@ async def _dispatch(session: Session, link: WebSocketLink, frame: dict[str, Any]
     elif kind == "leave":
         await session.leave()
         return False
-    elif session.live is None:  # ack before hello
-        raise ProtocolError("hello_first", "the first frame on a link must be a hello")
+    elif kind == "ack":
+        session.confirm(frame["seq"])
     return True
