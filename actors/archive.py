@@ -19,10 +19,17 @@ log = logging.getLogger("stillhere.archive")
 
 async def archive(rt: Runtime, conversation: UUID, reason: str) -> bool:
     """Archive and summarise; False if someone else archived it first."""
+    if not await mark_archived(rt, conversation, reason):
+        return False
+    await write_summary(rt, conversation, reason)
+    return True
+
+
+async def mark_archived(rt: Runtime, conversation: UUID, reason: str) -> bool:
+    """The ending itself, without the summary; False if someone else archived it first."""
     if not await rt.store.archive(conversation, reason, rt.clock.now()):
         return False
     rt.metrics.archives.labels(reason=reason).inc()
-    await write_summary(rt, conversation, reason)
     return True
 
 

@@ -18,7 +18,7 @@ from uuid import UUID
 
 import pykka
 
-from actors.archive import archive, write_summary
+from actors.archive import archive, mark_archived, write_summary
 from actors.conversation import ConversationActor
 from actors.memory.consolidation import scheduled_pass
 from actors.messages import Attach, CardsWithdrawn, End, Interrupt, Park, Snapshot
@@ -200,13 +200,17 @@ class Directory:
         return bool(await live.ask(lambda reply: End(reason, reply), timeout=120.0))
 
     async def finish(self, live: LiveConversation, reason: str, reply: Reply | None) -> None:
-        """The actor's last act, run on the loop: archive, say bye, let go. If archiving
-        fails, the conversation stays active in the database and the next sweep retries."""
+        """The actor's last act, run on the loop: archive, say bye, let go. The summary (a
+        model call) is written meanwhile: the person who left does not wait for it; a clean
+        shutdown does. If archiving fails, the conversation stays active in the
+        database and the next sweep retries."""
         try:
-            archived = await archive(self._rt, live.id, reason)
+            archived = await mark_archived(self._rt, live.id, reason)
         except Exception:
             log.exception("archiving conversation %s failed", str(live.id)[:8])
             archived = False
+        if archived:
+            self._in_background(write_summary(self._rt, live.id, reason))
         live.stream.farewell({"type": "bye", "reason": reason})
         await self._let_go(live)
         if reply is not None:
@@ -288,13 +292,22 @@ class Directory:
         await stop_actors([live.ref for live in lives if live.ref is not None])
         for live in lives:
             await self._let_go(live)
-        for task in list(self._background):
-            await task
+        await self.settle()
+
+    async def settle(self) -> None:
+        """Wait for the background jobs started so far (summaries); failures are logged."""
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     def _in_background(self, job: Any) -> None:
+        """Run `job` apart (awaited by `stop_all`); a failure is logged, never lost."""
         task = asyncio.get_running_loop().create_task(job)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a background job failed", exc_info=task.exception())
 
 
 async def stop_actors(refs: list[pykka.ActorRef[Any]], timeout: float = 10.0) -> None:

@@ -71,6 +71,7 @@ async def leave(phone: Phone, fake_llm: FakeOpenAI, summary: str = SUMMARY) -> N
     await phone.send({"type": "leave"})
     assert (await phone.expect("bye"))["reason"] == "leave"
     await phone.close()
+    await phone.harness.server.directory.settle()  # the summary is written after the bye
 
 
 async def ask_again(harness: Harness, fake_llm: FakeOpenAI, device: str) -> str:

@@ -9,6 +9,7 @@ import pytest
 
 from actors.conversation import ConversationActor
 from tests.conftest import Harness, eventually
+from tests.fakes.openai_server import FakeOpenAI, Reply
 
 
 async def _conversations(db: asyncpg.Connection) -> list[asyncpg.Record]:
@@ -49,6 +50,16 @@ async def test_past_the_window_a_new_conversation_starts(
     assert new["status"] == "active"
 
 
+async def _summary(db: asyncpg.Connection) -> str:
+    """The archived conversation's summary, once the model has written it."""
+    async with asyncio.timeout(10):
+        while True:
+            (row,) = await _conversations(db)
+            if row["summary"] is not None:
+                return str(row["summary"])
+            await asyncio.sleep(0.01)
+
+
 async def test_leave_archives_at_once_with_a_summary(
     harness: Harness, db: asyncpg.Connection
 ) -> None:
@@ -60,9 +71,24 @@ async def test_leave_archives_at_once_with_a_summary(
     assert (await phone.expect("bye"))["reason"] == "leave"
     (row,) = await _conversations(db)
     assert (row["status"], row["archive_reason"]) == ("archived", "leave")
-    assert "dentist" in row["summary"]
+    assert "dentist" in await _summary(db)
     again = await harness.phone(phone.device)
     assert again.welcome["resumed"] is False
+
+
+async def test_leave_says_bye_without_waiting_for_the_summary(
+    harness: Harness, db: asyncpg.Connection, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Reply("Tuesday, noted."), Reply("We talked about the dentist.", delay=0.3))
+    phone = await harness.phone()
+    await phone.say("Note that the dentist is on Tuesday")
+    await phone.reply()
+    await phone.send({"type": "leave"})
+    assert (await phone.expect("bye"))["reason"] == "leave"
+    (row,) = await _conversations(db)
+    assert row["status"] == "archived" and row["summary"] is None  # the model is still at it
+    assert await _summary(db) == "We talked about the dentist."
 
 
 async def test_the_sweep_archives_idle_conversations_live_or_left_behind(
