@@ -285,6 +285,7 @@ async def test_leave_ends_the_conversation(
     bye = await stream.expect("bye")
     assert bye.data["reason"] == "leave"
     assert bye.id is None
+    await harness.server.directory.settle()  # the summary is written after the bye
     row = await db.fetchrow(
         "SELECT status, archive_reason, summary FROM conversations WHERE id = $1",
         uuid.UUID(conversation),
