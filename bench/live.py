@@ -1,8 +1,8 @@
 """Live benchmark: memory per live conversation, and resume latency against new-device latency.
 
 Starts a real `stillhere serve` (embedded PostgreSQL in a temporary data dir, rehearsal
-model), opens N phones over WebSocket that each say hello and one `say` and stay connected,
-then drops and resumes a sample of them. Run:
+model), opens N phones over WebSocket that each say hello and `--turns` says (one by
+default) and stay connected, then drops and resumes a sample of them. Run:
 
     .venv/bin/python -m bench.live --conversations 1000 --json bench/out/live.json
 """
@@ -151,19 +151,31 @@ async def hello(link: Link, device: str, **resume: Any) -> tuple[float, dict[str
     return (arrived - sent) * 1000.0, welcome
 
 
-async def say(phone: Phone, text: str = "hello") -> None:
+@dataclass(frozen=True, slots=True)
+class Talk:
+    """What each phone does before it idles: `turns` says, each reply confirmed with an
+    `ack` frame (as the reference client does) when `ack` is set."""
+
+    turns: int = 1
+    ack: bool = True
+
+
+async def say(phone: Phone, text: str = "hello", *, ack: bool = False) -> None:
     await phone.link.ws.send_str(json.dumps({"type": "say", "id": uuid.uuid4().hex, "text": text}))
     _, end, top = await expect(phone.link, "reply.end")
     phone.last_seq = max(phone.last_seq, top, int(end["seq"]))
+    if ack:
+        await phone.link.ws.send_str(json.dumps({"type": "ack", "seq": phone.last_seq}))
 
 
-async def _live_phone(http: aiohttp.ClientSession, url: str) -> Phone:
+async def _live_phone(http: aiohttp.ClientSession, url: str, talk: Talk) -> Phone:
     device = new_device()
     link = await open_link(http, url)
     try:
         _, welcome = await hello(link, device)
         phone = Phone(device, link, welcome["conversation"], int(welcome.get("seq") or 0))
-        await say(phone)
+        for n in range(talk.turns):
+            await say(phone, "hello" if n == 0 else f"and number {n}, please", ack=talk.ack)
         return phone
     except BaseException:
         abort(link)
@@ -171,9 +183,11 @@ async def _live_phone(http: aiohttp.ClientSession, url: str) -> Phone:
         raise
 
 
-async def live_phone(http: aiohttp.ClientSession, url: str, gate: asyncio.Semaphore) -> Phone:
+async def live_phone(
+    http: aiohttp.ClientSession, url: str, gate: asyncio.Semaphore, talk: Talk
+) -> Phone:
     async with gate:
-        return await asyncio.wait_for(_live_phone(http, url), PHONE_TIMEOUT_S)
+        return await asyncio.wait_for(_live_phone(http, url, talk), PHONE_TIMEOUT_S * talk.turns)
 
 
 def describe(error: BaseException) -> str:
@@ -181,12 +195,12 @@ def describe(error: BaseException) -> str:
 
 
 async def ramp(
-    http: aiohttp.ClientSession, url: str, n: int, concurrency: int
+    http: aiohttp.ClientSession, url: str, n: int, concurrency: int, talk: Talk
 ) -> tuple[list[Phone], Counter[str]]:
     """N phones, at most `concurrency` connecting at once; the live ones and the failures."""
     gate = asyncio.Semaphore(concurrency)
     outcomes = await asyncio.gather(
-        *(live_phone(http, url, gate) for _ in range(n)), return_exceptions=True
+        *(live_phone(http, url, gate, talk) for _ in range(n)), return_exceptions=True
     )
     phones = [p for p in outcomes if isinstance(p, Phone)]
     errors = Counter(describe(e) for e in outcomes if isinstance(e, BaseException))
@@ -300,7 +314,8 @@ async def measure(server: Server, args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(args.settle)
         idle_mb, idle_threads = server.rss_mb(), server.threads()
         started = time.perf_counter()
-        phones, ramp_errors = await ramp(http, url, args.conversations, args.concurrency)
+        talk = Talk(args.turns, args.ack)
+        phones, ramp_errors = await ramp(http, url, args.conversations, args.concurrency, talk)
         ramp_s = time.perf_counter() - started
         await asyncio.sleep(args.settle)
         live_mb, live_threads = server.rss_mb(), server.threads()
@@ -328,6 +343,8 @@ def report_from(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str,
     resume_ms, new_ms = percentiles(lat.resume_ms), percentiles(lat.new_ms)
     return {
         "conversations": args.conversations,
+        "turns": args.turns,
+        "ack": args.ack,
         **measured,
         "resume_ms": resume_ms,
         "new_ms": new_ms,
@@ -354,7 +371,8 @@ def table(report: dict[str, Any]) -> str:
     r, n, o = report["resume_ms"], report["new_ms"], report["resume_over_new"]
     lines = [
         f"stillhere live bench: {report['conversations']} conversations "
-        f"({report['conversations_live']} live), {report['machine']['cpu_count']} CPUs",
+        f"({report['conversations_live']} live, {report['turns']} turns each, acks "
+        f"{'on' if report['ack'] else 'off'}), {report['machine']['cpu_count']} CPUs",
         f"  rss idle           {report['rss_mb_idle']:9.1f} MB",
         f"  rss live           {report['rss_mb_live']:9.1f} MB",
         f"  per conversation   {_cell(report['rss_per_conversation_kb'])} KB",
@@ -398,6 +416,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.live", description=DESCRIPTION)
     parser.add_argument("--conversations", type=int, default=1000, help="live phones (N)")
     parser.add_argument("--sample", type=int, default=200, help="phones resumed, new devices (M)")
+    parser.add_argument("--turns", type=int, default=1, help="says of each phone before it idles")
+    parser.add_argument(
+        "--ack",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="confirm each reply with an ack frame, as the reference client does (default on)",
+    )
     parser.add_argument("--concurrency", type=int, default=50, help="phones connecting at once")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds before reading RSS")
     parser.add_argument("--seed", type=int, default=1, help="seed of the resume sample")
