@@ -315,6 +315,10 @@ async def flap_one(
             out["unsettled_phones"] = fleet.unsettled()
             out["client_wedged_phones"] = fleet.wedged()
             if storm:
+                # From a steady state: every link has held long enough for its phone's
+                # backoff to start over, so each retries on the first step, as phones
+                # that were all fine until the cell went down would.
+                await asyncio.sleep(options.backoff.hold)
                 out["storm"] = await fleet.storm(args.storm_timeout)
                 out["unsettled_after_storm"] = await fleet.wait_settled(settle_timeout)
             sampler_task.cancel()
