@@ -187,6 +187,18 @@ WHERE person = $1
 """
 
 
+# One row per candidate, or a single row of nulls when there is none, so the generation
+# always comes back.
+_CANDIDATES = """
+SELECT (SELECT generation FROM memory_generations WHERE person = $1) AS person_generation, c.*
+FROM (VALUES (1)) AS one
+LEFT JOIN cards c ON c.person = $1 AND (
+    c.id = ANY($2::uuid[]) OR (c.status = 'active' AND c.text_key = memory_text_key($3))
+)
+ORDER BY c.created_at, c.id
+"""
+
+
 class MemoryStore:
     def __init__(self, pool: asyncpg.Pool, *, owned: bool = False) -> None:
         self._pool = pool
@@ -243,18 +255,16 @@ class MemoryStore:
         )
         return [memory(r) for r in rows]
 
-    async def candidates(self, person: str, ids: Iterable[UUID], text: str) -> dict[UUID, Memory]:
-        """The person's memories among `ids` (the closest fingerprints), and in the same
-        round trip the active ones that may be `text` word for word (same letters and
-        digits: found without any fingerprint, by the `text_key` index)."""
-        rows = await self._pool.fetch(
-            "SELECT * FROM cards WHERE person = $1 AND (id = ANY($2::uuid[]) "
-            "OR (status = 'active' AND text_key = memory_text_key($3))) ORDER BY created_at, id",
-            person,
-            list(ids),
-            text,
-        )
-        return {r["id"]: memory(r) for r in rows}
+    async def candidates(
+        self, person: str, ids: Iterable[UUID], text: str
+    ) -> tuple[dict[UUID, Memory], int]:
+        """The person's memories among `ids` (the closest fingerprints), the active ones
+        that may be `text` word for word (same letters and digits: found without any
+        fingerprint, by the `text_key` index), and the person's generation, all in one
+        round trip: the generation tells the fingerprint index whether it was current."""
+        rows = await self._pool.fetch(_CANDIDATES, person, list(ids), text)
+        generation = int(rows[0]["person_generation"] or 0)
+        return {r["id"]: memory(r) for r in rows if r["id"] is not None}, generation
 
     async def active_unfingerprinted(self, person: str, model: str) -> list[Memory]:
         """Active memories the index cannot see (no fingerprint of `model` yet)."""

@@ -9,7 +9,8 @@ actually connected.
 
 It is never silently stale. Each person's index remembers the generation of the person's
 memories it reflects (a counter a trigger bumps on every change that matters to it, whoever
-writes). Each look-up reads the current generation first and rebuilds on a mismatch; a
+writes). Each look-up reads the current generation first and rebuilds on a mismatch (or,
+with `search_then`, reads it with the hits' rows and searches again on a mismatch); a
 write made through this process hands back the generation it produced, and the index
 applies the change itself only if that generation directly follows its own.
 
@@ -25,7 +26,7 @@ import asyncio
 import logging
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 from uuid import UUID
 
@@ -38,6 +39,7 @@ from storage.memories import MemoryStore
 log = logging.getLogger("stillhere.memory")
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class PersonIndex:
@@ -159,6 +161,29 @@ class FingerprintIndex:
         async with self.lock(person):
             index = await self._current(person)
             return await self._cpu(len(index), index.search, vector, k)
+
+    async def search_then(
+        self,
+        person: str,
+        vector: np.ndarray,
+        k: int,
+        read: Callable[[list[UUID]], Awaitable[tuple[R, int]]],
+    ) -> tuple[list[tuple[UUID, float]], R]:
+        """`search`, then `read` what the hits need. `read` answers with the person's
+        generation from the same statement, which spares `search`'s own generation read:
+        if it is not the index's, the index was stale, and is rebuilt, searched and read
+        again."""
+        async with self.lock(person):
+            index = self._persons.get(person) or await self._current(person)
+            hits = await self._cpu(len(index), index.search, vector, k)
+            rows, generation = await read([memory for memory, _ in hits])
+            if generation == index.generation:
+                self._persons.move_to_end(person)
+                return hits, rows
+            index = await self._current(person)
+            hits = await self._cpu(len(index), index.search, vector, k)
+            rows, _ = await read([memory for memory, _ in hits])
+            return hits, rows
 
     async def neighbours(self, person: str, k: int, floor: float) -> list[tuple[UUID, UUID, float]]:
         """Close pairs among the person's memories. A person not in use gets a throwaway

@@ -3,6 +3,8 @@ the index's consistency with the database, search by meaning, consolidation and 
 
 from __future__ import annotations
 
+from uuid import UUID
+
 import asyncpg
 import pytest
 
@@ -10,7 +12,7 @@ from actors.clock import ManualClock
 from actors.memory.consolidation import consolidate, maintain, unmerge
 from actors.memory.keeper import MemoryKeeper
 from storage.fingerprints import encode
-from storage.records import MemoryDraft
+from storage.records import Memory, MemoryDraft
 from tests.fakes.embeddings_server import Fail, FakeEmbeddings
 from tests.memory_support import MODEL, Script, close_memory, open_memory
 
@@ -128,6 +130,31 @@ async def test_the_index_follows_writes_made_elsewhere(
     await db.execute("UPDATE cards SET mention_count = 7")
     await keeper.index.search(PERSON, query, 5)
     assert keeper.index.builds == builds + 1
+
+
+async def test_a_search_that_reads_its_rows_notices_a_stale_index(
+    keeper: MemoryKeeper, db: asyncpg.Connection
+) -> None:
+    """`search_then` reads the generation with the rows: a write made elsewhere since the
+    index was built is noticed there, and the index is rebuilt before anything is decided."""
+    owen = await keeper.remember(PERSON, OWEN)
+    await keeper.remember(PERSON, TEA)
+    query = (await keeper.fingerprint([OWEN.text]))[0]
+    reads: list[list[UUID]] = []
+
+    async def read(ids: list[UUID]) -> tuple[dict[UUID, Memory], int]:
+        reads.append(ids)
+        return await keeper.store.candidates(PERSON, ids, "")
+
+    builds = keeper.index.builds
+    hits, rows = await keeper.index.search_then(PERSON, query, 1, read)
+    assert [i for i, _ in hits] == [owen.memory.id] == list(rows)
+    assert (keeper.index.builds, len(reads)) == (builds, 1)  # current: one read, no rebuild
+
+    await db.execute("UPDATE cards SET status = 'muted' WHERE id = $1", owen.memory.id)
+    hits, rows = await keeper.index.search_then(PERSON, query, 5, read)
+    assert owen.memory.id not in {i for i, _ in hits} and owen.memory.id not in rows
+    assert (keeper.index.builds, len(reads)) == (builds + 1, 3)  # stale: rebuilt, read again
 
 
 async def test_indexes_are_dropped_and_capped(

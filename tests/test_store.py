@@ -67,11 +67,13 @@ async def test_verbatim_candidates_ignore_case_and_punctuation_and_nothing_else(
         owen, _ = await memories.create("p3", MemoryDraft("My brother Owen lives in Bristol."), NOW)
         near, _ = await memories.create("p3", MemoryDraft("My brother Owen lived in Bristol."), NOW)
         await memories.create("p4", MemoryDraft("My brother Owen lives in Bristol."), NOW)
-        found = await memories.candidates("p3", [], "my brother owen, lives in BRISTOL")
-        assert list(found) == [owen.id]
-        both = await memories.candidates("p3", [near.id], "my brother owen, lives in BRISTOL")
+        found, generation = await memories.candidates("p3", [], "my brother owen, lives in BRISTOL")
+        assert list(found) == [owen.id] and generation == await memories.generation("p3")
+        both, _ = await memories.candidates("p3", [near.id], "my brother owen, lives in BRISTOL")
         assert set(both) == {owen.id, near.id}  # the fingerprint hits come in the same read
         await memories.set_status("p3", [owen.id], "muted", only_from="active")
-        assert await memories.candidates("p3", [], "My brother Owen lives in Bristol.") == {}
+        none, after = await memories.candidates("p3", [], "My brother Owen lives in Bristol.")
+        assert none == {} and after == generation + 1  # no row, and still the generation
+        assert await memories.candidates("nobody", [], "x") == ({}, 0)
     finally:
         await memories.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from uuid import UUID
@@ -213,11 +213,17 @@ class MemoryKeeper:
     ) -> list[Candidate]:
         """The memories `draft` may restate: the closest fingerprints, and any verbatim
         copy (which needs no fingerprint, so it is found even when one is missing)."""
+
+        def read(ids: Iterable[UUID]) -> Awaitable[tuple[dict[UUID, Memory], int]]:
+            return self.store.candidates(person, ids, draft.text)
+
         scores: dict[UUID, float] = {}
-        if vector is not None:
+        if vector is None:
+            found, _ = await read(())
+        else:
             index = await self.ready()
-            scores.update(await index.search(person, vector, self.candidates))
-        found = await self.store.candidates(person, scores, draft.text)
+            hits, found = await index.search_then(person, vector, self.candidates, read)
+            scores.update(hits)
         return [
             Candidate(memory, scores.get(memory.id, 1.0))  # a verbatim copy: 1.0 is its due
             for memory in found.values()
