@@ -87,16 +87,8 @@ class ConversationStream:
     # -- sending --------------------------------------------------------------------------
 
     def emit(self, type_: str, **fields: Any) -> Frame:
-        """Number an event, keep it for replay, send it to every attached link."""
-        return self._emit(type_, fields)
-
-    def ack(self, client_id: str) -> tuple[Frame, asyncio.Future[bool]]:
-        """Emit the ack of a stored say. The future resolves once the ack is written, and
-        with it the say's `ack_seq`: what a resend of that id is acked with."""
-        frame = self._emit("ack", {"id": client_id})
-        return frame, self._unwritten[-1][1]
-
-    def _emit(self, type_: str, fields: dict[str, Any]) -> Frame:
+        """Number an event, keep it for replay, send it to every attached link. Turn-level
+        events go to the event log (an `ack` with its say's `ack_seq`: see `written`)."""
         self.last_seq += 1
         frame: Frame = {"type": type_, "seq": self.last_seq, **fields}
         self._buffer.append(frame)
@@ -193,7 +185,8 @@ class ConversationStream:
             log.warning("seq %d ran past its reserved ceiling %d", self.last_seq, self._ceiling)
 
     async def written(self) -> None:
-        """Wait until every event emitted so far is written (or its write has failed)."""
+        """Wait until every event emitted so far is written (or its write has failed): after
+        an `ack`, the say's `ack_seq` too, which a resend of that id is acked with."""
         if self._unwritten:
             await self._unwritten[-1][1]
 

@@ -61,10 +61,10 @@ async def store_say(
             ack = {"type": "ack", "id": say.client_id, "seq": stored.ack_seq}
             say.reply.resolve(SayOutcome(ack, duplicate=True))
             return
-        ack, written = stream.ack(say.client_id)
+        ack = stream.emit("ack", id=say.client_id)
         mailbox.tell(SayStored(stored, say.handles, time.monotonic()))
         say.reply.resolve(SayOutcome(ack))
-        await written  # the say's ack_seq, before a resend of it can be looked up
+        await stream.written()  # the say's ack_seq, before a resend of it can be looked up
 
 
 class TurnJob:

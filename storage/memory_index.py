@@ -174,7 +174,9 @@ class FingerprintIndex:
         if it is not the index's, the index was stale, and is rebuilt, searched and read
         again."""
         async with self.lock(person):
-            index = self._persons.get(person) or await self._current(person)
+            index = self._persons.get(person)
+            if index is None:
+                index = await self._current(person)
             hits = await self._cpu(len(index), index.search, vector, k)
             rows, generation = await read([memory for memory, _ in hits])
             if generation == index.generation:

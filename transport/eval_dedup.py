@@ -27,7 +27,14 @@ import numpy as np
 import orjson
 
 from actors.memory.keeper import MemoryKeeper
-from actors.memory.recognition import Thresholds, Wording, reach, same_text, shares_subject, wording
+from actors.memory.recognition import (
+    Thresholds,
+    Wording,
+    same_text,
+    settled_tier,
+    shares_subject,
+    wording,
+)
 from actors.memory.values import conflict
 from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
@@ -114,8 +121,8 @@ def decide(o: Outcome, t: Thresholds) -> bool:
         return False
     if o.verbatim:
         return True
-    found = reach(o.cosine, o.same_type, o.shared, Wording(o.share, o.swap, o.slot), t)
-    return found is not None and not o.swap
+    words = Wording(o.share, o.swap, o.slot)
+    return settled_tier(o.cosine, o.same_type, o.shared, words, t) is not None
 
 
 def score(merged: list[bool], same: list[bool]) -> dict[str, Any]:

@@ -119,10 +119,11 @@ class Session:
         return outcome
 
     def confirm(self, seq: int) -> None:
-        """The client's `ack`: it has every event up to `seq`. Advisory: on a conversation
-        that has ended meanwhile it does nothing."""
-        live = self._current() if self.live is None else self.live
-        live.stream.confirm(seq)
+        """The client's `ack`: it has every event up to `seq`. Advisory, so unlike a say it
+        is not refused on a conversation that has ended meanwhile (it changes nothing)."""
+        if self.live is None:
+            raise ProtocolError("hello_first", "the first frame on a link must be a hello")
+        self.live.stream.confirm(seq)
 
     def interrupt(self) -> None:
         self._current().tell(Interrupt())

@@ -171,12 +171,19 @@ def reach(score: float, same_type: bool, shared: bool, words: Wording, t: Thresh
     return "shared" if words.same_slot else None
 
 
+def settled_tier(
+    score: float, same_type: bool, shared: bool, words: Wording, t: Thresholds
+) -> str | None:
+    """`reach`, with the one-word-swap rule applied: None for another fact in the same
+    sentence (the facts the eval's replay decides on too)."""
+    return None if words.one_word_swap else reach(score, same_type, shared, words, t)
+
+
 def tier(new: MemoryDraft, existing: MemoryDraft, score: float, t: Thresholds) -> str | None:
     """The tier by which `new` would be `existing`, before the contradiction guard; None
     for a one-word swap (another fact in the same sentence)."""
-    words = wording(new, existing)
-    found = reach(score, new.type == existing.type, shares_subject(new, existing), words, t)
-    return None if words.one_word_swap else found
+    same_type, shared = new.type == existing.type, shares_subject(new, existing)
+    return settled_tier(score, same_type, shared, wording(new, existing), t)
 
 
 def same_text(a: str, b: str) -> bool:
