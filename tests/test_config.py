@@ -52,3 +52,12 @@ def test_a_bad_log_format_is_refused(capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit):
         _parse(["--log-format", "xml"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_compute_threads_default_to_one_and_refuse_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        _parse([]).compute_threads == 1 and _parse(["--compute-threads", "2"]).compute_threads == 2
+    )
+    with pytest.raises(SystemExit):
+        _parse(["--compute-threads", "0"])
+    assert "at least 1" in capsys.readouterr().err

@@ -11,6 +11,13 @@ from actors.clock import parse_duration
 from actors.runtime import DEFAULT_INTERRUPT_WORDS
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs a whole number of at least 1, not {text!r}")
+    return value
+
+
 def _words(text: str) -> tuple[str, ...]:
     return tuple(w.strip().lower() for w in text.split(",") if w.strip())
 
@@ -58,6 +65,7 @@ class Settings:
     admin_token: str | None = field(default=None, repr=False)  # a secret: never shown
     admin_host: str = "127.0.0.1"
     admin_port: int = 8766
+    compute_threads: int = 1
     limits: Limits = field(default_factory=Limits)
 
 
@@ -91,6 +99,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),
+    ("compute-threads", _positive, "threads numpy and faiss may each use (more only slows the loop)"),
 ]
 # Their values (perhaps from the environment) are never printed, not even by --help.
 _SECRET_OPTIONS = frozenset({"secret", "llm-key", "admin-token", "embed-key"})
