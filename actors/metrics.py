@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 CONTEXT_SOURCES = ("conversations", "working", "recent", "sample", "rules")
 # A turn is a model call or several (tools), seconds to a minute with a real model.
 TURN_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
+# A hello is answered in milliseconds when the server keeps up; the tail shows when it does not.
+HELLO_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class Metrics:
@@ -31,6 +33,12 @@ class Metrics:
             "stillhere_hellos",
             "Hellos answered, by whether they resumed a conversation or started a new one",
             ["outcome"],
+            registry=registry,
+        )
+        self.hello_seconds = Histogram(
+            "stillhere_hello_seconds",
+            "Seconds from a hello being read to its welcome and replay being queued on the link",
+            buckets=HELLO_BUCKETS,
             registry=registry,
         )
         self.archives = Counter(

@@ -32,6 +32,7 @@ import psutil
 
 from bench import procs
 from bench.flap_db import Stored, stateless_stored, stillhere_stored
+from bench.flap_metrics import bounded_percentiles, hello_buckets
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
 from bench.flap_throughput import measure as measure_throughput
 from client import Backoff
@@ -288,6 +289,7 @@ async def flap_one(
 
             series: dict[str, list[float]] = {"t": [], "live": [], "rss_mb": [], "threads": []}
             cpu0 = cpu_seconds(server)
+            hellos0 = await hello_buckets(server.base_url) if name == "stillhere" else None
             t0 = time.perf_counter()
             progress = Progress(args.progress, duration, f"{name}: flapping")
             sampler_task = asyncio.get_running_loop().create_task(
@@ -296,14 +298,10 @@ async def flap_one(
             fleet.start_scripts(t0 + duration)
             await asyncio.sleep(duration)
             await fleet.stop_scripts()
-            out["cpu_s_during_flapping"] = {
-                k: round(max(0.0, v - cpu0[k]), 1) for k, v in cpu_seconds(server).items()
-            }
-            used = out["cpu_s_during_flapping"]
-            used["wall"] = round(time.perf_counter() - t0, 1)
-            used["other_processes"] = round(  # includes PostgreSQL backends that exited
-                used["machine"] - used["server"] - used["postgres"] - used["bench"], 1
-            )
+            out["cpu_s_during_flapping"] = cpu_used(server, cpu0, t0)
+            if hellos0 is not None:
+                hellos = await hello_buckets(server.base_url)
+                out["server_hello_ms"] = bounded_percentiles(hellos0, hellos)
             progress.to(duration)
             progress.close()
             settle_timeout = (
@@ -319,7 +317,9 @@ async def flap_one(
                 # backoff to start over, so each retries on the first step, as phones
                 # that were all fine until the cell went down would.
                 await asyncio.sleep(options.backoff.hold)
+                cpu0, t0_storm = cpu_seconds(server), time.perf_counter()
                 out["storm"] = await fleet.storm(args.storm_timeout)
+                out["storm"]["cpu_s"] = cpu_used(server, cpu0, t0_storm)
                 out["unsettled_after_storm"] = await fleet.wait_settled(settle_timeout)
             sampler_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -378,6 +378,17 @@ def cpu_seconds(server: procs.Server) -> dict[str, float]:
                         out["postgres"] += cpu(proc)
                         out["postgres"] += sum(cpu(c) for c in proc.children(recursive=True))
     return out
+
+
+def cpu_used(server: procs.Server, before: dict[str, float], since: float) -> dict[str, float]:
+    """CPU seconds each side used since `before` was read, with the wall time: what bounds
+    a phase (the server's loop, PostgreSQL, or the bench's own phones)."""
+    used = {k: round(max(0.0, v - before[k]), 1) for k, v in cpu_seconds(server).items()}
+    used["wall"] = round(time.perf_counter() - since, 1)
+    used["other_processes"] = round(  # includes PostgreSQL backends that exited
+        used["machine"] - used["server"] - used["postgres"] - used["bench"], 1
+    )
+    return used
 
 
 async def _stored(name: str, server: procs.Server, fleet: Fleet) -> Stored | None:
@@ -503,6 +514,7 @@ _BASELINE_KEYS = (
     "not_stored",
     "stored_twice",
     "resume_ms",
+    "server_hello_ms",
     "turn_ms",
     "server_rss_mb_idle",
     "server_rss_mb_live",
@@ -587,6 +599,7 @@ def _cell(value: Any, width: int = 9) -> str:
 
 def table(report: dict[str, Any]) -> str:
     r, t = report.get("resume_ms") or {}, report.get("turn_ms") or {}
+    h = report.get("server_hello_ms") or {}
     lines = [
         f"stillhere flap bench: {report['clients']} phones, {report['transport']}, "
         f"{report['duration_s']:.0f} s, seed {report['seed']}, "
@@ -606,6 +619,8 @@ def table(report: dict[str, Any]) -> str:
         f"  {'(ms)':<17}{'p50':>9}{'p95':>9}{'p99':>9}",
         f"  {'resume':<17}{_cell(r.get('p50'))}{_cell(r.get('p95'))}{_cell(r.get('p99'))}"
         f"   n={r.get('n')}",
+        f"  {'server hello ≤':<17}{_cell(h.get('p50_le'))}{_cell(h.get('p95_le'))}"
+        f"{_cell(h.get('p99_le'))}   n={h.get('n')}",
         f"  {'turn':<17}{_cell(t.get('p50'))}{_cell(t.get('p95'))}{_cell(t.get('p99'))}"
         f"   n={t.get('n')}",
         f"  server rss         idle {report.get('server_rss_mb_idle')} MB, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from bench import flap
+from bench.flap_metrics import bounded_percentiles
 
 
 @pytest.mark.timeout(110)
@@ -34,5 +35,21 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str) -> Non
     assert report["unsettled"] == 0
     assert report["phone_failures"] == {}
     assert report["frames_tapped_before_dedup"], "the bench sees frames before the client"
+    assert report["server_hello_ms"]["n"] > 0, "the server's own hello timings were read"
     stop = report["server_stop"]
     assert stop["exit_code"] == 0 and not stop["killed"] and stop["log_problems"] == 0
+
+
+def test_hello_percentiles_are_bounded_by_the_buckets_of_the_window() -> None:
+    before = {0.001: 10.0, 0.01: 10.0, 0.1: 10.0, float("inf"): 10.0}  # the ramp's hellos
+    after = {0.001: 60.0, 0.01: 105.0, 0.1: 109.0, float("inf"): 110.0}
+    figures = bounded_percentiles(before, after)
+    # 100 hellos in the window: 50 under 1 ms, 45 more under 10 ms, 4 under 100 ms, 1 above.
+    assert figures == {"n": 100.0, "p50_le": 1.0, "p95_le": 10.0, "p99_le": 100.0}
+    assert bounded_percentiles(after, after) == {
+        "n": 0.0,
+        "p50_le": None,
+        "p95_le": None,
+        "p99_le": None,
+    }
+    assert bounded_percentiles({}, {0.1: 1.0, float("inf"): 2.0}, (99,))["p99_le"] is None

@@ -45,6 +45,7 @@ async def test_every_metric_is_declared(harness: Harness) -> None:
         "stillhere_model_retries",
         "stillhere_context_source_failures",
         "stillhere_replayed_events",
+        "stillhere_hello_seconds",
     } <= families
     assert _value(samples, "stillhere_hellos_total", outcome="resumed") == 0
     assert ("stillhere_hellos_total", (("outcome", "new"),)) in samples  # known labels at 0
@@ -76,6 +77,8 @@ async def test_hellos_links_and_replayed_events(harness: Harness) -> None:
     assert _value(samples, "stillhere_hellos_total", outcome="resumed") == 1
     assert _value(samples, "stillhere_replayed_events_total") == len(missed) > 0
     assert _value(samples, "stillhere_links") == 1
+    assert _value(samples, "stillhere_hello_seconds_count") == 2  # one per hello answered
+    assert _value(samples, "stillhere_hello_seconds_bucket", le="+Inf") == 2
 
 
 async def test_a_post_say_is_no_hello(harness: Harness) -> None:
@@ -94,6 +97,7 @@ async def test_a_post_say_is_no_hello(harness: Harness) -> None:
         await client.close()
     assert _value(samples, "stillhere_hellos_total", outcome="new") == 1
     assert _value(samples, "stillhere_hellos_total", outcome="resumed") == 0
+    assert _value(samples, "stillhere_hello_seconds_count") == 1
 
 
 async def test_archives_by_reason(harness: Harness) -> None:

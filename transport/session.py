@@ -7,6 +7,7 @@ link's attachment to the conversation and nothing else.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from actors.directory import ConversationGone, LiveConversation
@@ -63,6 +64,7 @@ class Session:
         `last_seq_alone` (an EventSource's Last-Event-ID), names none. Raises Unauthorized
         for bad credentials."""
         server = self._server
+        started = time.monotonic()
         self.person = server.identity.person(device=frame.get("device"), token=frame.get("token"))
         try:
             opened = await server.directory.open(self.person)
@@ -87,6 +89,7 @@ class Session:
         last_seq = frame.get("last_seq") if named and opened.resumed else None
         self.live = live
         replayed = await server.directory.attach(live, self._link, welcome, last_seq)
+        server.runtime.metrics.hello_seconds.observe(time.monotonic() - started)
         if replayed:
             log.info("replayed %d events to %s", replayed, self._link.name)
 
