@@ -113,8 +113,22 @@ class ReplayBuffer:
         """Drop every event with a seq up to `through`: a client has them all (its `ack`,
         or the `last_seq` of its hello). Dropped turn-level events stay in the events
         table; a later replay from further back gets them, each reply whole in its end."""
-        while self._entries and self.oldest(through + 1) <= through:
-            self._evict_oldest()
+        entries = self._entries
+        while entries:
+            first = entries[0]
+            if isinstance(first, DeltaRun):
+                newest = first.oldest + len(first) - 1
+                if newest > through:  # only part of the run goes
+                    gone = max(0, through + 1 - first.oldest)
+                    first.skip += gone
+                    self._held -= gone
+                    return
+                self._held -= len(first)
+            elif first["seq"] > through:
+                return
+            else:
+                self._held -= 1
+            entries.popleft()
 
     def after(self, seq: int) -> list[Frame]:
         """Every held event with a greater seq, in order, deltas rebuilt."""
@@ -149,15 +163,16 @@ class ReplayBuffer:
         while self._entries and not _is_start_of(self._entries[-1], reply):
             tail.append(self._entries.pop())
         tail.reverse()
-        deltas = [e for e in tail if _is_delta_of(e, reply)]
-        if not deltas:
+        is_delta = [_is_delta_of(e, reply) for e in tail]
+        if not any(is_delta):
             self._entries.extend(tail)
             return
+        deltas = [e for e, d in zip(tail, is_delta, strict=True) if d and isinstance(e, dict)]
         joined = "".join(str(d["text"]) for d in deltas)
         text = end["text"] if end.get("text") == joined else joined
         offset, run = 0, None
-        for entry in tail:
-            if not _is_delta_of(entry, reply):
+        for entry, delta in zip(tail, is_delta, strict=True):
+            if not delta:
                 run = None
                 self._entries.append(entry)
                 continue

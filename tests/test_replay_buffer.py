@@ -128,6 +128,18 @@ def test_a_trim_lets_go_of_everything_a_client_has(through: int) -> None:
     assert buffer.oldest(emit.seq + 1) == min(through, emit.seq) + 1
 
 
+@pytest.mark.parametrize("through", [10, 19, 30, 40, 46])
+def test_a_trim_after_evictions_and_mid_reply_keeps_every_later_seq(through: int) -> None:
+    buffer, emit = filled(30, 2, words=20)  # seqs 17-46 held: a run already cut short
+    reply = one_turn(emit, words=3, end=False)  # and a reply in progress, not folded
+    for frame in emit.sent[46:]:
+        buffer.append(frame)
+    buffer.trim(through)
+    left = emit.sent[max(through, emit.seq - 30) :]  # the bound held the last 30
+    assert buffer.after(0) == left and len(buffer) == len(left)
+    assert buffer.after(0)[-1]["reply"] == reply
+
+
 def test_an_empty_buffer_starts_at_the_next_seq() -> None:
     assert ReplayBuffer(5).oldest(42) == 42
 
