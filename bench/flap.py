@@ -36,6 +36,7 @@ from bench.flap_metrics import bounded_percentiles, hello_buckets
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
 from bench.flap_throughput import measure as measure_throughput
 from client import Backoff
+from providers.event_loop import LOOPS
 
 DESCRIPTION = "phones on flapping mobile links: resume, loss, latency, memory, baselines"
 SETTLE_S = 2.0  # before reading an RSS figure
@@ -108,6 +109,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rehearsal-rate", type=float, default=20.0, help="rehearsal words per second (20)"
+    )
+    parser.add_argument(
+        "--event-loop", choices=LOOPS, default="uvloop", help="every server's loop (uvloop)"
     )
     parser.add_argument(
         "--baselines",
@@ -238,7 +242,13 @@ async def flap_one(
 ) -> dict[str, Any]:
     """Start `name`, ramp the phones, flap them for `duration`, settle, check, stop."""
     transport = args.transport if name == "stillhere" else "ws"  # baselines: WebSocket only
-    server = procs.start(name, root, latency=args.rehearsal_latency, rate=args.rehearsal_rate)
+    server = procs.start(
+        name,
+        root,
+        latency=args.rehearsal_latency,
+        rate=args.rehearsal_rate,
+        event_loop=args.event_loop,
+    )
     out: dict[str, Any] = {"server": name, "transport": transport}
     fleet: Fleet | None = None
     sampler_task: asyncio.Task[None] | None = None
@@ -427,7 +437,9 @@ async def throughput_one(name: str, root: Path, args: argparse.Namespace) -> dic
     # stillhere's per-link frame rate limit (20/s) is raised so that it measures the
     # server's cost per turn, not the limiter; the baselines have no limiter at all.
     extra = ["--frames-per-s", "100000", "--frame-burst", "100000"] if name == "stillhere" else []
-    server = procs.start(name, root / "throughput", latency=0.0, rate=0.0, extra=extra)
+    server = procs.start(
+        name, root / "throughput", latency=0.0, rate=0.0, event_loop=args.event_loop, extra=extra
+    )
     try:
         await procs.wait_ready(server)
         with procs.RssSampler(server, interval=0.5) as rss:
@@ -459,6 +471,7 @@ async def _run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "seed": args.seed,
         "storm_requested": args.storm,
         "rehearsal": {"latency_s": args.rehearsal_latency, "rate_words_per_s": args.rehearsal_rate},
+        "event_loop": args.event_loop,
         "load": {
             "think_s": args.think,
             "flap_every_s": args.flap_every,
@@ -605,7 +618,7 @@ def table(report: dict[str, Any]) -> str:
         f"{report['duration_s']:.0f} s, seed {report['seed']}, "
         f"rehearsal {report['rehearsal']['latency_s']:g} s + "
         f"{report['rehearsal']['rate_words_per_s']:g} w/s, "
-        f"{report['machine']['cpu_count']} CPUs",
+        f"{report['machine']['cpu_count']} CPUs, {report.get('event_loop')} loop",
         f"  link events        {report.get('link_events')}",
         f"  reconnects         {_cell(report.get('reconnects'))}   resumed {report.get('resumed')}"
         f"   new conversations unexpected {report.get('new_conversations_unexpected')}",

@@ -114,9 +114,16 @@ def _clean_env() -> dict[str, str]:
 
 
 def start(
-    name: str, root: Path, *, latency: float, rate: float, extra: list[str] | None = None
+    name: str,
+    root: Path,
+    *,
+    latency: float,
+    rate: float,
+    event_loop: str = "uvloop",
+    extra: list[str] | None = None,
 ) -> Server:
-    """Start one server in `root/<name>` on a free port of 127.0.0.1."""
+    """Start one server in `root/<name>` on a free port of 127.0.0.1, on `event_loop`
+    (every server of a run on the same one, so the comparison is of designs)."""
     home = root / name
     home.mkdir(parents=True, exist_ok=True)
     port, log_path = free_port(), home / "server.log"
@@ -136,7 +143,7 @@ def start(
         command += ["--data-dir", str(data_dir), *timing]
     else:
         raise ValueError(f"unknown server {name!r}")
-    command += extra or []
+    command += ["--event-loop", event_loop, *(extra or [])]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             command,

@@ -61,3 +61,11 @@ def test_compute_threads_default_to_one_and_refuse_zero(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         _parse(["--compute-threads", "0"])
     assert "at least 1" in capsys.readouterr().err
+
+
+def test_the_event_loop_is_uvloop_unless_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _parse([]).event_loop == "uvloop"
+    assert _parse(["--event-loop", "asyncio"]).event_loop == "asyncio"
+    with pytest.raises(SystemExit):
+        _parse(["--event-loop", "trio"])
+    assert "invalid choice" in capsys.readouterr().err

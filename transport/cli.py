@@ -11,6 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from bench import flap
+from providers.event_loop import new_event_loop
 from transport import eval_dedup, memory_cli
 from transport.app import build_app
 from transport.config import Settings, add_options, env_value, settings_from
@@ -57,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(settings.log_format)
     web.run_app(
         build_app(settings),
+        loop=new_event_loop(settings.event_loop),
         host=settings.host,
         port=settings.port,
         backlog=settings.backlog,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from actors.clock import parse_duration
 from actors.runtime import DEFAULT_INTERRUPT_WORDS
+from providers.event_loop import LOOPS
 
 
 def _positive(text: str) -> int:
@@ -66,6 +67,7 @@ class Settings:
     admin_host: str = "127.0.0.1"
     admin_port: int = 8766
     compute_threads: int = 1
+    event_loop: str = "uvloop"
     limits: Limits = field(default_factory=Limits)
 
 
@@ -99,8 +101,14 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),
-    ("compute-threads", _positive, "threads numpy and faiss may each use (more only slows the loop)"),
+    ("event-loop", str, "uvloop (faster) or asyncio (the standard library's loop)"),
+    (
+        "compute-threads",
+        _positive,
+        "threads numpy and faiss may each use (more only slows the loop)",
+    ),
 ]
+_CHOICES = {"log-format": ["text", "json"], "event-loop": list(LOOPS)}
 # Their values (perhaps from the environment) are never printed, not even by --help.
 _SECRET_OPTIONS = frozenset({"secret", "llm-key", "admin-token", "embed-key"})
 _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
@@ -124,7 +132,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         env = env_value(name)
         if env is not None:
             default = kind(env)  # type: ignore[operator]
-        choices = ["text", "json"] if name == "log-format" else None
+        choices = _CHOICES.get(name)
         shown = default if not isinstance(default, tuple) else ",".join(default)
         if name in _SECRET_OPTIONS:
             shown = "none" if default is None else "set, not shown"

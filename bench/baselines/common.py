@@ -20,6 +20,7 @@ import orjson
 from aiohttp import web
 
 from providers.chat import ChatMessage, TextDelta
+from providers.event_loop import LOOPS, new_event_loop
 from providers.rehearsal import RehearsalModel
 
 MIN_DEVICE_SECRET = 22
@@ -93,16 +94,18 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--rehearsal-latency", type=float, default=0.0, help="seconds")
     parser.add_argument("--rehearsal-rate", type=float, default=0.0, help="words per second")
+    parser.add_argument("--event-loop", choices=LOOPS, default="uvloop", help="as stillhere's")
 
 
-def serve(build: Callable[[], web.Application], host: str, port: int) -> int:
+def serve(build: Callable[[], web.Application], args: argparse.Namespace) -> int:
     """Run the app until SIGINT/SIGTERM; `print=None` keeps stdout quiet like stillhere."""
-    if host != "127.0.0.1":
+    if args.host != "127.0.0.1":
         raise SystemExit("the baselines listen on 127.0.0.1 only")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     with contextlib.suppress(ValueError):
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-    web.run_app(build(), host=host, port=port, print=None, access_log=None)
+    loop = new_event_loop(args.event_loop)  # the same loop as stillhere: a fair comparison
+    web.run_app(build(), host=args.host, port=args.port, print=None, access_log=None, loop=loop)
     return 0
 
 

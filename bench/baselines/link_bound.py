@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.baselines.link_bound")
     add_common_options(parser)
     args = parser.parse_args(argv)
-    return serve(lambda: build(args.rehearsal_latency, args.rehearsal_rate), args.host, args.port)
+    return serve(lambda: build(args.rehearsal_latency, args.rehearsal_rate), args)
 
 
 if __name__ == "__main__":

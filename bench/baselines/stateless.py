@@ -408,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.data_dir is None and args.db is None:
         parser.error("give --data-dir or --db")
-    return serve(lambda: build(args), args.host, args.port)
+    return serve(lambda: build(args), args)
 
 
 if __name__ == "__main__":
