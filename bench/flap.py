@@ -37,6 +37,7 @@ from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
 from bench.flap_throughput import measure as measure_throughput
 from client import Backoff
 from providers.event_loop import LOOPS
+from providers.event_loop import run as run_on_loop
 
 DESCRIPTION = "phones on flapping mobile links: resume, loss, latency, memory, baselines"
 SETTLE_S = 2.0  # before reading an RSS figure
@@ -747,7 +748,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return asyncio.run(run(parse_args(argv)))
+    args = parse_args(argv)
+    return run_on_loop(run(args), args.event_loop)  # the phones on the servers' loop
 
 
 if __name__ == "__main__":

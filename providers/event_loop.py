@@ -10,7 +10,10 @@ loops to the code: nothing here depends on which one runs.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 LOOPS = ("uvloop", "asyncio")
 
 
@@ -25,3 +28,9 @@ def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
     except ImportError:
         raise SystemExit("uvloop is not installed here; run with --event-loop asyncio") from None
     return uvloop.new_event_loop()
+
+
+def run(main: Coroutine[Any, Any, T], kind: str) -> T:
+    """`asyncio.run(main)`, on a loop of `kind`."""
+    with asyncio.Runner(loop_factory=lambda: new_event_loop(kind)) as runner:
+        return runner.run(main)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import uvloop
 
-from providers.event_loop import new_event_loop
+from providers.event_loop import new_event_loop, run
 
 
 @pytest.mark.parametrize(("kind", "expected"), [("uvloop", uvloop.Loop), ("asyncio", None)])
@@ -33,3 +33,12 @@ def test_each_kind_gives_a_working_loop_of_that_kind(kind: str, expected: type |
 def test_an_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="uvloop, asyncio"):
         new_event_loop("trio")
+
+
+@pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
+def test_run_runs_a_coroutine_to_its_end_on_that_kind(kind: str) -> None:
+    async def which() -> bool:
+        await asyncio.sleep(0)
+        return isinstance(asyncio.get_running_loop(), uvloop.Loop)
+
+    assert run(which(), kind) is (kind == "uvloop")

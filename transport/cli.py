@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ from aiohttp import web
 
 from bench import flap
 from providers.event_loop import new_event_loop
+from providers.event_loop import run as run_on_loop
 from transport import eval_dedup, memory_cli
 from transport.app import build_app
 from transport.config import Settings, add_options, env_value, settings_from
@@ -53,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_inspect(args)
     if args.command in ("memory", "eval", "bench"):
         setup_logging("text")
-        return asyncio.run(args.run(args))
+        # bench flap's phones run on the loop its servers do; the other commands on asyncio's
+        return run_on_loop(args.run(args), getattr(args, "event_loop", "asyncio"))
     settings = settings_from(args)
     setup_logging(settings.log_format)
     web.run_app(
