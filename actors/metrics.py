@@ -37,7 +37,9 @@ class Metrics:
         )
         self.hello_seconds = Histogram(
             "stillhere_hello_seconds",
-            "Seconds from a hello being read to its welcome and replay being queued on the link",
+            "Seconds from a hello being read to its welcome and replay being queued on the link, "
+            "by whether it resumed a conversation (a new one may first wait for the last to end)",
+            ["outcome"],
             buckets=HELLO_BUCKETS,
             registry=registry,
         )
@@ -69,6 +71,7 @@ class Metrics:
         # Known label values start at 0, so a dashboard sees them before the first event.
         for outcome in ("resumed", "new"):
             self.hellos.labels(outcome=outcome)
+            self.hello_seconds.labels(outcome=outcome)
         for reason in ("leave", "idle"):
             self.archives.labels(reason=reason)
         for source in CONTEXT_SOURCES:

@@ -134,6 +134,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--throughput-phones", type=int, default=50, help="M (default 50)")
     parser.add_argument("--throughput-says", type=int, default=40, help="K (default 40)")
+    parser.add_argument(
+        "--throughput-warmup", type=int, default=5, help="untimed says per phone first (5)"
+    )
     parser.add_argument("--ramp-concurrency", type=int, default=100, help="phones starting at once")
     parser.add_argument("--backoff-first", type=_seconds, default=0.2, help="first reconnect wait")
     parser.add_argument("--backoff-jitter", type=float, default=0.5, help="reconnect jitter 0..1")
@@ -165,6 +168,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.clients < 1 or args.duration <= 0:
         parser.error("--clients must be at least 1 and --duration positive")
+    if args.throughput_warmup < 0:
+        parser.error("--throughput-warmup must be >= 0")
     if args.throughput_phones < 1 or args.throughput_says < 1 or args.ramp_concurrency < 1:
         parser.error("--throughput-phones, --throughput-says, --ramp-concurrency must be >= 1")
     if not 0 <= args.backoff_jitter <= 1:
@@ -445,7 +450,11 @@ async def throughput_one(name: str, root: Path, args: argparse.Namespace) -> dic
         await procs.wait_ready(server)
         with procs.RssSampler(server, interval=0.5) as rss:
             result = await measure_throughput(
-                server.base_url, args.throughput_phones, args.throughput_says, timeout=600.0
+                server.base_url,
+                args.throughput_phones,
+                args.throughput_says,
+                timeout=600.0,
+                warmup=args.throughput_warmup,
             )
         return {
             "turns": result.turns,

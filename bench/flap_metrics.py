@@ -4,7 +4,8 @@ The phones time a resume from the hello going out to the welcome coming in, so t
 figure also holds the time each frame waits in a busy loop, the server's or the bench's
 own. The server's `stillhere_hello_seconds` histogram holds only the server's handling
 (hello read to welcome and replay queued). Read before and after the flapping, the
-difference is the flapping's hellos, and its buckets bound each percentile from above.
+difference is the flapping's resuming hellos, and its buckets bound each percentile from
+above.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ HELLO_BUCKET = "stillhere_hello_seconds_bucket"
 
 
 async def hello_buckets(base_url: str) -> dict[float, float]:
-    """Cumulative hello counts by upper bound in seconds (`le`), from a running server."""
+    """Cumulative counts of resuming hellos by upper bound in seconds (`le`), from a
+    running server. (A hello that starts a new conversation after a `leave` first waits
+    for the old one to be archived: not a resume.)"""
     async with aiohttp.ClientSession() as http, http.get(base_url + "/metrics") as response:
         response.raise_for_status()
         text = await response.text()
@@ -26,7 +29,7 @@ async def hello_buckets(base_url: str) -> dict[float, float]:
         float(sample.labels["le"]): sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name == HELLO_BUCKET
+        if sample.name == HELLO_BUCKET and sample.labels.get("outcome") == "resumed"
     }
 
 

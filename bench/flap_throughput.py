@@ -55,7 +55,8 @@ async def _connect(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSo
     return ws
 
 
-async def _turns(ws: aiohttp.ClientWebSocketResponse, k: int, out: Throughput) -> None:
+async def _turns(ws: aiohttp.ClientWebSocketResponse, k: int, out: Throughput | None) -> None:
+    """K turns back to back; timed into `out` (None: a warm-up, not counted)."""
     for n in range(k):
         id_ = uuid.uuid4().hex
         text = f"Throughput message {n}, plain words and nothing more."
@@ -65,12 +66,17 @@ async def _turns(ws: aiohttp.ClientWebSocketResponse, k: int, out: Throughput) -
             frame = await _next(ws)
             if frame["type"] == "reply.end":
                 break
-        out.turn_ms.append((time.perf_counter() - sent) * 1000.0)
-        out.turns += 1
+        if out is not None:
+            out.turn_ms.append((time.perf_counter() - sent) * 1000.0)
+            out.turns += 1
 
 
-async def measure(base_url: str, phones: int, says: int, timeout: float) -> Throughput:
-    """Connect M phones (hello), then time M x K turns from the first say to the last end."""
+async def measure(
+    base_url: str, phones: int, says: int, timeout: float, warmup: int = 0
+) -> Throughput:
+    """Connect M phones (hello), let each make `warmup` untimed turns (pools filled,
+    statements prepared, actors started: every server warm alike), then time M x K turns
+    from the first say to the last end."""
     out = Throughput(phones, says)
     url = base_url + "/v1/ws"
     connector = aiohttp.TCPConnector(limit=0)
@@ -79,6 +85,9 @@ async def measure(base_url: str, phones: int, says: int, timeout: float) -> Thro
             asyncio.gather(*(_connect(http, url) for _ in range(phones))), timeout
         )
         try:
+            await asyncio.wait_for(
+                asyncio.gather(*(_turns(ws, warmup, None) for ws in links)), timeout
+            )
             started = time.perf_counter()
             results = await asyncio.wait_for(
                 asyncio.gather(*(_turns(ws, says, out) for ws in links), return_exceptions=True),

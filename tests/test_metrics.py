@@ -77,8 +77,9 @@ async def test_hellos_links_and_replayed_events(harness: Harness) -> None:
     assert _value(samples, "stillhere_hellos_total", outcome="resumed") == 1
     assert _value(samples, "stillhere_replayed_events_total") == len(missed) > 0
     assert _value(samples, "stillhere_links") == 1
-    assert _value(samples, "stillhere_hello_seconds_count") == 2  # one per hello answered
-    assert _value(samples, "stillhere_hello_seconds_bucket", le="+Inf") == 2
+    for outcome in ("new", "resumed"):  # one per hello answered
+        assert _value(samples, "stillhere_hello_seconds_count", outcome=outcome) == 1
+        assert _value(samples, "stillhere_hello_seconds_bucket", le="+Inf", outcome=outcome) == 1
 
 
 async def test_a_post_say_is_no_hello(harness: Harness) -> None:
@@ -97,7 +98,8 @@ async def test_a_post_say_is_no_hello(harness: Harness) -> None:
         await client.close()
     assert _value(samples, "stillhere_hellos_total", outcome="new") == 1
     assert _value(samples, "stillhere_hellos_total", outcome="resumed") == 0
-    assert _value(samples, "stillhere_hello_seconds_count") == 1
+    assert _value(samples, "stillhere_hello_seconds_count", outcome="new") == 1
+    assert _value(samples, "stillhere_hello_seconds_count", outcome="resumed") == 0
 
 
 async def test_archives_by_reason(harness: Harness) -> None:
