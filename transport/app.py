@@ -16,6 +16,7 @@ from actors.memory.setup import close_keeper, make_embedder, open_keeper
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
 from providers.chat import ChatModel
+from providers.collector import tune_collector
 from providers.compute import limit_compute_threads
 from providers.openai import OpenAIChat
 from providers.rehearsal import RehearsalModel
@@ -76,6 +77,7 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
 async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> AsyncIterator[None]:
     loop = asyncio.get_running_loop()
     limit_compute_threads(settings.compute_threads)
+    tune_collector(settings.gc_thresholds)
     embedded = None
     dsn = settings.db
     if dsn is None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from actors.clock import parse_duration
 from actors.runtime import DEFAULT_INTERRUPT_WORDS
+from providers.collector import DEFAULT as COLLECTOR_DEFAULT
+from providers.collector import parse_thresholds
 from providers.event_loop import LOOPS
 
 
@@ -17,6 +19,13 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"needs a whole number of at least 1, not {text!r}")
     return value
+
+
+def _gc_thresholds(text: str) -> tuple[int, int, int]:
+    try:
+        return parse_thresholds(text)
+    except ValueError as wrong:
+        raise argparse.ArgumentTypeError(str(wrong)) from None
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -68,6 +77,7 @@ class Settings:
     admin_port: int = 8766
     compute_threads: int = 1
     event_loop: str = "uvloop"
+    gc_thresholds: tuple[int, int, int] = COLLECTOR_DEFAULT
     limits: Limits = field(default_factory=Limits)
 
 
@@ -102,6 +112,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),
     ("event-loop", str, "uvloop (faster) or asyncio (the standard library's loop)"),
+    ("gc-thresholds", _gc_thresholds, "Python's collector: generation 0, 1, 2 thresholds"),
     (
         "compute-threads",
         _positive,
@@ -133,7 +144,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         if env is not None:
             default = kind(env)  # type: ignore[operator]
         choices = _CHOICES.get(name)
-        shown = default if not isinstance(default, tuple) else ",".join(default)
+        shown = default if not isinstance(default, tuple) else ",".join(map(str, default))
         if name in _SECRET_OPTIONS:
             shown = "none" if default is None else "set, not shown"
         parser.add_argument(
