@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -178,13 +179,23 @@ class Directory:
     # -- links ----------------------------------------------------------------------------
 
     async def attach(
-        self, live: LiveConversation, link: Link, welcome: Frame, last_seq: int | None
+        self,
+        live: LiveConversation,
+        link: Link,
+        welcome: Frame,
+        last_seq: int | None,
+        *,
+        hello_since: float,
     ) -> int:
+        """Attach `link` after its hello (read at `hello_since`, monotonic): welcome, replay,
+        then live events; the hello is counted and timed here."""
         live.unlinked_since = None
         replayed = await live.stream.attach(link, welcome, last_seq)
         # Counted here, not in open(): an SSE client's every POST say opens too.
         metrics = self._rt.metrics
-        metrics.hellos.labels(outcome="resumed" if welcome.get("resumed") else "new").inc()
+        outcome = "resumed" if welcome.get("resumed") else "new"
+        metrics.hellos.labels(outcome=outcome).inc()
+        metrics.hello_seconds.labels(outcome=outcome).observe(time.monotonic() - hello_since)
         metrics.replayed_events.inc(replayed)
         return replayed
 

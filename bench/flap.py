@@ -537,7 +537,6 @@ _BASELINE_KEYS = (
     "not_stored",
     "stored_twice",
     "resume_ms",
-    "server_hello_ms",
     "turn_ms",
     "server_rss_mb_idle",
     "server_rss_mb_live",

@@ -1,5 +1,6 @@
-"""Fixtures: a real PostgreSQL (embedded, one per test session, a fresh database per test),
-an injected clock, a fake OpenAI-compatible model over real HTTP, and a phone client."""
+"""Fixtures: a real PostgreSQL (embedded, one per test session, a fresh database per test)
+and its conversation store, an injected clock, a fake OpenAI-compatible model over real
+HTTP, and a phone client."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from aiohttp.test_utils import TestServer
 from actors.clock import ManualClock
 from actors.memory.keeper import MemoryKeeper
 from storage.embedded import EmbeddedPostgres
+from storage.store import Store
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.fakes.openai_server import FakeOpenAI
 from tests.memory_support import Script, close_memory, fake_server, open_memory, scripted
@@ -56,6 +58,16 @@ async def db(dsn: str) -> AsyncIterator[asyncpg.Connection]:
     conn = await asyncpg.connect(dsn)
     yield conn
     await conn.close()
+
+
+@pytest.fixture
+async def store(dsn: str) -> AsyncIterator[Store]:
+    """The conversation store, migrated, on a fresh database."""
+    opened = await Store.open(dsn)
+    try:
+        yield opened
+    finally:
+        await opened.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from uuid import uuid4
 
@@ -13,15 +12,6 @@ import pytest
 from storage.store import Store
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def store(dsn: str) -> AsyncIterator[Store]:
-    store = await Store.open(dsn)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 async def test_events_of_many_conversations_share_one_write(store: Store) -> None:

@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 
 from actors.conversation import ConversationActor
-from tests.conftest import Harness, eventually
+from tests.conftest import Harness, Phone, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 
@@ -60,15 +60,21 @@ async def _summary(db: asyncpg.Connection) -> str:
             await asyncio.sleep(0.01)
 
 
-async def test_leave_archives_at_once_with_a_summary(
-    harness: Harness, db: asyncpg.Connection
-) -> None:
-    await harness.start()
+async def _say_then_leave(harness: Harness) -> Phone:
+    """A phone says one thing, hears the reply, leaves, and gets its `bye`."""
     phone = await harness.phone()
     await phone.say("Note that the dentist is on Tuesday")
     await phone.reply()
     await phone.send({"type": "leave"})
     assert (await phone.expect("bye"))["reason"] == "leave"
+    return phone
+
+
+async def test_leave_archives_at_once_with_a_summary(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    await harness.start()
+    phone = await _say_then_leave(harness)
     (row,) = await _conversations(db)
     assert (row["status"], row["archive_reason"]) == ("archived", "leave")
     assert "dentist" in await _summary(db)
@@ -81,11 +87,7 @@ async def test_leave_says_bye_without_waiting_for_the_summary(
 ) -> None:
     await harness.start(llm_url=fake_llm.url)
     fake_llm.queue(Reply("Tuesday, noted."), Reply("We talked about the dentist.", delay=0.3))
-    phone = await harness.phone()
-    await phone.say("Note that the dentist is on Tuesday")
-    await phone.reply()
-    await phone.send({"type": "leave"})
-    assert (await phone.expect("bye"))["reason"] == "leave"
+    await _say_then_leave(harness)
     (row,) = await _conversations(db)
     assert row["status"] == "archived" and row["summary"] is None  # the model is still at it
     assert await _summary(db) == "We talked about the dentist."

@@ -3,7 +3,6 @@ memory candidates a restatement is compared with."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,15 +12,6 @@ from storage.records import MemoryDraft
 from storage.store import ConversationEnded, Store
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def store(dsn: str) -> AsyncIterator[Store]:
-    store = await Store.open(dsn)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 async def _says(store: Store, person: str) -> list[str]:

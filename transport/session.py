@@ -88,10 +88,8 @@ class Session:
         )
         last_seq = frame.get("last_seq") if named and opened.resumed else None
         self.live = live
-        replayed = await server.directory.attach(live, self._link, welcome, last_seq)
-        outcome = "resumed" if opened.resumed else "new"
-        server.runtime.metrics.hello_seconds.labels(outcome=outcome).observe(
-            time.monotonic() - started
+        replayed = await server.directory.attach(
+            live, self._link, welcome, last_seq, hello_since=started
         )
         if replayed:
             log.info("replayed %d events to %s", replayed, self._link.name)
