@@ -63,6 +63,13 @@ class Metrics:
             ["source"],
             registry=registry,
         )
+        self.loop_lag_seconds = Histogram(
+            "stillhere_loop_lag_seconds",
+            "Seconds late the event loop ran a timer: time frames, hellos and turns waited "
+            "for the loop",
+            buckets=HELLO_BUCKETS,  # on the hello's scale, so the two compare bucket by bucket
+            registry=registry,
+        )
         self.replayed_events = Counter(
             "stillhere_replayed_events",
             "Events replayed to links that came back with a last_seq",

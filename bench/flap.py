@@ -32,12 +32,13 @@ import psutil
 
 from bench import procs
 from bench.flap_db import Stored, stateless_stored, stillhere_stored
-from bench.flap_metrics import bounded_percentiles, hello_buckets
+from bench.flap_metrics import server_buckets, server_figures
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
 from bench.flap_throughput import measure as measure_throughput
 from client import Backoff
 from providers.event_loop import LOOPS
 from providers.event_loop import run as run_on_loop
+from providers.loop_lag import loop_lag_probe
 
 DESCRIPTION = "phones on flapping mobile links: resume, loss, latency, memory, baselines"
 SETTLE_S = 2.0  # before reading an RSS figure
@@ -191,6 +192,12 @@ def percentiles(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
+def lag_ms(lags: Sequence[float]) -> dict[str, float | None]:
+    """`percentiles` of loop lags given in seconds, in ms, with the worst."""
+    ms = [lag * 1000.0 for lag in lags]
+    return {**percentiles(ms), "max": round(max(ms), 2) if ms else None}
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
@@ -305,19 +312,21 @@ async def flap_one(
 
             series: dict[str, list[float]] = {"t": [], "live": [], "rss_mb": [], "threads": []}
             cpu0 = cpu_seconds(server)
-            hellos0 = await hello_buckets(server.base_url) if name == "stillhere" else None
+            server0 = await server_buckets(server.base_url) if name == "stillhere" else None
             t0 = time.perf_counter()
             progress = Progress(args.progress, duration, f"{name}: flapping")
             sampler_task = asyncio.get_running_loop().create_task(
                 _sample_loop(server, fleet, series, t0, progress)
             )
-            fleet.start_scripts(t0 + duration)
-            await asyncio.sleep(duration)
-            await fleet.stop_scripts()
+            bench_lags: list[float] = []  # this process's loop, where the phones run
+            async with loop_lag_probe(bench_lags.append):
+                fleet.start_scripts(t0 + duration)
+                await asyncio.sleep(duration)
+                await fleet.stop_scripts()
             out["cpu_s_during_flapping"] = cpu_used(server, cpu0, t0)
-            if hellos0 is not None:
-                hellos = await hello_buckets(server.base_url)
-                out["server_hello_ms"] = bounded_percentiles(hellos0, hellos)
+            out["bench_loop_lag_ms"] = lag_ms(bench_lags)
+            if server0 is not None:
+                out.update(server_figures(server0, await server_buckets(server.base_url)))
             progress.to(duration)
             progress.close()
             settle_timeout = (
@@ -546,6 +555,7 @@ _BASELINE_KEYS = (
     "unsettled",
     "client_wedged_phones",
     "cpu_s_during_flapping",
+    "bench_loop_lag_ms",
     "server_stop",
 )
 
@@ -622,6 +632,7 @@ def _cell(value: Any, width: int = 9) -> str:
 def table(report: dict[str, Any]) -> str:
     r, t = report.get("resume_ms") or {}, report.get("turn_ms") or {}
     h = report.get("server_hello_ms") or {}
+    sl, bl = report.get("server_loop_lag_ms") or {}, report.get("bench_loop_lag_ms") or {}
     lines = [
         f"stillhere flap bench: {report['clients']} phones, {report['transport']}, "
         f"{report['duration_s']:.0f} s, seed {report['seed']}, "
@@ -643,6 +654,10 @@ def table(report: dict[str, Any]) -> str:
         f"   n={r.get('n')}",
         f"  {'server hello ≤':<17}{_cell(h.get('p50_le'))}{_cell(h.get('p95_le'))}"
         f"{_cell(h.get('p99_le'))}   n={h.get('n')}",
+        f"  {'server loop lag ≤':<17}{_cell(sl.get('p50_le'))}{_cell(sl.get('p95_le'))}"
+        f"{_cell(sl.get('p99_le'))}   n={sl.get('n')}",
+        f"  {'bench loop lag':<17}{_cell(bl.get('p50'))}{_cell(bl.get('p95'))}"
+        f"{_cell(bl.get('p99'))}   max={bl.get('max')} n={bl.get('n')}",
         f"  {'turn':<17}{_cell(t.get('p50'))}{_cell(t.get('p95'))}{_cell(t.get('p99'))}"
         f"   n={t.get('n')}",
         f"  server rss         idle {report.get('server_rss_mb_idle')} MB, "

@@ -1,11 +1,11 @@
-"""The server's own account of its hellos, read from its `/metrics`.
+"""The server's own account of its hellos and its loop, read from its `/metrics`.
 
 The phones time a resume from the hello going out to the welcome coming in, so their
 figure also holds the time each frame waits in a busy loop, the server's or the bench's
 own. The server's `stillhere_hello_seconds` histogram holds only the server's handling
-(hello read to welcome and replay queued). Read before and after the flapping, the
-difference is the flapping's resuming hellos, and its buckets bound each percentile from
-above.
+(hello read to welcome and replay queued), and `stillhere_loop_lag_seconds` how late its
+loop ran a timer: the server's share of the waiting. Read before and after the flapping,
+the difference of each is the flapping's, and its buckets bound each percentile from above.
 """
 
 from __future__ import annotations
@@ -15,29 +15,45 @@ import math
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-HELLO_BUCKET = "stillhere_hello_seconds_bucket"
+Buckets = dict[float, float]  # cumulative count by upper bound in seconds (`le`)
+
+# The report's key of each histogram read, its bucket series, and the labels kept. Only
+# resuming hellos: one that starts a new conversation after a `leave` first waits for the
+# old one to be archived.
+HISTOGRAMS: dict[str, tuple[str, dict[str, str]]] = {
+    "server_hello_ms": ("stillhere_hello_seconds_bucket", {"outcome": "resumed"}),
+    "server_loop_lag_ms": ("stillhere_loop_lag_seconds_bucket", {}),
+}
 
 
-async def hello_buckets(base_url: str) -> dict[float, float]:
-    """Cumulative counts of resuming hellos by upper bound in seconds (`le`), from a
-    running server. (A hello that starts a new conversation after a `leave` first waits
-    for the old one to be archived: not a resume.)"""
+async def server_buckets(base_url: str) -> dict[str, Buckets]:
+    """The buckets of each of HISTOGRAMS, by report key, from one scrape of a running
+    server."""
     async with aiohttp.ClientSession() as http, http.get(base_url + "/metrics") as response:
         response.raise_for_status()
         text = await response.text()
-    return {
-        float(sample.labels["le"]): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == HELLO_BUCKET and sample.labels.get("outcome") == "resumed"
-    }
+    out: dict[str, Buckets] = {key: {} for key in HISTOGRAMS}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for key, (name, labels) in HISTOGRAMS.items():
+                if sample.name == name and labels.items() <= sample.labels.items():
+                    out[key][float(sample.labels["le"])] = sample.value
+    return out
+
+
+def server_figures(
+    before: dict[str, Buckets], after: dict[str, Buckets]
+) -> dict[str, dict[str, float | None]]:
+    """Each histogram's `bounded_percentiles` between two `server_buckets` reads."""
+    return {key: bounded_percentiles(before[key], after[key]) for key in HISTOGRAMS}
 
 
 def bounded_percentiles(
-    before: dict[float, float], after: dict[float, float], points: tuple[int, ...] = (50, 95, 99)
+    before: Buckets, after: Buckets, points: tuple[int, ...] = (50, 95, 99)
 ) -> dict[str, float | None]:
     """For each percentile, the smallest bucket bound (ms) under which it lies, for the
-    hellos counted between `before` and `after`; None for one above the last finite bound."""
+    observations counted between `before` and `after`; None for one above the last finite
+    bound."""
     bounds = sorted(after)
     counts = [after[b] - before.get(b, 0.0) for b in bounds]
     total = counts[-1] if counts else 0.0

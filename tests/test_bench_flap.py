@@ -36,6 +36,11 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str) -> Non
     assert report["phone_failures"] == {}
     assert report["frames_tapped_before_dedup"], "the bench sees frames before the client"
     assert report["server_hello_ms"]["n"] > 0, "the server's own hello timings were read"
+    assert report["server_loop_lag_ms"]["n"] > 0, "the server's loop lag was read"
+    bench_lag = report["bench_loop_lag_ms"]
+    assert bench_lag["n"] > 0, "the bench's own loop was probed while the phones flapped"
+    assert 0 <= bench_lag["p50"] <= bench_lag["p99"] <= bench_lag["max"]
+    assert "server loop lag ≤" in flap.table(report) and "bench loop lag" in flap.table(report)
     stop = report["server_stop"]
     assert stop["exit_code"] == 0 and not stop["killed"] and stop["log_problems"] == 0
 

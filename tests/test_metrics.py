@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ async def test_every_metric_is_declared(harness: Harness) -> None:
         "stillhere_context_source_failures",
         "stillhere_replayed_events",
         "stillhere_hello_seconds",
+        "stillhere_loop_lag_seconds",
     } <= families
     assert _value(samples, "stillhere_hellos_total", outcome="resumed") == 0
     assert ("stillhere_hellos_total", (("outcome", "new"),)) in samples  # known labels at 0
@@ -100,6 +102,19 @@ async def test_a_post_say_is_no_hello(harness: Harness) -> None:
     assert _value(samples, "stillhere_hellos_total", outcome="resumed") == 0
     assert _value(samples, "stillhere_hello_seconds_count", outcome="new") == 1
     assert _value(samples, "stillhere_hello_seconds_count", outcome="resumed") == 0
+
+
+async def test_the_loop_lag_is_measured_while_the_server_runs(harness: Harness) -> None:
+    """The probe feeds the histogram from start-up, with no traffic at all."""
+    await harness.start()
+    samples: Samples = {}
+    async with asyncio.timeout(10):
+        while not _value(samples, "stillhere_loop_lag_seconds_count"):
+            await asyncio.sleep(0.05)
+            samples, _ = await _scrape(harness)
+    count = _value(samples, "stillhere_loop_lag_seconds_count")
+    assert _value(samples, "stillhere_loop_lag_seconds_bucket", le="+Inf") == count > 0
+    assert _value(samples, "stillhere_loop_lag_seconds_sum") >= 0
 
 
 async def test_archives_by_reason(harness: Harness) -> None:

@@ -18,6 +18,7 @@ from actors.supervisor import Supervisor, Sweep
 from providers.chat import ChatModel
 from providers.collector import tune_collector
 from providers.compute import limit_compute_threads
+from providers.loop_lag import loop_lag_probe
 from providers.openai import OpenAIChat
 from providers.rehearsal import RehearsalModel
 from storage.embedded import EmbeddedPostgres
@@ -98,9 +99,10 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     ticker = loop.create_task(_tick(supervisor, settings.sweep_interval))
     admin: web.AppRunner | None = None
     try:
-        admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
-        log.info("stillhere ready, model: %s", model.label)
-        yield
+        async with loop_lag_probe(rt.metrics.loop_lag_seconds.observe):
+            admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
+            log.info("stillhere ready, model: %s", model.label)
+            yield
     finally:
         if admin is not None:
             await admin.cleanup()
