@@ -5,6 +5,8 @@ recent days, a sample of the rest, the person's rules) are queried at the same t
 each is awaited on its own with its own timeout. One that fails or is late is logged,
 counted (`stillhere_context_source_failures`) and replaced by an empty list: whatever
 answers is kept, because a context missing one source is far better than none at all.
+The database's answers are reused from turn to turn while the person's context generation
+stands (actors/context_cache.py).
 
 The whole context then fits a budget in characters, filled in a fixed order of priority
 (`PRIORITY`), so the same data always gives the same context. See docs/context.md.
@@ -97,27 +99,47 @@ SOURCES: dict[str, Source] = {
 }
 
 
+# The sources that read the database: their answers are kept per person while the person's
+# context generation stands (actors/context_cache.py). "working" comes from the actor.
+CACHED = frozenset({"conversations", "recent", "sample", "rules"})
+
+
 async def _gather(rt: Runtime, req: TurnRequest, now: datetime) -> dict[str, list[Any] | None]:
-    """Every source at once; None for one that failed or was late."""
+    """Every source at once, or its answer kept from an earlier turn at the same context
+    generation; None for one that failed or was late. Failures make one log line."""
     timeout = rt.settings.context.source_timeout_s
-    names = list(SOURCES)
-    answers = await asyncio.gather(*(_one(rt, n, SOURCES[n], req, now, timeout) for n in names))
-    return dict(zip(names, answers, strict=True))
+    generation, problem = await _attempt(rt.store.context.generation(req.person), timeout)
+    kept = {} if generation is None else rt.context_cache.get(req.person, generation, now)
+    names = [name for name in SOURCES if name not in kept]
+    attempts = await asyncio.gather(
+        *(_attempt(SOURCES[name](rt, req, now), timeout) for name in names)
+    )
+    problems = [f"generation {problem}"] if problem else []
+    answers: dict[str, list[Any] | None] = dict(kept)
+    for name, (answer, why) in zip(names, attempts, strict=True):
+        answers[name] = answer
+        if why is not None:
+            problems.append(f"{name} {why}")
+            rt.metrics.context_source_failures.labels(source=name).inc()
+    if problems:
+        log.warning("context sources left out: %s", "; ".join(problems))
+    if generation is not None:
+        fresh = {
+            n: a for n, a in answers.items() if n in CACHED and n not in kept and a is not None
+        }
+        rt.context_cache.put(req.person, generation, now, fresh)
+    return {name: answers[name] for name in SOURCES}
 
 
-async def _one(
-    rt: Runtime, name: str, source: Source, req: TurnRequest, now: datetime, timeout: float
-) -> list[Any] | None:
+async def _attempt(read: Awaitable[Any], timeout: float) -> tuple[Any, str | None]:
+    """(answer, None), or (None, why) if `read` failed or took longer than `timeout`."""
     try:
         async with asyncio.timeout(timeout):
-            return await source(rt, req, now)
+            return await read, None
     except TimeoutError:
-        reason = f"late (over {timeout:g} s)"
-    except Exception as error:  # any failure of one source: the others still go through
-        reason = f"failed ({error!r})"
-    log.warning("context source %s %s; the model gets the other sources", name, reason)
-    rt.metrics.context_source_failures.labels(source=name).inc()
-    return None
+        return None, f"late (over {timeout:g} s)"
+    except Exception as error:  # any failure of one read: the others still go through
+        return None, f"failed ({error!r})"
 
 
 # -- the context ------------------------------------------------------------------------------

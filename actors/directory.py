@@ -238,6 +238,7 @@ class Directory:
     async def _let_go(self, live: LiveConversation) -> None:
         if self._live.get(live.person) is live:
             del self._live[live.person]
+            self._rt.context_cache.drop(live.person)
             if self._rt.memory is not None:
                 self._rt.memory.drop(live.person)
         await live.stream.close()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actors.clock import Clock
+from actors.context_cache import ContextCache
 from actors.metrics import Metrics
 from providers.chat import ChatModel
 from storage.store import Store
@@ -37,6 +38,7 @@ class ContextSettings:
     memory_chars: int = 240  # a longer memory is shortened
     recent_days: float = 3.0  # "mentioned in recent days"
     per_layer: int = 40  # memories read per layer, before the budget
+    cache_s: float = 60.0  # reads kept while nothing changed, at most this long (0: off)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,10 @@ class Runtime:
     jobs: set[concurrent.futures.Future[Any]] = field(default_factory=set)
     metrics: Metrics = field(default_factory=Metrics)  # one registry per server
     memory: MemoryKeeper | None = None  # long-term memory; None: the tools say so
+    context_cache: ContextCache = field(init=False)  # sized by settings.context.cache_s
+
+    def __post_init__(self) -> None:
+        self.context_cache = ContextCache(self.settings.context.cache_s)
 
     def run(self, job: Coroutine[Any, Any, Any], what: str) -> concurrent.futures.Future[Any]:
         """Start `job` on the loop from any thread; a failure is logged, never lost."""

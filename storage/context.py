@@ -52,6 +52,14 @@ class ContextReads:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
+    async def generation(self, person: str) -> int:
+        """The person's context generation: it moves with every change to what the other
+        reads return (storage/migrations/006); 0 before the first."""
+        value = await self._pool.fetchval(
+            "SELECT generation FROM context_generations WHERE person = $1", person
+        )
+        return int(value or 0)
+
     async def past_conversations(self, person: str, limit: int) -> list[PastConversation]:
         """The person's latest archived conversations, newest first, with their turn counts."""
         rows = await self._pool.fetch(

@@ -78,3 +78,9 @@ def test_gc_thresholds_default_and_bad_ones_are_refused(capsys: pytest.CaptureFi
         with pytest.raises(SystemExit):
             _parse(["--gc-thresholds", bad])
         assert "three whole numbers" in capsys.readouterr().err
+
+
+def test_the_context_cache_defaults_to_a_minute_and_zero_turns_it_off() -> None:
+    assert _parse([]).context_cache == 60
+    assert _parse(["--context-cache", "0"]).context_cache == 0
+    assert _parse(["--context-cache", "5m"]).context_cache == 300

@@ -244,7 +244,8 @@ async def test_a_failing_or_late_source_leaves_the_others(
     broken: str,
     how: str,
 ) -> None:
-    await start(harness, fake_llm, fake_embeddings, context_timeout=0.2)
+    # No cache: every turn reads every source, so the broken one is asked.
+    await start(harness, fake_llm, fake_embeddings, context_timeout=0.2, context_cache=0)
     phone, markers = await full_setup(harness, fake_llm, db)
     before = handed_context(fake_llm)
     assert all(marker in before for marker in markers.values()), before
@@ -265,9 +266,126 @@ async def test_a_failing_or_late_source_leaves_the_others(
     line = turn_lines(caplog)[-1]
     assert f"failed sources: {broken}" in line
     word = "late" if how == "late" else "failed (RuntimeError"
-    assert f"context source {broken} {word}" in caplog.text
+    [left_out] = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert left_out.startswith(f"context sources left out: {broken} {word}")
     failures = harness.server.runtime.metrics.context_source_failures.labels(source=broken)
     assert failures._value.get() == 1
+
+
+# -- reads kept between turns -----------------------------------------------------------------
+
+
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Wrap every source so the test sees how often a turn really reads it."""
+    reads = dict.fromkeys(context.SOURCES, 0)
+    for name, source in list(context.SOURCES.items()):
+
+        async def counted(*args: Any, name: str = name, source: Any = source) -> list[Any]:
+            reads[name] += 1
+            return await source(*args)
+
+        monkeypatch.setitem(context.SOURCES, name, counted)
+    return reads
+
+
+async def next_turn(phone: Phone, fake_llm: FakeOpenAI, reads: dict[str, int]) -> set[str]:
+    """One more turn; the sources it read from scratch."""
+    before = dict(reads)
+    fake_llm.queue(Reply("ok"))
+    await phone.say("And?")
+    await phone.reply()
+    return {name for name in reads if reads[name] > before[name]}
+
+
+async def test_reads_are_kept_until_what_they_read_changes(
+    harness: Harness,
+    fake_llm: FakeOpenAI,
+    fake_embeddings: FakeEmbeddings,
+    db: asyncpg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await start(harness, fake_llm, fake_embeddings)
+    phone, markers = await full_setup(harness, fake_llm, db)
+    reads = count_reads(monkeypatch)
+    person = harness.person(phone)
+    everything = set(context.CACHED) | {"working"}
+
+    assert await next_turn(phone, fake_llm, reads) == {"working"}  # from the actor, always
+    handed = handed_context(fake_llm)
+    assert all(marker in handed for marker in markers.values()), handed
+
+    # A write from outside this server (another process, plain SQL) is seen at once.
+    now = harness.clock.now()
+    made = await insert_memory(db, person, "The bins go out on Tuesday.", now)
+    assert await next_turn(phone, fake_llm, reads) == everything
+    assert "The bins go out on Tuesday." in handed_context(fake_llm)
+    await db.execute("UPDATE cards SET status = 'muted' WHERE id = $1", made)
+    assert await next_turn(phone, fake_llm, reads) == everything
+    assert "The bins go out on Tuesday." not in handed_context(fake_llm)
+
+    rule = await add_rule(harness, phone.device, "Keep it short.")
+    assert await next_turn(phone, fake_llm, reads) == everything
+    assert "- Keep it short." in handed_context(fake_llm)
+    await Rules(harness, phone.device).call("DELETE", f"/v1/rules/{rule['id']}")
+    assert await next_turn(phone, fake_llm, reads) == everything
+    assert "Keep it short." not in handed_context(fake_llm)
+
+    # Nothing changed, but "mentioned in the last days" slides with the clock.
+    assert await next_turn(phone, fake_llm, reads) == {"working"}
+    harness.clock.advance(61)
+    assert await next_turn(phone, fake_llm, reads) == everything
+
+
+async def test_a_failed_read_is_not_kept(
+    harness: Harness,
+    fake_llm: FakeOpenAI,
+    fake_embeddings: FakeEmbeddings,
+    db: asyncpg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await start(harness, fake_llm, fake_embeddings, context_timeout=0.2)
+    phone, markers = await full_setup(harness, fake_llm, db)
+    await insert_memory(db, harness.person(phone), "Something new.", harness.clock.now())
+    real, broken = context.SOURCES["rules"], [True]
+
+    async def once_broken(*args: Any) -> list[Any]:
+        if broken.pop() if broken else False:
+            raise RuntimeError("database said no")
+        return await real(*args)
+
+    monkeypatch.setitem(context.SOURCES, "rules", once_broken)
+    reads = count_reads(monkeypatch)
+    assert await next_turn(phone, fake_llm, reads) == set(context.CACHED) | {"working"}
+    assert markers["rules"] not in handed_context(fake_llm)
+    # The others were kept; the rules, which failed, are read again, and are back.
+    assert await next_turn(phone, fake_llm, reads) == {"rules", "working"}
+    assert markers["rules"] in handed_context(fake_llm)
+
+
+async def test_the_context_generation_moves_with_what_the_context_reads(
+    harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings, db: asyncpg.Connection
+) -> None:
+    await start(harness, fake_llm, fake_embeddings)
+    phone = await talk_then(harness, fake_llm)
+    person = harness.person(phone)
+
+    async def generation() -> int:
+        return await harness.server.runtime.store.context.generation(person)
+
+    assert await generation() == 0  # turns and their last_activity do not count
+    now = harness.clock.now()
+    ids = [await insert_memory(db, person, f"Fact {i}.", now) for i in range(3)]
+    assert await generation() == 3
+    await db.execute("UPDATE cards SET mention_count = 2 WHERE id = ANY($1)", ids)
+    assert await generation() == 4  # one statement, one step, however many rows
+    await db.execute("DELETE FROM cards WHERE id = ANY($1)", ids)
+    assert await generation() == 5
+    rule = await add_rule(harness, phone.device, "Be brief.")
+    await Rules(harness, phone.device).call("DELETE", f"/v1/rules/{rule['id']}")
+    assert await generation() == 7
+    await leave(phone, fake_llm)  # archived, summarised, the summary kept as a memory
+    assert await generation() == 10
+    assert await harness.server.runtime.store.context.generation("nobody") == 0
 
 
 # -- what never appears -----------------------------------------------------------------------

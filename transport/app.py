@@ -55,7 +55,9 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         park_after_s=settings.park_after,
         interrupt_words=settings.interrupt_words,
         context=ContextSettings(
-            budget_chars=settings.context_budget, source_timeout_s=settings.context_timeout
+            budget_chars=settings.context_budget,
+            source_timeout_s=settings.context_timeout,
+            cache_s=settings.context_cache,
         ),
     )
 

@@ -65,6 +65,7 @@ class Settings:
     window_turns: int = 40
     context_budget: int = 6000
     context_timeout: float = 0.5
+    context_cache: float = 60.0
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     secret: str | None = None
     log_format: str = "text"
@@ -101,6 +102,11 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("window-turns", int, "recent turns kept in the conversation's window"),
     ("context-budget", int, "characters of context (past talks, memories, rules) per turn"),
     ("context-timeout", parse_duration, "time each context source may take before it is left out"),
+    (
+        "context-cache",
+        parse_duration,
+        "longest reuse of a person's context reads while none changed (0: off)",
+    ),
     ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
     ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
     ("log-format", str, "text or json"),
