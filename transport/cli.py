@@ -7,16 +7,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from aiohttp import web
-
 from bench import flap
-from providers.event_loop import new_event_loop
 from providers.event_loop import run as run_on_loop
 from transport import eval_dedup, memory_cli
 from transport.app import build_app
 from transport.config import Settings, add_options, env_value, settings_from
 from transport.identity import Identity, load_or_create_secret
 from transport.inspect import add_inspect_options, run_inspect
+from transport.listener import serve
 from transport.logs import AccessLogger, setup_logging
 
 
@@ -57,15 +55,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_on_loop(args.run(args), getattr(args, "event_loop", "asyncio"))
     settings = settings_from(args)
     setup_logging(settings.log_format)
-    web.run_app(
+    serving = serve(
         build_app(settings),
-        loop=new_event_loop(settings.event_loop),
-        host=settings.host,
-        port=settings.port,
+        settings.host,
+        settings.port,
         backlog=settings.backlog,
         access_log_class=AccessLogger,
-        print=None,
     )
+    run_on_loop(serving, settings.event_loop)
     return 0
 
 
