@@ -36,6 +36,8 @@ from bench.flap_metrics import server_buckets, server_figures
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
 from bench.flap_throughput import measure as measure_throughput
 from client import Backoff
+from providers.collector import DEFAULT as GC_THRESHOLDS
+from providers.collector import tune_collector
 from providers.event_loop import LOOPS
 from providers.event_loop import run as run_on_loop
 from providers.loop_lag import loop_lag_probe
@@ -738,6 +740,10 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> int:
     """Run the bench; 0 when nothing was lost, duplicated or failed, 1 if so, 2 if it could
     not finish. Timing and memory targets are reported, not part of the exit code."""
+    # The phones' process holds a large long-lived heap too: at CPython's thresholds, its
+    # full collections froze its loop for a second now and then, and every resume timed
+    # across one looked a second slower (bench_loop_lag_ms max). Tuned as the server is.
+    tune_collector(GC_THRESHOLDS)
     try:
         report = await measure(args)
     except (procs.ServerError, BenchFailed, TimeoutError) as failed:
