@@ -95,6 +95,7 @@ async def test_eval_dedup_reports_precision_and_recall(
     assert details["contradictionThe "]["conflict"].startswith("name")
     assert details["false_twinHann"]["swap"] and not details["rewordOwen"]["swap"]
     assert report["best"]["precision"] >= 0.95  # the search over thresholds ran
+    assert report["target_reached"] is True
 
     printed = capsys.readouterr().out
     assert "5 pairs, embedder fake-embed, thresholds 0.85/0.7" in printed
@@ -147,3 +148,14 @@ def test_the_replay_applies_the_wording_rules() -> None:
     assert not eval_dedup.decide(outcome(0.6, share=1.0), Thresholds(0.87, 0.73))
     assert eval_dedup.decide(outcome(0.2, slot=True), t)  # one appointment slot
     assert not eval_dedup.decide(outcome(0.2, slot=True, shared=False), t)
+
+
+def test_with_no_pair_precise_enough_the_most_precise_is_named() -> None:
+    grid = [  # as search_thresholds ranks them when none reaches the target: recall first
+        {"high": 0.5, "low": 0.4, "precision": 0.6, "recall": 1.0},
+        {"high": 0.9, "low": 0.8, "precision": 0.9, "recall": 0.5},
+        {"high": 0.95, "low": 0.9, "precision": 0.9, "recall": 0.3},
+    ]
+    best, reached = eval_dedup.best_pair(grid, 0.95)
+    assert not reached and (best["high"], best["low"]) == (0.9, 0.8)
+    assert eval_dedup.best_pair(grid, 0.5) == (grid[0], True)

@@ -176,6 +176,16 @@ def search_thresholds(
     return sorted(grid, key=rank, reverse=True)
 
 
+def best_pair(grid: list[dict[str, Any]], target: float) -> tuple[dict[str, Any], bool]:
+    """The first of `search_thresholds`' grid, and whether its precision reaches `target`;
+    if no pair reaches it, the most precise pair instead (the highest recall would then be
+    a pair that merges nearly everything)."""
+    first = grid[0]
+    if (first["precision"] or 0.0) >= target:
+        return first, True
+    return max(grid, key=lambda row: (row["precision"] or 0.0, row["recall"] or 0.0)), False
+
+
 async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
     """Each pair through the real path, in a fresh person."""
     run = uuid.uuid4().hex[:8]
@@ -276,7 +286,7 @@ async def run(args: argparse.Namespace) -> int:
         thresholds, model = keeper.thresholds, keeper.model
     result = report(outcomes, [o.merged for o in outcomes])
     grid = search_thresholds(outcomes, args.target_precision, thresholds.worded)
-    best = grid[0]
+    best, reached = best_pair(grid, args.target_precision)
     worded = "" if thresholds.worded is None else f", worded floor {thresholds.worded}"
     pair = f"{thresholds.high}/{thresholds.low}"
     print(f"{len(pairs)} pairs, embedder {model}, thresholds {pair}{worded}")
@@ -286,9 +296,14 @@ async def run(args: argparse.Namespace) -> int:
         f"best balanced pair: {balanced['high']}/{balanced['low']} gives precision "
         f"{_figure(balanced['precision'])}, recall {_figure(balanced['recall'])}"
     )
+    lead = (
+        f"best pair for precision >= {args.target_precision}:"
+        if reached
+        else f"no pair reaches precision {args.target_precision}; the most precise:"
+    )
     print(
-        f"best pair for precision >= {args.target_precision}: {best['high']}/{best['low']} "
-        f"gives precision {_figure(best['precision'])}, recall {_figure(best['recall'])}"
+        f"{lead} {best['high']}/{best['low']} gives precision {_figure(best['precision'])}, "
+        f"recall {_figure(best['recall'])}"
     )
     if args.json_out is not None:
         document = {
@@ -301,6 +316,7 @@ async def run(args: argparse.Namespace) -> int:
             **result,
             "seconds": round(time.perf_counter() - started, 2),
             "best": best,
+            "target_reached": reached,
             "best_f1": max(grid, key=_f1),
             "grid_top": grid[:10],
             "details": [asdict(o) for o in outcomes],
