@@ -1,10 +1,11 @@
 """The listening socket, and a way to serve an aiohttp app that accepts without delay.
 
-libuv, under uvloop, accepts one connection per turn of the event loop (libuv 1.45 stopped
-accepting in a loop). A loop busy with 2,000 phones turns every 10 to 50 ms, so a burst of
-reconnecting phones waited in the kernel's accept queue for one to several seconds, their
-TCP handshake long done: in a `bench flap` run, SSE resumes (whose timing starts before
-the connection) had a p95 of 2.5 s while the server answered each hello in under 100 ms.
+libuv, under uvloop, accepts one connection per turn of the event loop (it stopped accepting
+in a loop in 2022: libuv pull request 3696). A loop busy with 2,000 phones turns every 10
+to 50 ms, so a burst of reconnecting phones waited in the kernel's accept queue for one to
+several seconds, their TCP handshake long done: in a `bench flap` run, SSE resumes (whose
+timing starts before the connection) had a p95 of 2.5 s while the server answered each
+hello in under 100 ms.
 A stand-alone check: with a loop turning every 10 ms, 100 waiting connections took 1.03 s
 to accept on uvloop, 0.04 s on asyncio's loop.
 
