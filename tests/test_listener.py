@@ -4,6 +4,7 @@ and `serve` stops cleanly on SIGTERM. (Timings are in bench/README.md, not asser
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from providers.event_loop import LOOPS, run
+from transport import listener
 from transport.listener import AcceptingSite, serve
 
 WAITING = 50
@@ -73,6 +75,48 @@ def test_every_waiting_connection_is_accepted_at_one_wake_up(kind: str) -> None:
     batches, answers = run(_burst(), kind)
     assert batches[0] == WAITING, batches  # libuv alone takes one per turn of the loop
     assert all(a.startswith(b"HTTP/1.1 200") and a.endswith(b"pong") for a in answers)
+
+
+class _OutOfDescriptors:
+    """A listening socket whose first accept fails as when the process has no fd left."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock, self.failed = sock, False
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def accept(self) -> tuple[socket.socket, object]:
+        if not self.failed:
+            self.failed = True
+            raise OSError(errno.EMFILE, "Too many open files")
+        return self._sock.accept()
+
+
+async def _pause_then_resume(monkeypatch: pytest.MonkeyPatch) -> bytes:
+    monkeypatch.setattr(listener, "ACCEPT_RETRY_S", 0.1)
+    runner = web.AppRunner(_app())
+    await runner.setup()
+    site = AcceptingSite(runner, "127.0.0.1", 0, backlog=128)
+    await site.start()
+    loop = asyncio.get_running_loop()
+    assert site._server is not None
+    real = site._server.sockets[0]
+    flaky = _OutOfDescriptors(real)
+    loop.remove_reader(real.fileno())
+    loop.add_reader(real.fileno(), site._accept_waiting, loop, flaky)
+    try:
+        # The first accept fails: accepting pauses, then resumes on the real socket.
+        return await asyncio.wait_for(_ask(runner.addresses[0][1]), timeout=10)
+    finally:
+        await runner.cleanup()
+
+
+def test_accepting_pauses_when_out_of_descriptors_then_resumes(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert run(_pause_then_resume(monkeypatch), "uvloop").endswith(b"pong")
+    assert "accepting paused for 0.1 s: [Errno 24] Too many open files" in caplog.text
 
 
 async def _serve_then_stop() -> bytes:

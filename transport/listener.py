@@ -26,6 +26,10 @@ from aiohttp import web
 
 log = logging.getLogger("stillhere.server")
 
+# After an accept fails for want of resources (descriptors, memory), the socket stays ready:
+# accepting again at once would spin. asyncio's own loop waits this long too.
+ACCEPT_RETRY_S = 1.0
+
 
 class _Listening(asyncio.AbstractServer):
     """The listening socket as the runner sees a site's server: its address, and close."""
@@ -83,13 +87,21 @@ class AcceptingSite(web.BaseSite):
                 conn, _ = sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as failed:  # out of descriptors, say: the next wake-up retries
-                log.warning("accepting a connection failed: %s", failed)
+            except ConnectionAbortedError:
+                continue  # the phone gave up before it was accepted
+            except OSError as failed:  # out of descriptors, say
+                log.warning("accepting paused for %g s: %s", ACCEPT_RETRY_S, failed)
+                loop.remove_reader(sock.fileno())
+                loop.call_later(ACCEPT_RETRY_S, self._resume, loop, sock)
                 return
             conn.setblocking(False)
             task = loop.create_task(self._serve(loop, conn))
             self._accepting.add(task)
             task.add_done_callback(self._accepting.discard)
+
+    def _resume(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        if self._server is not None and self._server.is_serving():  # not closed meanwhile
+            loop.add_reader(sock.fileno(), self._accept_waiting, loop, sock)
 
     async def _serve(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
         factory = self._runner.server
