@@ -75,7 +75,8 @@ class AcceptingSite(web.BaseSite):
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
-        sock = socket.create_server((self._host, self._port), backlog=self._backlog)
+        [(family, *_), *_] = await loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
+        sock = socket.create_server((self._host, self._port), family=family, backlog=self._backlog)
         sock.setblocking(False)
         self._port = sock.getsockname()[1]
         self._server = _Listening(loop, sock)
