@@ -109,12 +109,12 @@ async def _gather(rt: Runtime, req: TurnRequest, now: datetime) -> dict[str, lis
     generation; None for one that failed or was late. Failures make one log line."""
     timeout = rt.settings.context.source_timeout_s
     generation, problem = await _attempt(rt.store.context.generation(req.person), timeout)
+    problems = [f"none kept from earlier turns (generation {problem})"] if problem else []
     kept = {} if generation is None else rt.context_cache.get(req.person, generation, now)
     names = [name for name in SOURCES if name not in kept]
     attempts = await asyncio.gather(
         *(_attempt(SOURCES[name](rt, req, now), timeout) for name in names)
     )
-    problems = [f"generation {problem}"] if problem else []
     answers: dict[str, list[Any] | None] = dict(kept)
     for name, (answer, why) in zip(names, attempts, strict=True):
         answers[name] = answer
@@ -124,10 +124,8 @@ async def _gather(rt: Runtime, req: TurnRequest, now: datetime) -> dict[str, lis
     if problems:
         log.warning("context sources left out: %s", "; ".join(problems))
     if generation is not None:
-        fresh = {
-            n: a for n, a in answers.items() if n in CACHED and n not in kept and a is not None
-        }
-        rt.context_cache.put(req.person, generation, now, fresh)
+        good = {n: a for n, a in answers.items() if n in CACHED and a is not None}
+        rt.context_cache.put(req.person, generation, now, good)
     return {name: answers[name] for name in SOURCES}
 
 

@@ -362,6 +362,30 @@ async def test_a_failed_read_is_not_kept(
     assert markers["rules"] in handed_context(fake_llm)
 
 
+async def test_without_its_generation_a_turn_reads_everything_and_keeps_nothing(
+    harness: Harness,
+    fake_llm: FakeOpenAI,
+    fake_embeddings: FakeEmbeddings,
+    db: asyncpg.Connection,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await start(harness, fake_llm, fake_embeddings)
+    phone, markers = await full_setup(harness, fake_llm, db)
+    reads = count_reads(monkeypatch)
+
+    async def unreadable(person: str) -> int:
+        raise RuntimeError("database said no")
+
+    monkeypatch.setattr(harness.server.runtime.store.context, "generation", unreadable)
+    everything = set(context.CACHED) | {"working"}
+    for _ in range(2):  # nothing kept: the second turn reads it all again
+        assert await next_turn(phone, fake_llm, reads) == everything
+        handed = handed_context(fake_llm)
+        assert all(marker in handed for marker in markers.values()), handed
+    assert "none kept from earlier turns (generation failed (RuntimeError" in caplog.text
+
+
 async def test_the_context_generation_moves_with_what_the_context_reads(
     harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings, db: asyncpg.Connection
 ) -> None:
