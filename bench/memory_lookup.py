@@ -327,7 +327,7 @@ async def recognition_lookup(
     """What `MemoryKeeper.remember` does between the embedding and the write."""
     async with keeper._lock(person):
         candidates = await keeper._candidates(person, draft, vector)
-        return candidates, recognise(draft, candidates, keeper.thresholds)
+        return candidates, recognise(draft, candidates)
 
 
 async def verbatim_rows(keeper: MemoryKeeper, person: str, draft: MemoryDraft) -> int:

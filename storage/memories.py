@@ -14,7 +14,9 @@ from datetime import date, datetime
 from uuid import UUID, uuid4
 
 import asyncpg
+import numpy as np
 
+from storage.fingerprints import decode
 from storage.pool import open_pool
 from storage.records import Memory, MemoryDraft, MemoryLink, Reinforcement
 
@@ -247,6 +249,20 @@ class MemoryStore:
             "SELECT * FROM cards WHERE person = $1 AND id = ANY($2::uuid[])", person, list(ids)
         )
         return {r["id"]: memory(r) for r in rows}
+
+    async def fingerprints_of(
+        self, person: str, ids: Iterable[UUID], model: str, dim: int
+    ) -> dict[UUID, np.ndarray]:
+        """The fingerprints `model` made of the person's memories among `ids` (a memory
+        without one, or with another model's, is left out)."""
+        rows = await self._pool.fetch(
+            "SELECT id, fingerprint FROM cards WHERE person = $1 AND id = ANY($2::uuid[]) "
+            "AND fingerprint_model = $3 AND fingerprint IS NOT NULL",
+            person,
+            list(ids),
+            model,
+        )
+        return {r["id"]: decode(r["fingerprint"], dim) for r in rows}
 
     async def active(self, person: str) -> list[Memory]:
         rows = await self._pool.fetch(

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from actors.clock import ManualClock
+from actors.memory.judging import OneModel
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.recognition import Thresholds
 from providers.embedding import OpenAIEmbeddings
@@ -78,7 +79,7 @@ async def open_memory(
     """A migrated database and a keeper on it, fingerprinting through `url`."""
     store = await Store.open(dsn)
     embedder = OpenAIEmbeddings(url, MODEL, dim=DIM)
-    options.setdefault("thresholds", Thresholds(0.85, 0.70))
+    options.setdefault("judge", OneModel(MODEL, Thresholds(0.85, 0.70)))
     keeper = MemoryKeeper(await MemoryStore.open(dsn), embedder, clock, **options)  # type: ignore[arg-type]
     return store, keeper
 

@@ -15,6 +15,7 @@ import pytest
 from providers import minilm
 from providers.embedding import Embedder, EmbeddingError, OpenAIEmbeddings
 from providers.minilm import MiniLM
+from providers.multilingual import Paired, UseMultilingual
 from tests.fakes.embeddings_server import (
     Fail,
     FakeEmbeddings,
@@ -428,3 +429,35 @@ async def test_unreadable_weights_are_bad_weights(nowhere: Path, tmp_path: Path)
     with pytest.raises(EmbeddingError) as info:
         await model.embed(["hello"])
     assert info.value.code == "bad_weights"
+
+
+# -- USE multilingual, and the pair the local default makes ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def use() -> UseMultilingual:
+    return UseMultilingual()
+
+
+async def test_use_matches_across_languages(use: UseMultilingual) -> None:
+    texts = ["Owen works in a lab.", "Owen travaille dans un laboratoire.", *UNRELATED]
+    rows = await use.embed(texts)
+    assert rows.shape == (5, 512) and rows.dtype == np.float32
+    assert np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)
+    translation = cosine(rows[0], rows[1])
+    assert translation > 0.85
+    assert all(translation > cosine(rows[0], other) + 0.3 for other in rows[2:])
+    assert (await use.embed([])).shape == (0, 512)
+
+
+async def test_the_pair_holds_each_models_fingerprint(local: MiniLM, use: UseMultilingual) -> None:
+    paired = Paired(local, use)
+    assert (paired.name, paired.dim) == ("all-MiniLM-L6-v2+use-multilingual-v3", 384 + 512)
+    texts = [OWEN, "Mon frère Owen habite à Bristol."]
+    rows = await paired.embed(texts)
+    assert rows.shape == (2, 896) and np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(paired.part(rows, 0), await local.embed(texts), atol=1e-6)
+    assert np.allclose(paired.part(rows, 1), await use.embed(texts), atol=1e-6)
+    # The inner product of two pairs, what the index ranks by, is the mean of both cosines.
+    both = (cosine(*paired.part(rows, 0)) + cosine(*paired.part(rows, 1))) / 2
+    assert cosine(rows[0], rows[1]) == pytest.approx(both, abs=1e-5)

@@ -78,7 +78,7 @@ async def test_eval_dedup_reports_precision_and_recall(
 
     report = orjson.loads(out.read_bytes())
     assert report["embedder"] == "fake-embed"
-    assert report["thresholds"] == {"high": 0.85, "low": 0.70, "worded": None}
+    assert report["thresholds"] == {"fake-embed": {"high": 0.85, "low": 0.70, "worded": None}}
     assert (report["pairs"], report["same"], report["merged"]) == (5, 3, 2)
     assert (report["false_merges"], report["missed"]) == (0, 1)
     assert report["precision"] == 1.0
@@ -94,11 +94,11 @@ async def test_eval_dedup_reports_precision_and_recall(
     assert details["verbatimmy b"]["tier"] == "exact"
     assert details["contradictionThe "]["conflict"].startswith("name")
     assert details["false_twinHann"]["swap"] and not details["rewordOwen"]["swap"]
-    assert report["best"]["precision"] >= 0.95  # the search over thresholds ran
-    assert report["target_reached"] is True
+    assert report["best"]["fake-embed"]["precision"] >= 0.95  # the search over thresholds ran
+    assert report["target_reached"] == {"fake-embed": True}
 
     printed = capsys.readouterr().out
-    assert "5 pairs, embedder fake-embed, thresholds 0.85/0.7" in printed
+    assert "5 pairs, embedder fake-embed, judged by fake-embed (close 0.85, shared 0.70)" in printed
     assert "false_twin" in printed and "all" in printed
     # Scratch persons are gone: the eval leaves nothing in the database it was given.
     assert await db.fetchval("SELECT count(*) FROM cards") == 0
@@ -115,13 +115,16 @@ async def test_a_bad_pairs_file_is_refused_with_its_line(
     assert f"{path}:2: not JSON" in capsys.readouterr().out
 
 
+def outcome(cosine: float, **facts: Any) -> eval_dedup.Outcome:
+    """A pair as the eval records it, judged by model `m` at `cosine`."""
+    base = dict(kind="k", same=True, merged=False, tier=None, cosine=cosine, model="m",
+                same_type=True, shared=True, verbatim=False, conflict=None, existing="a",
+                new="b")  # fmt: skip
+    return eval_dedup.Outcome(**{**base, **facts})
+
+
 def test_other_thresholds_are_replayed_without_running_again() -> None:
     from actors.memory.recognition import Thresholds
-
-    def outcome(cosine: float, **facts: Any) -> eval_dedup.Outcome:
-        base = dict(kind="k", same=True, merged=False, tier=None, cosine=cosine, same_type=True,
-                    shared=True, verbatim=False, conflict=None, existing="a", new="b")  # fmt: skip
-        return eval_dedup.Outcome(**{**base, **facts})
 
     t = Thresholds(0.85, 0.70)
     assert eval_dedup.decide(outcome(0.9), t)
@@ -134,11 +137,6 @@ def test_other_thresholds_are_replayed_without_running_again() -> None:
 
 def test_the_replay_applies_the_wording_rules() -> None:
     from actors.memory.recognition import Thresholds
-
-    def outcome(cosine: float, **facts: Any) -> eval_dedup.Outcome:
-        base = dict(kind="k", same=True, merged=False, tier=None, cosine=cosine, same_type=True,
-                    shared=True, verbatim=False, conflict=None, existing="a", new="b")  # fmt: skip
-        return eval_dedup.Outcome(**{**base, **facts})
 
     t = Thresholds(0.87, 0.73, worded=0.55)
     assert not eval_dedup.decide(outcome(0.99, swap=True), t)  # a one-word swap
@@ -159,3 +157,18 @@ def test_with_no_pair_precise_enough_the_most_precise_is_named() -> None:
     best, reached = eval_dedup.best_pair(grid, 0.95)
     assert not reached and (best["high"], best["low"]) == (0.9, 0.8)
     assert eval_dedup.best_pair(grid, 0.5) == (grid[0], True)
+
+
+def test_each_judging_models_thresholds_are_searched_with_the_others_kept() -> None:
+    from actors.memory.recognition import Thresholds
+
+    fixed = {"en": Thresholds(0.85, 0.70), "xx": Thresholds(0.85, 0.70)}
+    outcomes = [
+        outcome(0.9, model="en"),  # merged at the fixed pair
+        outcome(0.62, model="xx"),  # missed at the fixed pair: low must come down for it
+        outcome(0.55, model="xx", same=False),  # ... but not so far as this one
+    ]
+    xx = eval_dedup.search_thresholds(outcomes, 0.95, "xx", fixed)[0]
+    assert (xx["precision"], xx["recall"]) == (1.0, 1.0) and 0.55 < xx["low"] <= 0.62
+    en = eval_dedup.search_thresholds(outcomes, 0.95, "en", fixed)[0]
+    assert en["recall"] == pytest.approx(1 / 2)  # the xx pair keeps its fixed 0.70

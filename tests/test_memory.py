@@ -3,6 +3,7 @@ the index's consistency with the database, search by meaning, consolidation and 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from uuid import UUID
 
 import asyncpg
@@ -320,7 +321,9 @@ async def test_consolidation_never_chains_a_contradiction_in(
 # -- the real local model ----------------------------------------------------------------------
 
 
-async def test_the_local_model_recognises_a_restatement(dsn: str, clock: ManualClock) -> None:
+@pytest.fixture
+async def local_keeper(dsn: str, clock: ManualClock) -> AsyncIterator[MemoryKeeper]:
+    """A keeper on the local default embedder: MiniLM and USE multilingual, paired."""
     from actors.memory.setup import close_keeper, make_embedder, open_keeper
     from providers.embedding import EmbeddingError
     from storage.store import Store
@@ -332,18 +335,45 @@ async def test_the_local_model_recognises_a_restatement(dsn: str, clock: ManualC
     store = await Store.open(dsn)
     keeper = await open_keeper(dsn, embedder, clock)
     try:
-        first = await keeper.remember(PERSON, OWEN)
-        again = MemoryDraft("my brother Owen lives in Bristol", "fact", ("owen",), ("family",))
-        second = await keeper.remember(PERSON, again)
-        assert not second.created and second.memory.id == first.memory.id
-        assert second.score is not None and second.score > 0.95
-        other = await keeper.remember(PERSON, TEA)
-        assert other.created
-        found = await keeper.search(PERSON, "Where does my brother live?", k=1)
-        assert [f.memory.id for f in found] == [first.memory.id]
+        yield keeper
     finally:
         await close_keeper(keeper)
         await store.close()
+
+
+async def test_the_local_model_recognises_a_restatement(local_keeper: MemoryKeeper) -> None:
+    keeper = local_keeper
+    first = await keeper.remember(PERSON, OWEN)
+    again = MemoryDraft("my brother Owen lives in Bristol", "fact", ("owen",), ("family",))
+    second = await keeper.remember(PERSON, again)
+    assert not second.created and second.memory.id == first.memory.id
+    assert second.score is not None and second.score > 0.95
+    other = await keeper.remember(PERSON, TEA)
+    assert other.created
+    found = await keeper.search(PERSON, "Where does my brother live?", k=1)
+    assert [f.memory.id for f in found] == [first.memory.id]
+
+
+async def test_the_local_pair_recognises_a_translation_not_a_french_false_twin(
+    local_keeper: MemoryKeeper,
+) -> None:
+    """MiniLM alone scores this translation 0.34; across languages USE judges."""
+    keeper = local_keeper
+    lab = MemoryDraft("Owen works in a lab.", "fact", ("owen",), ("work",))
+    labo = MemoryDraft("Owen travaille dans un laboratoire.", "fact", ("owen",), ("work",))
+    first = await keeper.remember(PERSON, lab)
+    second = await keeper.remember(PERSON, labo)
+    assert not second.created and second.memory.id == first.memory.id
+    assert second.score is not None and second.score > 0.8
+    cats = MemoryDraft("Hannah est allergique aux chats.", "fact", ("hannah",), ("health",))
+    peanuts = MemoryDraft("Hannah est allergique aux arachides.", "fact", ("hannah",), ("health",))
+    assert (await keeper.remember(PERSON, cats)).created
+    assert (await keeper.remember(PERSON, peanuts)).created
+    # Which model judged: MiniLM between English memories, USE for the others.
+    vectors = await keeper.fingerprint([lab.text, labo.text, OWEN.text])
+    across = keeper.judge.judge(lab.text, vectors[0], labo.text, vectors[1])
+    english = keeper.judge.judge(lab.text, vectors[0], OWEN.text, vectors[2])
+    assert (across.model, english.model) == ("use-multilingual-v3", "all-MiniLM-L6-v2")
 
 
 async def test_a_memory_of_the_same_length_is_no_restatement(

@@ -61,7 +61,8 @@ class Outcome:
     same: bool
     merged: bool
     tier: str | None
-    cosine: float
+    cosine: float  # the one that decided: the judging model's
+    model: str  # whose cosine it is
     same_type: bool
     shared: bool
     verbatim: bool
@@ -155,18 +156,21 @@ def report(outcomes: list[Outcome], merged: list[bool]) -> dict[str, Any]:
 
 
 def search_thresholds(
-    outcomes: list[Outcome], target: float, worded: float | None = None
+    outcomes: list[Outcome], target: float, model: str, fixed: dict[str, Thresholds]
 ) -> list[dict[str, Any]]:
-    """Every (high, low) pair on a 0.01 grid, with the model's `worded` floor where it is
-    below `low`, best first: precision >= target, then the highest recall, then the
-    highest precision, then the highest thresholds (safest)."""
+    """Every (high, low) pair on a 0.01 grid for the pairs `model` judges (with its `worded`
+    floor where it is below `low`; any other model's pairs keep their `fixed` thresholds),
+    best first: precision >= target, then the highest recall, then the highest precision,
+    then the highest thresholds (safest). Precision and recall are over all the pairs."""
     same = [o.same for o in outcomes]
+    worded = fixed[model].worded
     grid = []
     for high in np.arange(0.50, 1.0001, 0.01):
         for low in np.arange(0.40, high + 0.0001, 0.01):
             high_, low_ = round(float(high), 2), round(float(low), 2)
             t = Thresholds(high_, low_, worded if worded is not None and worded <= low_ else None)
-            figures = score([decide(o, t) for o in outcomes], same)
+            merged = [decide(o, t if o.model == model else fixed[o.model]) for o in outcomes]
+            figures = score(merged, same)
             grid.append({"high": t.high, "low": t.low, **figures})
 
     def rank(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -197,6 +201,7 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
         if not (first.fingerprinted and second.fingerprinted):
             raise EmbeddingError("failed", f"pair {number + 1}: a fingerprint failed (see log)")
         vectors = await keeper.fingerprint([pair.existing.text, pair.new.text])
+        judged = keeper.judge.judge(pair.existing.text, vectors[0], pair.new.text, vectors[1])
         disagreement = conflict(pair.existing, pair.new)
         words = wording(pair.new, pair.existing)
         outcomes.append(
@@ -205,7 +210,8 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
                 same=pair.same,
                 merged=not second.created and second.memory.id == first.memory.id,
                 tier=second.tier,
-                cosine=round(float(vectors[0] @ vectors[1]), 4),
+                cosine=round(judged.score, 4),
+                model=judged.model,
                 same_type=pair.existing.type == pair.new.type,
                 shared=shares_subject(pair.existing, pair.new),
                 verbatim=same_text(pair.existing.text, pair.new.text),
@@ -283,43 +289,45 @@ async def run(args: argparse.Namespace) -> int:
         except EmbeddingError as failure:
             print(f"the embedder failed, no figures: {failure}")
             return 1
-        thresholds, model = keeper.thresholds, keeper.model
+        fixed, model, judging = keeper.judge.thresholds, keeper.model, keeper.judge.describe()
     result = report(outcomes, [o.merged for o in outcomes])
-    grid = search_thresholds(outcomes, args.target_precision, thresholds.worded)
-    best, reached = best_pair(grid, args.target_precision)
-    worded = "" if thresholds.worded is None else f", worded floor {thresholds.worded}"
-    pair = f"{thresholds.high}/{thresholds.low}"
-    print(f"{len(pairs)} pairs, embedder {model}, thresholds {pair}{worded}")
+    print(f"{len(pairs)} pairs, embedder {model}, judged by {judging}")
     print(table(result))
-    balanced = max(grid, key=_f1)
-    print(
-        f"best balanced pair: {balanced['high']}/{balanced['low']} gives precision "
-        f"{_figure(balanced['precision'])}, recall {_figure(balanced['recall'])}"
-    )
-    lead = (
-        f"best pair for precision >= {args.target_precision}:"
-        if reached
-        else f"no pair reaches precision {args.target_precision}; the most precise:"
-    )
-    print(
-        f"{lead} {best['high']}/{best['low']} gives precision {_figure(best['precision'])}, "
-        f"recall {_figure(best['recall'])}"
-    )
+    searched = {m: search_thresholds(outcomes, args.target_precision, m, fixed) for m in fixed}
+    found = {m: best_pair(grid, args.target_precision) for m, grid in searched.items()}
+    for judge_model, grid in searched.items():
+        _print_best(judge_model, grid, *found[judge_model], args.target_precision)
     if args.json_out is not None:
         document = {
             "embedder": model,
-            "thresholds": {
-                "high": thresholds.high,
-                "low": thresholds.low,
-                "worded": thresholds.worded,
-            },
+            "thresholds": {m: asdict(t) for m, t in fixed.items()},
             **result,
             "seconds": round(time.perf_counter() - started, 2),
-            "best": best,
-            "target_reached": reached,
-            "best_f1": max(grid, key=_f1),
-            "grid_top": grid[:10],
+            "best": {m: best for m, (best, _) in found.items()},
+            "target_reached": {m: reached for m, (_, reached) in found.items()},
+            "best_f1": {m: max(grid, key=_f1) for m, grid in searched.items()},
+            "grid_top": {m: grid[:10] for m, grid in searched.items()},
             "details": [asdict(o) for o in outcomes],
         }
         args.json_out.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     return 0
+
+
+def _print_best(
+    model: str, grid: list[dict[str, Any]], best: dict[str, Any], reached: bool, target: float
+) -> None:
+    """What other thresholds for `model`'s pairs would have given."""
+    balanced = max(grid, key=_f1)
+    print(
+        f"{model}: best balanced pair {balanced['high']}/{balanced['low']} gives precision "
+        f"{_figure(balanced['precision'])}, recall {_figure(balanced['recall'])}"
+    )
+    lead = (
+        f"best pair for precision >= {target}:"
+        if reached
+        else f"no pair reaches precision {target}; the most precise:"
+    )
+    print(
+        f"{model}: {lead} {best['high']}/{best['low']} gives precision "
+        f"{_figure(best['precision'])}, recall {_figure(best['recall'])}"
+    )

@@ -62,7 +62,7 @@ def add_embed_options(parser: argparse.ArgumentParser) -> None:
         type=_thresholds,
         default=None,
         metavar="HIGH,LOW[,WORDED]",
-        help="recognition thresholds (default: the ones measured for the embedding model)",
+        help="recognition thresholds for every judging model (default: measured per model)",
     )
 
 

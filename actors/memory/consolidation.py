@@ -66,22 +66,28 @@ async def consolidate(keeper: MemoryKeeper, person: str) -> list[Merge]:
     store = keeper.store
     generation = await store.generation(person)
     index = await keeper.ready()
-    pairs = await index.neighbours(person, keeper.candidates, keeper.thresholds.low)
-    memories = await store.get(person, {x for a, b, _ in pairs for x in (a, b)})
+    pairs = await index.neighbours(person, keeper.candidates, keeper.judge.floor)
+    ids = {x for a, b, _ in pairs for x in (a, b)}
+    memories = await store.get(person, ids)
+    vectors = await store.fingerprints_of(person, ids, keeper.model, keeper.embedder.dim)
     apart = {
         frozenset((link.source, link.target))
         for link in await store.links(person, memories)
         if link.kind in ("distinct", "contradicts")
     }
     edges: dict[UUID, dict[UUID, tuple[float, str]]] = {}
-    for a, b, score in pairs:
+    for a, b, _ in pairs:
         first, second = memories.get(a), memories.get(b)
         if first is None or second is None or frozenset((a, b)) in apart:
             continue
         if first.status != "active" or second.status != "active":
             continue
+        if a not in vectors or b not in vectors:
+            continue  # re-fingerprinted meanwhile: the next pass sees it
+        judged = keeper.judge.judge(first.text, vectors[a], second.text, vectors[b])
+        score = judged.score
         found = "exact" if same_text(first.text, second.text) else None
-        found = found or tier(first.draft, second.draft, score, keeper.thresholds)
+        found = found or tier(first.draft, second.draft, score, judged.thresholds)
         if found is None or conflict(first.draft, second.draft) is not None:
             continue
         edges.setdefault(a, {})[b] = (score, found)

@@ -23,13 +23,8 @@ from uuid import UUID
 import numpy as np
 
 from actors.clock import Clock
-from actors.memory.recognition import (
-    Candidate,
-    Thresholds,
-    recognise,
-    same_text,
-    thresholds_for,
-)
+from actors.memory.judging import Judge, judge_for
+from actors.memory.recognition import SEED, Candidate, recognise, same_text
 from providers.embedding import Embedder, EmbeddingError
 from storage.fingerprints import encode
 from storage.memories import Changed, Cleanup, MemoryStore
@@ -72,7 +67,7 @@ class MemoryKeeper:
         embedder: Embedder,
         clock: Clock,
         *,
-        thresholds: Thresholds | None = None,
+        judge: Judge | None = None,
         candidates: int = 8,
         max_persons: int = 256,
         offload_above: int = 2048,
@@ -81,7 +76,7 @@ class MemoryKeeper:
         self.embedder = embedder
         self.clock = clock
         self.model = embedder.name
-        self.thresholds = thresholds or thresholds_for(embedder.name)
+        self.judge = judge or judge_for(embedder)
         self.candidates = candidates
         self._max_persons = max_persons
         self._offload_above = offload_above
@@ -161,7 +156,7 @@ class MemoryKeeper:
             candidates = (
                 [] if draft.type == SUMMARY else await self._candidates(person, draft, vector)
             )
-            verdict = recognise(draft, candidates, self.thresholds)
+            verdict = recognise(draft, candidates)
             now = self.clock.now()
             contradicts = tuple(m for m, _ in verdict.contradicts)
             if verdict.match is not None:
@@ -217,20 +212,26 @@ class MemoryKeeper:
         def read(ids: Iterable[UUID]) -> Awaitable[tuple[dict[UUID, Memory], int]]:
             return self.store.candidates(person, ids, draft.text)
 
-        scores: dict[UUID, float] = {}
         if vector is None:
             found, _ = await read(())
+            hits: list[tuple[UUID, float]] = []
         else:
             index = await self.ready()
             hits, found = await index.search_then(person, vector, self.candidates, read)
-            scores.update(hits)
-        return [
-            Candidate(memory, scores.get(memory.id, 1.0))  # a verbatim copy: 1.0 is its due
-            for memory in found.values()
-            if memory.status == "active"
-            and memory.type != SUMMARY
-            and (memory.id in scores or same_text(memory.text, draft.text))
-        ]
+        ids, dim = [i for i, _ in hits], self.embedder.dim
+        near = await self.store.fingerprints_of(person, ids, self.model, dim) if ids else {}
+        candidates = []
+        for memory in found.values():
+            if memory.status != "active" or memory.type == SUMMARY:
+                continue
+            if vector is not None and memory.id in near:
+                judged = self.judge.judge(draft.text, vector, memory.text, near[memory.id])
+                candidates.append(Candidate(memory, judged.score, judged.thresholds))
+            elif same_text(memory.text, draft.text):
+                # A verbatim copy, found without a fingerprint: 1.0 is its due, and no
+                # threshold is asked of it.
+                candidates.append(Candidate(memory, 1.0, SEED))
+        return candidates
 
     # -- searching ---------------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
 """Building the memory keeper from plain settings, the same way for the server and the CLI.
 
-Without an embeddings URL the local all-MiniLM-L6-v2 is the embedder: memory recognises
-rewordings on a first run, offline, with nothing to configure. Its weights are only read on
-the first fingerprint, so a server that never remembers anything never loads them.
+Without an embeddings URL the local pair is the embedder: all-MiniLM-L6-v2, which tells
+English memories apart finely, beside USE multilingual v3, which matches them across
+languages (`providers.multilingual`). Memory recognises rewordings and translations on a
+first run, offline, with nothing to configure. The weights are only read on the first
+fingerprint, so a server that never remembers anything never loads them.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import logging
 
 from actors.clock import Clock
+from actors.memory.judging import judge_for
 from actors.memory.keeper import MemoryKeeper
-from actors.memory.recognition import Thresholds, thresholds_for
+from actors.memory.recognition import Thresholds
 from providers.embedding import Embedder, OpenAIEmbeddings
+from providers.multilingual import Paired, UseMultilingual
 from storage.memories import MemoryStore
 
 log = logging.getLogger("stillhere.memory")
@@ -28,12 +32,13 @@ def make_embedder(
     path: str | None = None,
     timeout: float = 30.0,
 ) -> Embedder:
-    """An OpenAI-compatible embeddings client if `url` is given, else the local MiniLM."""
+    """An OpenAI-compatible embeddings client if `url` is given, else the local pair (with
+    MiniLM's weights from `path`, if given)."""
     if url:
         return OpenAIEmbeddings(url, model or DEFAULT_API_MODEL, key, timeout=timeout)
     from providers.minilm import MiniLM  # numpy forward pass; imported only when used
 
-    return MiniLM(path)
+    return Paired(MiniLM(path), UseMultilingual())
 
 
 def parse_thresholds(text: str) -> Thresholds:
@@ -60,16 +65,14 @@ async def open_keeper(
 ) -> MemoryKeeper:
     """A keeper with its own small pool on `dsn` (migrated already by `Store.open`)."""
     store = await MemoryStore.open(dsn)
-    chosen = thresholds or thresholds_for(embedder.name)
+    judge = judge_for(embedder, thresholds)
     log.info(
-        "long-term memory: fingerprints by %s, recognised above %.2f, or above %.2f with the "
-        "same type and a shared person or theme (worded alike: above %s)",
+        "long-term memory: fingerprints by %s; recognised by %s (the shared tier needs the "
+        "same type and a shared person or theme)",
         getattr(embedder, "label", embedder.name),
-        chosen.high,
-        chosen.low,
-        "none" if chosen.worded is None else f"{chosen.worded:.2f}",
+        judge.describe(),
     )
-    return MemoryKeeper(store, embedder, clock, thresholds=chosen, max_persons=max_persons)
+    return MemoryKeeper(store, embedder, clock, judge=judge, max_persons=max_persons)
 
 
 async def close_keeper(keeper: MemoryKeeper) -> None:

@@ -1,0 +1,39 @@
+"""Is a memory written in English? Told by its function words.
+
+all-MiniLM-L6-v2 reads only English, so the judge of paired fingerprints and the
+one-word-swap rule need to know. A memory is one or two sentences, and its names, places and
+numbers say nothing of its language, but its small words do: "the", "is", "with" against
+"le", "est", "avec". A text with no function word at all ("Owen, Bristol, Saturday") counts
+as English, where every model agrees anyway.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Function words, as written: a word in each list is seen only in that language's sentences.
+_ENGLISH = """
+the an is are was were be been to of in on at for with from by and or but not my your her his
+their our its this that these those will would has have had does did she he it they we you i
+me him them who which what when where
+"""
+# French, Spanish, Italian, German, Portuguese; "a", "on", "son", "die", "do", "per", "non",
+# "ma" and "o" (o'clock) are English words too, so they are left out.
+_OTHER = """
+le la les du des est et un une mon mes ton tes au aux chez dans avec ne pas il elle je nous
+vous sont qui que sur mais ou cette ce ces ses leur sa l j qu c n
+el los las es y con por para una del muy pero su sus
+lo gli della che sono
+der das und ist mit ein eine nicht ich auf den dem zu
+os da em uma não
+"""
+ENGLISH_WORDS = frozenset(_ENGLISH.split())
+OTHER_WORDS = frozenset(_OTHER.split())
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def english(text: str) -> bool:
+    """More English function words than other languages' (or none of theirs at all)."""
+    words = _WORD.findall(text.casefold())
+    other = sum(w in OTHER_WORDS for w in words)
+    return other == 0 or sum(w in ENGLISH_WORDS for w in words) > other
