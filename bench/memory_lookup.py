@@ -332,7 +332,7 @@ async def recognition_lookup(
 
 async def verbatim_rows(keeper: MemoryKeeper, person: str, draft: MemoryDraft) -> int:
     """The verbatim tier's query alone: the active memories with the draft's letters."""
-    found, _ = await keeper.store.candidates(person, (), draft.text)
+    found, _, _ = await keeper.store.candidates(person, (), draft.text)
     return len(found)
 
 

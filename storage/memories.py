@@ -272,15 +272,22 @@ class MemoryStore:
         return [memory(r) for r in rows]
 
     async def candidates(
-        self, person: str, ids: Iterable[UUID], text: str
-    ) -> tuple[dict[UUID, Memory], int]:
+        self, person: str, ids: Iterable[UUID], text: str, model: str | None = None
+    ) -> tuple[dict[UUID, Memory], dict[UUID, bytes], int]:
         """The person's memories among `ids` (the closest fingerprints), the active ones
         that may be `text` word for word (same letters and digits: found without any
-        fingerprint, by the `text_key` index), and the person's generation, all in one
-        round trip: the generation tells the fingerprint index whether it was current."""
+        fingerprint, by the `text_key` index), the fingerprints `model` made of them, and
+        the person's generation, all in one round trip: the generation tells the
+        fingerprint index whether it was current."""
         rows = await self._pool.fetch(_CANDIDATES, person, list(ids), text)
         generation = int(rows[0]["person_generation"] or 0)
-        return {r["id"]: memory(r) for r in rows if r["id"] is not None}, generation
+        found = [r for r in rows if r["id"] is not None]
+        fingerprints = {
+            r["id"]: r["fingerprint"]
+            for r in found
+            if r["fingerprint"] is not None and r["fingerprint_model"] == model
+        }
+        return {r["id"]: memory(r) for r in found}, fingerprints, generation
 
     async def active_unfingerprinted(self, person: str, model: str) -> list[Memory]:
         """Active memories the index cannot see (no fingerprint of `model` yet)."""

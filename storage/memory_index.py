@@ -14,6 +14,10 @@ with `search_then`, reads it with the hits' rows and searches again on a mismatc
 write made through this process hands back the generation it produced, and the index
 applies the change itself only if that generation directly follows its own.
 
+A look-up scans every fingerprint of a small person, and only the closest partitions of a
+large one (`PARTITION_ABOVE`), so it stays well under a couple of milliseconds at 10,000
+memories and more.
+
 faiss is CPU work: below `offload_above` vectors a search takes microseconds and runs on
 the loop; above it, searches and rebuilds run in a worker thread. A per-person lock keeps
 one operation at a time on each index, since a faiss index is not safe to search while it
@@ -42,16 +46,39 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+# Above this many memories a person's index is partitioned: faiss k-means groups the
+# fingerprints into about sqrt(n) cells, and a look-up scans the `PROBES` cells whose centres
+# are closest to the query instead of every fingerprint. Measured on the labelled pairs'
+# fingerprints among 8,500 others (paired, 896 dimensions, one core of the bench machine):
+# the restated memory was among the 8 candidates for 102 of 109 restatements, as with an
+# exact scan (101 with 16 probes), in 0.9 ms at p50 instead of 2.2 ms.
+PARTITION_ABOVE = 4096
+PROBES = 24
+TRAIN_PER_CELL = 128
+TRAIN_ROUNDS = 10
+
+
 class PersonIndex:
-    """One person's fingerprints in a faiss inner-product index, keyed by memory id."""
+    """One person's fingerprints in a faiss inner-product index, keyed by memory id.
+
+    Kept at half precision: an exhaustive look-up reads every fingerprint, so half the bytes
+    is nearly half the time and half the memory, and ranking needs no more (scores are off
+    by about 1e-3). Recognition judges its candidates from the full-precision fingerprints
+    in PostgreSQL, never from these scores. Past `PARTITION_ABOVE` memories it partitions
+    itself (see there)."""
 
     def __init__(self, dim: int, generation: int) -> None:
         self.dim = dim
         self.generation = generation
-        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        self._index: faiss.Index = faiss.IndexIDMap2(_half(dim))
+        self._partitioned = False
         self._ids: dict[int, UUID] = {}
         self._keys: dict[UUID, int] = {}
         self._next = 0
+
+    @property
+    def partitioned(self) -> bool:
+        return self._partitioned
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -74,6 +101,32 @@ class PersonIndex:
         for key, memory in zip(keys.tolist(), ids, strict=True):
             self._ids[key] = memory
             self._keys[memory] = key
+        if not self._partitioned and len(self._ids) > PARTITION_ABOVE:
+            self._partition()
+
+    def _partition(self) -> None:
+        """Move every fingerprint into a partitioned index trained on them."""
+        keys = np.fromiter(self._ids.keys(), dtype=np.int64, count=len(self._ids))
+        rows = self._rows(keys)
+        cells = int(np.sqrt(len(keys)))
+        centres = faiss.IndexFlatIP(self.dim)
+        index = faiss.IndexIVFScalarQuantizer(
+            centres, self.dim, cells, HALF, faiss.METRIC_INNER_PRODUCT
+        )
+        index.own_fields = True  # the partitioned index keeps its cell centres alive
+        centres.this.disown()
+        # A sample of 128 per cell and 10 rounds place the centres as well as faiss's
+        # defaults for these look-ups (the same 102 of 109 above), at a third of the cost:
+        # 6 s instead of 18 to build 100,000 fingerprints of 896 dimensions.
+        index.cp.max_points_per_centroid, index.cp.niter = TRAIN_PER_CELL, TRAIN_ROUNDS
+        index.train(rows)
+        index.nprobe = PROBES
+        index.set_direct_map_type(faiss.DirectMap.Hashtable)  # reconstruct and remove by key
+        index.add_with_ids(rows, keys)
+        self._index, self._partitioned = index, True
+
+    def _rows(self, keys: np.ndarray) -> np.ndarray:
+        return np.vstack([self._index.reconstruct(int(key)) for key in keys])
 
     def remove(self, ids: list[UUID]) -> None:
         keys = [self._keys.pop(i) for i in ids if i in self._keys]
@@ -101,7 +154,7 @@ class PersonIndex:
         if n < 2:
             return []
         keys = np.fromiter(self._ids.keys(), dtype=np.int64, count=n)
-        rows = np.vstack([self._index.reconstruct(int(key)) for key in keys])
+        rows = self._rows(keys)
         scores, found = self._index.search(rows, min(k + 1, n))
         pairs: dict[tuple[UUID, UUID], float] = {}
         for row, key in enumerate(keys.tolist()):
@@ -111,6 +164,13 @@ class PersonIndex:
                 a, b = sorted((self._ids[key], self._ids[other]), key=str)
                 pairs[(a, b)] = max(score, pairs.get((a, b), -1.0))
         return [(a, b, score) for (a, b), score in pairs.items()]
+
+
+HALF = faiss.ScalarQuantizer.QT_fp16
+
+
+def _half(dim: int) -> faiss.Index:
+    return faiss.IndexScalarQuantizer(dim, HALF, faiss.METRIC_INNER_PRODUCT)
 
 
 class FingerprintIndex:

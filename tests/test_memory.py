@@ -145,7 +145,8 @@ async def test_a_search_that_reads_its_rows_notices_a_stale_index(
 
     async def read(ids: list[UUID]) -> tuple[dict[UUID, Memory], int]:
         reads.append(ids)
-        return await keeper.store.candidates(PERSON, ids, "")
+        found, _, generation = await keeper.store.candidates(PERSON, ids, "")
+        return found, generation
 
     builds = keeper.index.builds
     hits, rows = await keeper.index.search_then(PERSON, query, 1, read)

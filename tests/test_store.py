@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from storage.fingerprints import encode
 from storage.memories import MemoryStore
 from storage.records import MemoryDraft
 from storage.store import ConversationEnded, Store
@@ -57,13 +58,22 @@ async def test_verbatim_candidates_ignore_case_and_punctuation_and_nothing_else(
         owen, _ = await memories.create("p3", MemoryDraft("My brother Owen lives in Bristol."), NOW)
         near, _ = await memories.create("p3", MemoryDraft("My brother Owen lived in Bristol."), NOW)
         await memories.create("p4", MemoryDraft("My brother Owen lives in Bristol."), NOW)
-        found, generation = await memories.candidates("p3", [], "my brother owen, lives in BRISTOL")
+        found, _, generation = await memories.candidates(
+            "p3", [], "my brother owen, lives in BRISTOL"
+        )
         assert list(found) == [owen.id] and generation == await memories.generation("p3")
-        both, _ = await memories.candidates("p3", [near.id], "my brother owen, lives in BRISTOL")
+        both, _, _ = await memories.candidates("p3", [near.id], "my brother owen, lives in BRISTOL")
         assert set(both) == {owen.id, near.id}  # the fingerprint hits come in the same read
         await memories.set_status("p3", [owen.id], "muted", only_from="active")
-        none, after = await memories.candidates("p3", [], "My brother Owen lives in Bristol.")
+        none, _, after = await memories.candidates("p3", [], "My brother Owen lives in Bristol.")
         assert none == {} and after == generation + 1  # no row, and still the generation
-        assert await memories.candidates("nobody", [], "x") == ({}, 0)
+        assert await memories.candidates("nobody", [], "x") == ({}, {}, 0)
+        # The same read brings the fingerprints the asked model made, and only those.
+        vector = encode([0.6, 0.8])
+        dog, _ = await memories.create(
+            "p3", MemoryDraft("Owen has a dog."), NOW, fingerprint=vector, model="m"
+        )
+        assert (await memories.candidates("p3", [dog.id], "", "m"))[1] == {dog.id: vector}
+        assert (await memories.candidates("p3", [dog.id], "", "other"))[1] == {}
     finally:
         await memories.close()

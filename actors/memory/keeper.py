@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from uuid import UUID
@@ -26,12 +26,15 @@ from actors.clock import Clock
 from actors.memory.judging import Judge, judge_for
 from actors.memory.recognition import SEED, Candidate, recognise, same_text
 from providers.embedding import Embedder, EmbeddingError
-from storage.fingerprints import encode
+from storage.fingerprints import decode, encode
 from storage.memories import Changed, Cleanup, MemoryStore
 from storage.memory_index import FingerprintIndex
 from storage.records import Memory, MemoryDraft, MemoryLink
 
 log = logging.getLogger("stillhere.memory")
+
+# What the candidates' read gives back: the memories, and the fingerprints the model made.
+Rows = tuple[dict[UUID, Memory], dict[UUID, bytes]]
 
 SUMMARY = "summary"  # the type of a conversation's summary, kept findable by meaning
 # Statuses a search may reach through a link: an erroneous memory stays explainable ("why
@@ -209,23 +212,24 @@ class MemoryKeeper:
         """The memories `draft` may restate: the closest fingerprints, and any verbatim
         copy (which needs no fingerprint, so it is found even when one is missing)."""
 
-        def read(ids: Iterable[UUID]) -> Awaitable[tuple[dict[UUID, Memory], int]]:
-            return self.store.candidates(person, ids, draft.text)
+        async def read(ids: Iterable[UUID]) -> tuple[Rows, int]:
+            found, fingerprints, generation = await self.store.candidates(
+                person, ids, draft.text, self.model
+            )
+            return (found, fingerprints), generation
 
         if vector is None:
-            found, _ = await read(())
-            hits: list[tuple[UUID, float]] = []
+            (found, near), _ = await read(())
         else:
             index = await self.ready()
-            hits, found = await index.search_then(person, vector, self.candidates, read)
-        ids, dim = [i for i, _ in hits], self.embedder.dim
-        near = await self.store.fingerprints_of(person, ids, self.model, dim) if ids else {}
+            _, (found, near) = await index.search_then(person, vector, self.candidates, read)
         candidates = []
         for memory in found.values():
             if memory.status != "active" or memory.type == SUMMARY:
                 continue
             if vector is not None and memory.id in near:
-                judged = self.judge.judge(draft.text, vector, memory.text, near[memory.id])
+                stored = decode(near[memory.id], self.embedder.dim)
+                judged = self.judge.judge(draft.text, vector, memory.text, stored)
                 candidates.append(Candidate(memory, judged.score, judged.thresholds))
             elif same_text(memory.text, draft.text):
                 # A verbatim copy, found without a fingerprint: 1.0 is its due, and no
