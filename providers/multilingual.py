@@ -90,8 +90,9 @@ class Paired:
                 await warm()
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        first, second = self.parts
-        halves = [await first.embed(texts), await second.embed(texts)]
+        # Each model runs in its own worker thread: side by side, a memory waits for the
+        # slower one only (their numpy work releases the GIL).
+        halves = await asyncio.gather(*(part.embed(texts) for part in self.parts))
         return np.ascontiguousarray(np.hstack(halves) / np.sqrt(2.0), dtype=np.float32)
 
     def part(self, vectors: np.ndarray, which: int) -> np.ndarray:

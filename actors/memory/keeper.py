@@ -175,10 +175,11 @@ class MemoryKeeper:
                 )
                 if reinforced is not None:
                     log.info(
-                        "memory recognised (tier %s, score %.3f): reinforced %s, now %d "
+                        "memory recognised (tier %s, score %.3f%s): reinforced %s, now %d "
                         "mentions, instead of creating a new one (new id: none)",
                         match.tier,
                         match.score,
+                        f" by {match.model}" if match.model else "",
                         reinforced.id,
                         reinforced.mention_count,
                     )
@@ -230,7 +231,7 @@ class MemoryKeeper:
             if vector is not None and memory.id in near:
                 stored = decode(near[memory.id], self.embedder.dim)
                 judged = self.judge.judge(draft.text, vector, memory.text, stored)
-                candidates.append(Candidate(memory, judged.score, judged.thresholds))
+                candidates.append(Candidate(memory, judged.score, judged.thresholds, judged.model))
             elif same_text(memory.text, draft.text):
                 # A verbatim copy, found without a fingerprint: 1.0 is its due, and no
                 # threshold is asked of it.

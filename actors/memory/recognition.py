@@ -100,6 +100,7 @@ class Candidate:
     memory: Memory
     score: float
     thresholds: Thresholds
+    model: str = ""  # whose cosine `score` is ("" for a verbatim copy found without one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,7 @@ class Match:
     existing: Memory
     tier: str
     score: float
+    model: str = ""  # whose cosine `score` is
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,5 +234,6 @@ def recognise(new: MemoryDraft, candidates: Iterable[Candidate]) -> Verdict:
             continue
         if found != "exact" and words.one_word_swap:
             continue  # another fact in the same sentence, not a contradiction of it
-        return Verdict(Match(existing, found, candidate.score), tuple(contradicts))
+        match = Match(existing, found, candidate.score, candidate.model)
+        return Verdict(match, tuple(contradicts))
     return Verdict(None, tuple(contradicts))
