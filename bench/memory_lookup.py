@@ -13,8 +13,9 @@ the end, whatever happens):
 1. Before numpy and faiss are imported, sets OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and the
    other thread-pool variables to `--threads` (1), so faiss (OpenMP) and numpy (BLAS) each
    work on one core; the report records the setting and what faiss says it uses.
-2. For each dimension of `--dims` (384: the local all-MiniLM-L6-v2; 1536: the API's
-   text-embedding-3-small), one person. For each size of `--sizes`, ascending, the person's
+2. For each dimension of `--dims` (896: the local default, all-MiniLM-L6-v2 and USE
+   multilingual side by side; 1536: the API's text-embedding-3-small; 384 would be MiniLM
+   alone), one person. For each size of `--sizes`, ascending, the person's
    memories are topped up to that size with one COPY into `cards` (random unit
    fingerprints, memory-like texts of varied length), then `ANALYZE cards`.
 3. **Build.** The person's index is dropped and the first look-up through the keeper's
@@ -97,7 +98,11 @@ from storage.store import Store  # noqa: E402
 DESCRIPTION = "memory fingerprint look-up for one person: faiss index against numpy, on one core"
 TARGET_MS = 2.0
 TARGET_SIZE = 10_000
-MODELS = {384: "all-MiniLM-L6-v2", 1536: "text-embedding-3-small"}
+MODELS = {
+    384: "all-MiniLM-L6-v2",
+    896: "all-MiniLM-L6-v2+use-multilingual-v3",
+    1536: "text-embedding-3-small",
+}
 RESTATEMENT_NOISE = 0.33  # stored + 0.33 * random unit: cosine about 1 / sqrt(1 + 0.33^2)
 COPY_COLUMNS = (
     "id",
@@ -699,7 +704,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="memories of the one person (1000,10000,100000)",
     )  # fmt: skip
     parser.add_argument(
-        "--dims", type=_int_list, default=[384, 1536], help="fingerprint dimensions (384,1536)"
+        "--dims", type=_int_list, default=[896, 1536], help="fingerprint dimensions (896,1536)"
     )
     parser.add_argument(
         "--keeper-sizes", type=_int_list, default=[TARGET_SIZE],
