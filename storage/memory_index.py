@@ -274,10 +274,12 @@ class FingerprintIndex:
             if generation != index.generation + 1:
                 self._persons.pop(person, None)
                 return
+            # Off the loop for a large index: a removal compacts a flat one, and the add
+            # that takes one past `PARTITION_ABOVE` trains its partitions.
             if removed:
-                index.remove(removed)
+                await self._cpu(len(index), index.remove, removed)
             if added is not None:
-                index.add([added[0]], added[1].reshape(1, -1))
+                await self._cpu(len(index), index.add, [added[0]], added[1].reshape(1, -1))
             index.generation = generation
 
     async def _current(self, person: str) -> PersonIndex:
