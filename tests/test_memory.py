@@ -377,6 +377,23 @@ async def test_the_local_pair_recognises_a_translation_not_a_french_false_twin(
     assert (across.model, english.model) == ("use-multilingual-v3", "all-MiniLM-L6-v2")
 
 
+async def test_consolidation_merges_a_translation_with_the_local_pair(
+    local_keeper: MemoryKeeper, db: asyncpg.Connection
+) -> None:
+    """Stored apart (as before recognition knew French), a memory and its translation are
+    found by the pass: the index ranks by both models, the multilingual one judges."""
+    lab = MemoryDraft("Owen works in a lab.", "fact", ("owen",), ("work",))
+    labo = MemoryDraft("Owen travaille dans un laboratoire.", "fact", ("owen",), ("work",))
+    tea = MemoryDraft("Hannah prefers tea to coffee.", "preference", ("hannah",), ("drinks",))
+    for draft in (lab, labo, tea):
+        await store_as_is(local_keeper, draft)
+    merges = await consolidate(local_keeper, PERSON)
+    assert len(merges) == 1 and len(merges[0].muted) == 1
+    statuses = {r["text"]: r["status"] for r in await db.fetch("SELECT text, status FROM cards")}
+    assert sorted(statuses.values()) == ["active", "active", "muted"]
+    assert statuses[tea.text] == "active"
+
+
 async def test_a_memory_of_the_same_length_is_no_restatement(
     keeper: MemoryKeeper, script: Script
 ) -> None:
