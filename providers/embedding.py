@@ -10,6 +10,8 @@ rather than trusted.
 
 from __future__ import annotations
 
+import asyncio
+from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
 import aiohttp
@@ -51,6 +53,31 @@ class Embedder(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class LocalEmbedder(ABC):
+    """An embedder computed in this process, in a worker thread, so that the event loop
+    never waits on a forward pass (numpy releases the GIL while it multiplies)."""
+
+    name: str
+    dim: int
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return await asyncio.to_thread(self.embed_sync, list(texts))
+
+    async def warm(self) -> None:
+        """Load the weights now rather than on the first fingerprint."""
+        await asyncio.to_thread(self.load)
+
+    @abstractmethod
+    def embed_sync(self, texts: list[str]) -> np.ndarray:
+        """`embed` in the calling thread, for code already off the event loop."""
+
+    @abstractmethod
+    def load(self) -> None:
+        """Load the weights in this thread (a no-op once loaded)."""
 
 
 def normalise_rows(matrix: np.ndarray) -> np.ndarray:

@@ -16,7 +16,6 @@ Hugging Face hub cache.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import logging
 import os
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from providers.embedding import EmbeddingError, normalise_rows
+from providers.embedding import EmbeddingError, LocalEmbedder, normalise_rows
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +159,7 @@ def _snapshots(repo: Path) -> list[Path]:
     return found
 
 
-class MiniLM:
+class MiniLM(LocalEmbedder):
     """An `Embedder` running all-MiniLM-L6-v2 locally with numpy.
 
     The weights are located when the embedder is made, so a machine without them fails at
@@ -185,21 +184,10 @@ class MiniLM:
         self._lock = threading.RLock()
         self._model: _Bert | None = None
 
-    async def warm(self) -> None:
-        """Load the weights now rather than on the first fingerprint."""
-        await asyncio.to_thread(self._loaded)
-
     def load(self) -> None:
-        """Load the weights in this thread (for scripts and fixtures outside a loop)."""
         self._loaded()
 
-    async def embed(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, DIM), dtype=np.float32)
-        return await asyncio.to_thread(self.embed_sync, list(texts))
-
     def embed_sync(self, texts: list[str]) -> np.ndarray:
-        """`embed` without the thread hop, for code already off the event loop."""
         with self._lock:
             return self._loaded().embed(texts, self._batch_size)
 
@@ -209,7 +197,6 @@ class MiniLM:
         return self._loaded().tokenizer
 
     async def close(self) -> None:
-        # Nothing to release but memory; dropping the model lets it be collected.
         self._model = None
 
     def _loaded(self) -> _Bert:

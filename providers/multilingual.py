@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from providers.embedding import Embedder, normalise_rows
+from providers.embedding import Embedder, LocalEmbedder, normalise_rows
 
 USE_NAME = "use-multilingual-v3"
 USE_DIM = 512
 
 
-class UseMultilingual:
+class UseMultilingual(LocalEmbedder):
     """An `Embedder` running USE multilingual v3 locally, in a worker thread.
 
     Loaded on the first `embed` (or `warm`), like MiniLM, so a server that never remembers
@@ -43,13 +43,9 @@ class UseMultilingual:
         self._lock = threading.Lock()
         self._model: Any = None
 
-    async def warm(self) -> None:
-        await asyncio.to_thread(self._loaded)
-
-    async def embed(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, USE_DIM), dtype=np.float32)
-        return await asyncio.to_thread(self.embed_sync, list(texts))
+    def load(self) -> None:
+        with self._lock:
+            self._loaded()
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
         with self._lock:

@@ -240,6 +240,20 @@ async def store_as_is(keeper: MemoryKeeper, draft: MemoryDraft) -> MemoryDraft:
     return memory  # type: ignore[return-value]
 
 
+async def one_merge_of_three(
+    keeper: MemoryKeeper, drafts: tuple[MemoryDraft, ...], db: asyncpg.Connection
+) -> dict[str, str]:
+    """Store `drafts` as is, run the pass, check it muted exactly one of the three into
+    another; the statuses by text."""
+    for draft in drafts:
+        await store_as_is(keeper, draft)
+    merges = await consolidate(keeper, PERSON)
+    assert len(merges) == 1 and len(merges[0].muted) == 1
+    statuses = {r["text"]: r["status"] for r in await db.fetch("SELECT text, status FROM cards")}
+    assert sorted(statuses.values()) == ["active", "active", "muted"]
+    return statuses
+
+
 async def test_consolidation_mutes_duplicates_into_the_most_complete(
     keeper: MemoryKeeper,
     script: Script,
@@ -310,12 +324,7 @@ async def test_consolidation_never_chains_a_contradiction_in(
     hub = MemoryDraft("The trip is in August, to Lisbon or Porto.", "fact", (), ("trip",))
     script.close_to(hub.text, LISBON.text, 0.9)
     script.close_to(hub.text, PORTO.text, 0.9)
-    for draft in (hub, LISBON, PORTO):
-        await store_as_is(keeper, draft)
-    merges = await consolidate(keeper, PERSON)
-    assert len(merges) == 1 and len(merges[0].muted) == 1
-    statuses = {r["text"]: r["status"] for r in await db.fetch("SELECT text, status FROM cards")}
-    assert sorted(statuses.values()) == ["active", "active", "muted"]
+    statuses = await one_merge_of_three(keeper, (hub, LISBON, PORTO), db)
     assert statuses[hub.text] == "active"
 
 
@@ -385,12 +394,7 @@ async def test_consolidation_merges_a_translation_with_the_local_pair(
     lab = MemoryDraft("Owen works in a lab.", "fact", ("owen",), ("work",))
     labo = MemoryDraft("Owen travaille dans un laboratoire.", "fact", ("owen",), ("work",))
     tea = MemoryDraft("Hannah prefers tea to coffee.", "preference", ("hannah",), ("drinks",))
-    for draft in (lab, labo, tea):
-        await store_as_is(local_keeper, draft)
-    merges = await consolidate(local_keeper, PERSON)
-    assert len(merges) == 1 and len(merges[0].muted) == 1
-    statuses = {r["text"]: r["status"] for r in await db.fetch("SELECT text, status FROM cards")}
-    assert sorted(statuses.values()) == ["active", "active", "muted"]
+    statuses = await one_merge_of_three(local_keeper, (lab, labo, tea), db)
     assert statuses[tea.text] == "active"
 
 
