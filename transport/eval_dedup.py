@@ -10,7 +10,10 @@ overall and per kind of pair.
 The thresholds are only bets until measured, so the command also reports what every
 (high, low) pair would have given on the same fingerprints (the rule is a pure function
 of the cosine, the types, the shared people and themes, and the guard), and the best pair:
-the highest recall with precision at least `--target-precision`.
+the highest recall with precision at least `--target-precision`. With the local pair of
+models, each pair of memories is judged by one model's cosine (MiniLM's between two English
+memories, USE's otherwise), so the search is made for each model in turn, the other keeping
+its thresholds; `--thresholds` sets every model's.
 """
 
 from __future__ import annotations
