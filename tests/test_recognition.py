@@ -14,7 +14,7 @@ from actors.memory.values import conflict, values
 from storage.records import MemoryDraft
 from storage.store import Store
 from tests.fakes.embeddings_server import FakeEmbeddings
-from tests.memory_support import Script
+from tests.memory_support import MODEL, Script
 
 PERSON = "person-hannah"
 
@@ -144,9 +144,8 @@ async def test_above_the_high_threshold_the_memory_is_reinforced(
         None,
     )
     assert trace["score"] == pytest.approx(0.9, abs=1e-4)
-    assert f"memory recognised (tier close, score 0.900): reinforced {first.memory.id}" in (
-        caplog.text
-    )
+    said = f"memory recognised (tier close, score 0.900 by {MODEL}): reinforced {first.memory.id}"
+    assert said in caplog.text
 
 
 async def test_between_the_thresholds_it_takes_the_same_type_and_a_shared_subject(
