@@ -44,6 +44,11 @@ def unit(*values: float) -> np.ndarray:
         ("Hannah ne mange pas de viande.", False),
         ("Mi hermano vive en Bristol con su perro.", False),
         ("Mein Bruder wohnt in Bristol und ist Arzt.", False),
+        ("Owen arbeitet in einem Labor.", False),
+        ("Owen lavora in un laboratorio di Bristol.", False),
+        ("O Owen trabalha num laboratório em Bristol.", False),
+        ("Dinner with Ana de Armas on Friday.", True),  # a name's "de"
+        ("Buy a von Trapp DVD for Maya.", True),
     ],
 )
 def test_english_is_told_by_its_function_words(text: str, is_english: bool) -> None:

@@ -18,14 +18,16 @@ their our its this that these those will would has have had does did she he it t
 me him them who which what when where
 """
 # French, Spanish, Italian, German, Portuguese; "a", "on", "son", "die", "do", "per", "non",
-# "ma" and "o" (o'clock) are English words too, so they are left out.
+# "ma" and "o" (o'clock) are English words too, and "van" and "von" are in English names, so
+# they are left out.
 _OTHER = """
-le la les du des est et un une mon mes ton tes au aux chez dans avec ne pas il elle je nous
-vous sont qui que sur mais ou cette ce ces ses leur sa l j qu c n
-el los las es y con por para una del muy pero su sus
-lo gli della che sono
-der das und ist mit ein eine nicht ich auf den dem zu
-os da em uma não
+le la les de du des à au aux en est et un une mon mes ton tes chez dans avec ne pas il elle
+je nous vous sont qui que sur mais ou cette ce ces ses leur sa l j qu c n
+el los las es y con por para una del muy pero su sus está
+di è nel della alla gli che sono
+der das und ist mit ein eine einem einen einer nicht ich auf den dem zu im bei für nach
+wie aber oder auch sich sie wir ihr mein meine sein seine
+os da em num uma não é
 """
 ENGLISH_WORDS = frozenset(_ENGLISH.split())
 OTHER_WORDS = frozenset(_OTHER.split())
