@@ -27,7 +27,9 @@ class WebSocketLink(QueuedLink):
     async def write(self, frame: dict[str, Any]) -> None:
         if self._ws.closed:
             raise ConnectionError("closed")
-        await self._ws.send_str(orjson.dumps(frame).decode())
+        # orjson's bytes are UTF-8 already: sent as a text frame without a round trip
+        # through str.
+        await self._ws.send_frame(orjson.dumps(frame), WSMsgType.TEXT)
 
     async def close(self, code: int) -> None:
         await self._ws.close(code=code)
