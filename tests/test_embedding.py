@@ -461,3 +461,18 @@ async def test_the_pair_holds_each_models_fingerprint(local: MiniLM, use: UseMul
     # The inner product of two pairs, what the index ranks by, is the mean of both cosines.
     both = (cosine(*paired.part(rows, 0)) + cosine(*paired.part(rows, 1))) / 2
     assert cosine(rows[0], rows[1]) == pytest.approx(both, abs=1e-5)
+
+
+async def test_warm_loads_a_local_embedder_and_leaves_an_api_one(
+    embedder: OpenAIEmbeddings, caplog: pytest.LogCaptureFixture
+) -> None:
+    from actors.memory.setup import warm
+
+    caplog.set_level("INFO")
+    fresh = UseMultilingual()
+    await warm(Paired(fresh, UseMultilingual()))
+    assert fresh._model is not None  # loaded before any fingerprint was asked for
+    assert "embedding models loaded in" in caplog.text
+    caplog.clear()
+    await warm(embedder)  # over HTTP: nothing to load, nothing said
+    assert "embedding models loaded" not in caplog.text

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from actors.clock import Clock, SystemClock
 from actors.directory import Directory, stop_actors
-from actors.memory.setup import close_keeper, make_embedder, open_keeper
+from actors.memory.setup import close_keeper, make_embedder, open_keeper, warm
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
 from providers.chat import ChatModel
@@ -92,6 +92,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         settings.embed_url, settings.embed_model, settings.embed_key, path=settings.embed_path
     )
     memory = await open_keeper(dsn, embedder, clock)
+    await warm(embedder)
     rt = Runtime(loop, store, model, clock, conversation_settings(settings), memory=memory)
     directory = Directory(rt)
     memory.on_withdrawn = directory.withdraw
