@@ -56,6 +56,11 @@ PARTITION_ABOVE = 4096
 PROBES = 24
 TRAIN_PER_CELL = 128
 TRAIN_ROUNDS = 10
+HALF = faiss.ScalarQuantizer.QT_fp16
+
+
+def _half(dim: int) -> faiss.Index:
+    return faiss.IndexScalarQuantizer(dim, HALF, faiss.METRIC_INNER_PRODUCT)
 
 
 class PersonIndex:
@@ -63,7 +68,7 @@ class PersonIndex:
 
     Kept at half precision: an exhaustive look-up reads every fingerprint, so half the bytes
     is nearly half the time and half the memory, and ranking needs no more (scores are off
-    by about 1e-3). Recognition judges its candidates from the full-precision fingerprints
+    by under 1e-3). Recognition judges its candidates from the full-precision fingerprints
     in PostgreSQL, never from these scores. Past `PARTITION_ABOVE` memories it partitions
     itself (see there)."""
 
@@ -164,13 +169,6 @@ class PersonIndex:
                 a, b = sorted((self._ids[key], self._ids[other]), key=str)
                 pairs[(a, b)] = max(score, pairs.get((a, b), -1.0))
         return [(a, b, score) for (a, b), score in pairs.items()]
-
-
-HALF = faiss.ScalarQuantizer.QT_fp16
-
-
-def _half(dim: int) -> faiss.Index:
-    return faiss.IndexScalarQuantizer(dim, HALF, faiss.METRIC_INNER_PRODUCT)
 
 
 class FingerprintIndex:
