@@ -16,6 +16,7 @@ Hugging Face hub cache.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
@@ -202,8 +203,15 @@ class MiniLM(LocalEmbedder):
     def _loaded(self) -> _Bert:
         with self._lock:
             if self._model is None:
-                self._model = _Bert.load(self.folder)
+                self._model = _shared_weights(self.folder)
             return self._model
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_weights(folder: Path) -> _Bert:
+    """One loaded copy per folder and process: the weights are only ever read, so every
+    embedder of the process shares them (a test run starts a server per test)."""
+    return _Bert.load(folder)
 
 
 class _Bert:

