@@ -40,24 +40,16 @@ class UseMultilingual(LocalEmbedder):
     dim = USE_DIM
     label = f"local {USE_NAME} (numpy)"
 
-    def __init__(self) -> None:
-        self._model: Any = None
-
     def load(self) -> None:
         with _USE_LOCK:
-            self._loaded()
+            _shared_model()
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
         with _USE_LOCK:
-            return normalise_rows(self._loaded().encode(texts))
+            return normalise_rows(_shared_model().encode(texts))
 
     async def close(self) -> None:
-        self._model = None
-
-    def _loaded(self) -> Any:
-        if self._model is None:
-            self._model = _shared_model()
-        return self._model
+        """Nothing of this embedder's own: the model is the process's (see below)."""
 
 
 # One model per process, shared by every embedder of it (a test run starts a server per

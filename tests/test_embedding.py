@@ -469,9 +469,12 @@ async def test_warm_loads_a_local_embedder_and_leaves_an_api_one(
     from actors.memory.setup import warm
 
     caplog.set_level("INFO")
-    fresh = UseMultilingual()
-    await warm(Paired(fresh, UseMultilingual()))
-    assert fresh._model is not None  # loaded before any fingerprint was asked for
+    from providers import multilingual
+
+    multilingual._shared_model.cache_clear()
+    await warm(Paired(UseMultilingual(), UseMultilingual()))
+    # Loaded before any fingerprint was asked for.
+    assert multilingual._shared_model.cache_info().currsize == 1
     assert "embedding models loaded in" in caplog.text
     caplog.clear()
     await warm(embedder)  # over HTTP: nothing to load, nothing said

@@ -11,6 +11,7 @@ import pytest
 from actors.memory.recognition import (
     THRESHOLDS,
     Candidate,
+    Judged,
     Thresholds,
     Wording,
     reach,
@@ -140,11 +141,14 @@ def test_a_one_word_swap_is_never_the_same_memory_and_not_a_contradiction() -> N
     peanuts = fact("Hannah is allergic to peanuts.", themes=("health",))
     t = Thresholds(0.85, 0.70)
     assert tier(peanuts, cats, 0.95, t) is None
-    verdict = recognise(peanuts, [Candidate(stored(cats), 0.95, t)])
+    verdict = recognise(peanuts, [Candidate(stored(cats), Judged(0.95, "m", t))])
     assert verdict.match is None and verdict.contradicts == ()
     # The swapped one is passed over; a lower candidate may still be the memory.
     restated = fact("Peanuts: Hannah is allergic to them.", themes=("health",))
-    candidates = [Candidate(stored(cats), 0.95, t), Candidate(stored(restated), 0.9, t)]
+    candidates = [
+        Candidate(stored(cats), Judged(0.95, "m", t)),
+        Candidate(stored(restated), Judged(0.9, "m", t)),
+    ]
     verdict = recognise(peanuts, candidates)
     assert verdict.match is not None and verdict.match.existing.text == restated.text
 

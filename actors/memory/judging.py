@@ -18,18 +18,9 @@ from typing import Protocol
 import numpy as np
 
 from actors.memory.language import english
-from actors.memory.recognition import Thresholds, thresholds_for
+from actors.memory.recognition import Judged, Thresholds, thresholds_for
 from providers.embedding import Embedder
 from providers.multilingual import Paired
-
-
-@dataclass(frozen=True, slots=True)
-class Judged:
-    """The cosine that decides for one pair, whose it is, and the thresholds it meets."""
-
-    score: float
-    model: str
-    thresholds: Thresholds
 
 
 class Judge(Protocol):

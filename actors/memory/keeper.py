@@ -24,7 +24,7 @@ import numpy as np
 
 from actors.clock import Clock
 from actors.memory.judging import Judge, judge_for
-from actors.memory.recognition import SEED, Candidate, recognise, same_text
+from actors.memory.recognition import VERBATIM, Candidate, recognise, same_text
 from providers.embedding import Embedder, EmbeddingError
 from storage.fingerprints import decode, encode
 from storage.memories import Changed, Cleanup, MemoryStore
@@ -219,23 +219,23 @@ class MemoryKeeper:
             )
             return (found, fingerprints), generation
 
+        hits: list[tuple[UUID, float]] = []
         if vector is None:
-            (found, near), _ = await read(())
+            (found, stored), _ = await read(())
         else:
             index = await self.ready()
-            _, (found, near) = await index.search_then(person, vector, self.candidates, read)
+            hits, (found, stored) = await index.search_then(person, vector, self.candidates, read)
+        close = {memory for memory, _ in hits if memory in stored}
         candidates = []
         for memory in found.values():
             if memory.status != "active" or memory.type == SUMMARY:
                 continue
-            if vector is not None and memory.id in near:
-                stored = decode(near[memory.id], self.embedder.dim)
-                judged = self.judge.judge(draft.text, vector, memory.text, stored)
-                candidates.append(Candidate(memory, judged.score, judged.thresholds, judged.model))
+            if vector is not None and memory.id in close:
+                theirs = decode(stored[memory.id], self.embedder.dim)
+                judged = self.judge.judge(draft.text, vector, memory.text, theirs)
+                candidates.append(Candidate(memory, judged))
             elif same_text(memory.text, draft.text):
-                # A verbatim copy, found without a fingerprint: 1.0 is its due, and no
-                # threshold is asked of it.
-                candidates.append(Candidate(memory, 1.0, SEED))
+                candidates.append(Candidate(memory, VERBATIM))
         return candidates
 
     # -- searching ---------------------------------------------------------------------------

@@ -94,14 +94,26 @@ def thresholds_for(model: str, overrides: dict[str, Thresholds] | None = None) -
 
 
 @dataclass(frozen=True, slots=True)
+class Judged:
+    """The cosine that decides for one pair, whose it is, and the thresholds it meets
+    (`actors.memory.judging` says which model's)."""
+
+    score: float
+    model: str
+    thresholds: Thresholds
+
+
+# A verbatim copy found without a fingerprint: 1.0 is its due, and no threshold is asked of
+# it (it is recognised as `exact` first).
+VERBATIM = Judged(1.0, "", SEED)
+
+
+@dataclass(frozen=True, slots=True)
 class Candidate:
-    """A stored memory, how close its fingerprint is to the new one's, and the thresholds
-    that closeness is held to (those of the model whose cosine it is)."""
+    """A stored memory, and how close its fingerprint is to the new one's."""
 
     memory: Memory
-    score: float
-    thresholds: Thresholds
-    model: str = ""  # whose cosine `score` is ("" for a verbatim copy found without one)
+    judged: Judged
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,14 +231,15 @@ def recognise(new: MemoryDraft, candidates: Iterable[Candidate]) -> Verdict:
     and skipped: a lower one may still be the memory (the other side of an old
     contradiction, say)."""
     contradicts: list[tuple[Memory, Conflict]] = []
-    for candidate in sorted(candidates, key=lambda c: -c.score):
-        existing, t = candidate.memory, candidate.thresholds
+    for candidate in sorted(candidates, key=lambda c: -c.judged.score):
+        existing, judged = candidate.memory, candidate.judged
+        score, t = judged.score, judged.thresholds
         found = "exact" if same_text(new.text, existing.text) else None
         same_type, shared = new.type == existing.type, shares_subject(new, existing.draft)
-        if found is None and candidate.score < t.high and not (same_type and shared):
+        if found is None and score < t.high and not (same_type and shared):
             continue  # no tier can take it: spare the word-by-word comparison
         words = wording(new, existing.draft)
-        found = found or reach(candidate.score, same_type, shared, words, t)
+        found = found or reach(score, same_type, shared, words, t)
         if found is None:
             continue
         disagreement = conflict(existing.draft, new)
@@ -235,6 +248,5 @@ def recognise(new: MemoryDraft, candidates: Iterable[Candidate]) -> Verdict:
             continue
         if found != "exact" and words.one_word_swap:
             continue  # another fact in the same sentence, not a contradiction of it
-        match = Match(existing, found, candidate.score, candidate.model)
-        return Verdict(match, tuple(contradicts))
+        return Verdict(Match(existing, found, score, judged.model), tuple(contradicts))
     return Verdict(None, tuple(contradicts))
