@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import asyncpg
+import orjson
 import pytest
+from aiohttp_sse import EventSourceResponse
 
 from tests.conftest import Harness
 from tests.sse_client import Event, EventStream, SseClient
 from transport.config import Limits
+from transport.sse import event_block
 
 OWEN = "Note that Owen arrives Friday evening, he is staying with us."
 SPARE_BED = "And remind me to get the spare bed out on Thursday."
@@ -332,3 +336,28 @@ async def test_interrupt_by_post(harness: Harness, client: SseClient) -> None:
     assert len(end.data["text"].split()) < 100
     deltas = [e.data["text"] for e in stream.events if e.type == "reply.delta"]
     assert "".join(deltas) == end.data["text"]
+
+
+async def testevent_blocks_are_what_aiohttp_sse_writes() -> None:
+    """The link writes its batches itself: each event must be byte for byte what
+    aiohttp-sse's own `send` writes for it, line breaks and non-ASCII text included."""
+    written: list[bytes] = []
+
+    async def capture(data: bytes) -> None:
+        written.append(data)
+
+    library = EventSourceResponse()
+    library.write = capture  # type: ignore[method-assign]
+    frames: list[dict[str, Any]] = [
+        {"type": "reply.delta", "seq": 7, "reply": "r", "text": "deux\nlignes, café "},
+        {"type": "welcome", "seq": 0, "conversation": "c", "resumed": True},
+        {"type": "bye", "reason": "leave"},
+    ]
+    for frame in frames:
+        seq = frame.get("seq")
+        await library.send(
+            orjson.dumps(frame).decode(),
+            id=None if seq is None else str(seq),
+            event=frame["type"],
+        )
+    assert [event_block(frame) for frame in frames] == written

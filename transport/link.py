@@ -1,5 +1,10 @@
 """A client link: frames are queued by the stream (sync, on the loop) and written by one
-writer task, so a slow phone never holds up the conversation or the other links."""
+writer task, so a slow phone never holds up the conversation or the other links.
+
+The writer takes everything queued since it last ran and writes it as one batch: a streamed
+reply queues its frames faster than a busy loop comes back to the writer, and a batch costs
+one wake-up of the writer (and, for SSE, one write to the socket) instead of one per frame.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ import contextlib
 import itertools
 import logging
 from abc import ABC, abstractmethod
-from typing import Any
+from collections import deque
+
+from actors.replay import Frame
 
 log = logging.getLogger("stillhere.link")
 
@@ -20,29 +27,49 @@ class QueuedLink(ABC):
 
     def __init__(self) -> None:
         self.name = f"{self.kind}-{next(_numbers)}"
-        # A frame to write, or a close code: close once everything before it is written.
-        self._queue: asyncio.Queue[dict[str, Any] | int] = asyncio.Queue()
+        self._frames: deque[Frame] = deque()
+        self._close_code: int | None = None  # set by `end`: close once the frames are out
+        self._wake: asyncio.Future[None] | None = None  # the idle writer waits on it
         self._writer = asyncio.get_running_loop().create_task(self._write_all())
 
-    def send(self, frame: dict[str, Any]) -> None:
-        self._queue.put_nowait(frame)
+    def send(self, frame: Frame) -> None:
+        if self._close_code is None:
+            self._frames.append(frame)
+            self._wake_writer()
 
     def end(self, code: int = 1000) -> None:
         """Close the link after the frames already queued (e.g. after `bye`)."""
-        self._queue.put_nowait(code)
+        if self._close_code is None:
+            self._close_code = code
+            self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     async def _write_all(self) -> None:
-        while not isinstance(item := await self._queue.get(), int):
-            try:
-                await self.write(item)
-            except (ConnectionError, RuntimeError) as gone:
-                log.info("%s dropped while writing: %s", self.name, gone)
-                return
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._frames:
+                batch = list(self._frames)
+                self._frames.clear()
+                try:
+                    await self.write(batch)
+                except (ConnectionError, RuntimeError) as gone:
+                    log.info("%s dropped while writing: %s", self.name, gone)
+                    return
+            elif self._close_code is not None:
+                break
+            else:
+                self._wake = loop.create_future()
+                await self._wake
+                self._wake = None
         with contextlib.suppress(ConnectionError, RuntimeError):  # already gone: fine
-            await self.close(item)
+            await self.close(self._close_code)
 
     @abstractmethod
-    async def write(self, frame: dict[str, Any]) -> None: ...
+    async def write(self, frames: list[Frame]) -> None:
+        """Write `frames` in order; raise ConnectionError when the link is gone."""
 
     @abstractmethod
     async def close(self, code: int) -> None: ...

@@ -8,6 +8,7 @@ log never records query strings. POST bodies may also carry `device` or `token`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -16,31 +17,60 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
 from transport.identity import Unauthorized
-from transport.link import QueuedLink
+from transport.link import Frame, QueuedLink
 from transport.protocol import ProtocolError, error_frame, rate_limited, validate
 from transport.server import SERVER_KEY, Server
 from transport.session import Session
 
 log = logging.getLogger("stillhere.sse")
 
+SEND_TIMEOUT_S = EventSourceResponse.DEFAULT_SEND_TIMEOUT or 120.0
+
 
 class EventStreamLink(QueuedLink):
+    """Events as `id:`/`event:`/`data:` blocks (PROTOCOL.md), a batch in one write.
+
+    aiohttp-sse's `send` formats and writes one event at a time under its own timer; the
+    blocks are written here, all at once, under the same guard: a write that waits on a
+    stalled phone longer than the response's send timeout ends the stream and aborts the
+    connection (on Linux the kernel's TCP user timeout, set by aiohttp-sse, ends it too).
+    """
+
     kind = "sse"
 
-    def __init__(self, response: EventSourceResponse) -> None:
+    def __init__(self, request: web.Request, response: EventSourceResponse) -> None:
         super().__init__()
+        self._request = request
         self._response = response
 
-    async def write(self, frame: dict[str, Any]) -> None:
-        seq = frame.get("seq")  # welcome's seq too: Last-Event-ID then covers what follows it
-        await self._response.send(
-            orjson.dumps(frame).decode(),
-            id=str(seq) if seq is not None else None,
-            event=frame["type"],
-        )
+    async def write(self, frames: list[Frame]) -> None:
+        payload = b"".join(map(event_block, frames))
+        try:
+            async with asyncio.timeout(SEND_TIMEOUT_S):
+                await self._response.write(payload)
+        except ConnectionResetError:
+            self._response.stop_streaming()
+            raise
+        except TimeoutError:
+            self._response.stop_streaming()
+            if self._request.transport is not None:
+                self._request.transport.abort()
+            raise ConnectionError(f"no write for {SEND_TIMEOUT_S:.0f} s") from None
 
     async def close(self, code: int) -> None:
         self._response.stop_streaming()
+
+
+def event_block(frame: Frame) -> bytes:
+    """One event. orjson escapes every line break, so the JSON is one `data:` line; the
+    `id` is the `seq` (welcome's too: Last-Event-ID then covers what follows it)."""
+    seq = frame.get("seq")
+    id_line = b"" if seq is None else b"id: %d\r\n" % seq
+    return b"%sevent: %s\r\ndata: %s\r\n\r\n" % (
+        id_line,
+        frame["type"].encode(),
+        orjson.dumps(frame),
+    )
 
 
 def credentials(request: web.Request, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -98,7 +128,7 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
         return json_error(401, "unauthorized", str(refused))
     response = EventSourceResponse()
     await response.prepare(request)
-    link = EventStreamLink(response)
+    link = EventStreamLink(request, response)
     server.links.add(link)
     session = Session(server, link)
     # Without `conversation`, Last-Event-ID refers to the conversation being resumed.

@@ -9,7 +9,7 @@ import orjson
 from aiohttp import WSMsgType, web
 
 from transport.identity import Unauthorized
-from transport.link import QueuedLink
+from transport.link import Frame, QueuedLink
 from transport.protocol import ProtocolError, RateLimiter, decode, error_frame, rate_limited
 from transport.server import SERVER_KEY, Server
 from transport.session import Session
@@ -24,12 +24,13 @@ class WebSocketLink(QueuedLink):
         super().__init__()
         self._ws = ws
 
-    async def write(self, frame: dict[str, Any]) -> None:
-        if self._ws.closed:
-            raise ConnectionError("closed")
-        # orjson's bytes are UTF-8 already: sent as a text frame without a round trip
-        # through str.
-        await self._ws.send_frame(orjson.dumps(frame), WSMsgType.TEXT)
+    async def write(self, frames: list[Frame]) -> None:
+        for frame in frames:
+            if self._ws.closed:
+                raise ConnectionError("closed")
+            # orjson's bytes are UTF-8 already: sent as a text frame without a round trip
+            # through str.
+            await self._ws.send_frame(orjson.dumps(frame), WSMsgType.TEXT)
 
     async def close(self, code: int) -> None:
         await self._ws.close(code=code)
