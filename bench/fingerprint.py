@@ -1,7 +1,7 @@
 """Fingerprint benchmark: what one memory's fingerprint costs with the local model, on one core.
 
 Every new memory is fingerprinted before it can be recognised, so the local default (the
-pair all-MiniLM-L6-v2 + USE multilingual v3, both in numpy) must be cheap enough to run on
+pair all-MiniLM-L6-v2 on ONNX Runtime + USE multilingual v3 in numpy) must be cheap enough to run on
 the server's own CPU: the target is under 20 ms per memory on one core. Run:
 
     .venv/bin/python -m bench.fingerprint --json bench/out/fingerprint.json

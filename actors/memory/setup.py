@@ -37,7 +37,7 @@ def make_embedder(
     MiniLM's weights from `path`, if given)."""
     if url:
         return OpenAIEmbeddings(url, model or DEFAULT_API_MODEL, key, timeout=timeout)
-    from providers.minilm import MiniLM  # numpy forward pass; imported only when used
+    from providers.minilm import MiniLM  # ONNX Runtime; imported only when used
 
     return Paired(MiniLM(path), UseMultilingual())
 
