@@ -142,6 +142,9 @@ class Directory:
             age = self._age(record.last_activity)
             if age < rt.settings.resume_window_s:
                 live = await self._start(record)
+                log.info(
+                    "resuming conversation %s from the database, age %d s", str(live.id)[:8], age
+                )
                 return self._resumed(live, age, await live.ask(Attach))
             if await rt.store.archive(record.id, "idle", rt.clock.now()):
                 rt.metrics.archives.labels(reason="idle").inc()
@@ -156,7 +159,7 @@ class Directory:
         return Opened(live, False, None, await live.ask(Attach))
 
     def _resumed(self, live: LiveConversation, age: float, snapshot: Snapshot) -> Opened:
-        log.info("resuming conversation %s, age %d s", str(live.id)[:8], age)
+        # Logged by the link's hello, not here: an SSE client's every POST opens too.
         return Opened(live, True, age, snapshot)
 
     async def _start(self, record: ConversationRecord) -> LiveConversation:

@@ -361,3 +361,23 @@ async def testevent_blocks_are_what_aiohttp_sse_writes() -> None:
             event=frame["type"],
         )
     assert [event_block(frame) for frame in frames] == written
+
+
+async def test_a_resuming_stream_logs_one_line_and_posts_none(
+    harness: Harness, client: SseClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Logs are read by people: a link that resumes makes one line; the POSTs of an SSE
+    client, which each open the conversation too, make none."""
+    await harness.start()
+    first = await client.open()
+    conversation = (await welcome_of(first)).data["conversation"]
+    await client.say("hello")
+    await first.expect("reply.end")
+    await client.say("and again")
+    await first.expect("reply.end")
+    await first.drop()
+    second = await client.open(last_event_id=first.last_id)
+    assert (await welcome_of(second)).data["resumed"] is True
+    lines = [r.getMessage() for r in caplog.records if "resumed conversation" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("sse-") and conversation[:8] in lines[0], lines

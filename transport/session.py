@@ -91,8 +91,14 @@ class Session:
         replayed = await server.directory.attach(
             live, self._link, welcome, last_seq, hello_since=started
         )
-        if replayed:
-            log.info("replayed %d events to %s", replayed, self._link.name)
+        if opened.resumed:
+            log.info(
+                "%s resumed conversation %s, age %d s, %d events replayed",
+                self._link.name,
+                str(live.id)[:8],
+                opened.age_s or 0,
+                replayed,
+            )
 
     def _current(self, id_: str | None = None) -> LiveConversation:
         live = self.live
