@@ -163,8 +163,8 @@ class MiniLM(LocalEmbedder):
     start-up with a clear message, and loaded (about 90 MB, plus ONNX Runtime's own packed
     copy of the matrices) on the first `embed` or `warm`, in a worker thread, so the event
     loop never waits on the disk. The forward pass also runs in a worker thread, one text
-    at a time and on one core: on a small machine more threads would only share the same
-    cores with the server.
+    at a time and one call at a time, on one core: on a small machine more threads would
+    only share the same cores with the server.
     """
 
     name = MODEL_NAME
@@ -173,14 +173,16 @@ class MiniLM(LocalEmbedder):
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.folder = find_weights(path)
         self.label = f"local {MODEL_NAME} (ONNX Runtime) from {self.folder}"
-        self._lock = threading.Lock()
+        # Re-entrant: `embed_sync` holds it while `_loaded` takes it again.
+        self._lock = threading.RLock()
         self._model: _Session | None = None
 
     def load(self) -> None:
         self._loaded()
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
-        return self._loaded().embed(texts)
+        with self._lock:
+            return self._loaded().embed(texts)
 
     @property
     def tokenizer(self) -> Any:
