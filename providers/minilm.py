@@ -209,16 +209,16 @@ def _shared_session(folder: Path) -> _Session:
 class _Session:
     """The tokenizer and an ONNX Runtime session on the graph `minilm_graph` builds."""
 
-    def __init__(self, tokenizer: Any, session: Any, keep: dict[str, Any]) -> None:
+    def __init__(self, tokenizer: Any, session: Any, weights: list[Any]) -> None:
         self.tokenizer = tokenizer
         self._session = session
-        # ONNX Runtime reads external weights from these: they live as long as the session.
-        self._keep = keep
+        # ONNX Runtime reads its external weights from these OrtValues (each holds its numpy
+        # array): they must live as long as the session.
+        self._weights = weights
 
     @classmethod
     def load(cls, folder: Path) -> _Session:
         # Imported here: the rest of the server must not need these to start.
-        import onnxruntime
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
@@ -244,19 +244,9 @@ class _Session:
             raise EmbeddingError(
                 "bad_weights", f"{weights_path} is not {MODEL_NAME}: no tensor {exc}"
             ) from None
-        values = {n: onnxruntime.OrtValue.ortvalue_from_numpy(a) for n, a in arrays.items()}
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.enable_cpu_mem_arena = False  # a long text's activations are given back
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.add_external_initializers(list(values), list(values.values()))
-        session = onnxruntime.InferenceSession(
-            graph.SerializeToString(), options, providers=["CPUExecutionProvider"]
-        )
+        session, values = _one_core_session(graph, arrays)
         log.info("loaded %s from %s", MODEL_NAME, folder)
-        return cls(tokenizer, session, {"arrays": arrays, "values": values})
+        return cls(tokenizer, session, values)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         out = np.empty((len(texts), DIM), dtype=np.float32)
@@ -264,3 +254,22 @@ class _Session:
             ids = np.asarray(encoding.ids, dtype=np.int64)[None, :]
             out[row] = self._session.run(None, {"input_ids": ids})[0][0]
         return out
+
+
+def _one_core_session(graph: Any, arrays: dict[str, np.ndarray]) -> tuple[Any, list[Any]]:
+    """A fully optimised ONNX Runtime session on one thread that never spins, its weights
+    handed over from `arrays`; and the OrtValues that hand them over."""
+    import onnxruntime
+
+    values = {n: onnxruntime.OrtValue.ortvalue_from_numpy(a) for n, a in arrays.items()}
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.enable_cpu_mem_arena = False  # a long text's activations are given back
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_external_initializers(list(values), list(values.values()))
+    session = onnxruntime.InferenceSession(
+        graph.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return session, list(values.values())

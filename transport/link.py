@@ -13,7 +13,6 @@ import contextlib
 import itertools
 import logging
 from abc import ABC, abstractmethod
-from collections import deque
 
 from actors.replay import Frame
 
@@ -27,43 +26,35 @@ class QueuedLink(ABC):
 
     def __init__(self) -> None:
         self.name = f"{self.kind}-{next(_numbers)}"
-        self._frames: deque[Frame] = deque()
+        self._frames: list[Frame] = []
         self._close_code: int | None = None  # set by `end`: close once the frames are out
-        self._wake: asyncio.Future[None] | None = None  # the idle writer waits on it
+        self._queued = asyncio.Event()  # something to do: frames, or the close
         self._writer = asyncio.get_running_loop().create_task(self._write_all())
 
     def send(self, frame: Frame) -> None:
         if self._close_code is None:
             self._frames.append(frame)
-            self._wake_writer()
+            self._queued.set()
 
     def end(self, code: int = 1000) -> None:
         """Close the link after the frames already queued (e.g. after `bye`)."""
         if self._close_code is None:
             self._close_code = code
-            self._wake_writer()
-
-    def _wake_writer(self) -> None:
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
+            self._queued.set()
 
     async def _write_all(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            if self._frames:
-                batch = list(self._frames)
-                self._frames.clear()
-                try:
-                    await self.write(batch)
-                except (ConnectionError, RuntimeError) as gone:
-                    log.info("%s dropped while writing: %s", self.name, gone)
-                    return
-            elif self._close_code is not None:
-                break
-            else:
-                self._wake = loop.create_future()
-                await self._wake
-                self._wake = None
+        while self._frames or self._close_code is None:
+            if not self._frames:
+                self._queued.clear()
+                await self._queued.wait()
+                continue
+            batch, self._frames = self._frames, []
+            try:
+                await self.write(batch)
+            except (ConnectionError, RuntimeError) as gone:
+                log.info("%s dropped while writing: %s", self.name, gone)
+                return
+        assert self._close_code is not None  # the loop only ends once `end` was called
         with contextlib.suppress(ConnectionError, RuntimeError):  # already gone: fine
             await self.close(self._close_code)
 
