@@ -49,6 +49,7 @@ class ConversationSettings:
     park_after_s: float = 10 * 60
     retry_pause_s: float = 0.5
     max_tool_rounds: int = 4
+    delta_window_s: float = 0.02  # a reply's pieces this close together share one delta
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     context: ContextSettings = field(default_factory=ContextSettings)
 

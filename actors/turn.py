@@ -81,23 +81,61 @@ class TurnJob:
 
 
 class ReplyWriter:
-    """Streams a reply's text as deltas and keeps what was actually sent."""
+    """Streams a reply's text as deltas and keeps what was actually sent.
 
-    def __init__(self, stream: ConversationStream, reply: UUID) -> None:
+    Pieces the model hands over within `window` seconds of the last delta are held and sent
+    as one delta when the window closes. A paced model's pieces still go one by one; a fast
+    model's, or those that bunch up while the loop is busy, cost one frame, one replay
+    entry and one write per link instead of one each.
+    """
+
+    def __init__(self, stream: ConversationStream, reply: UUID, window: float) -> None:
         self._stream = stream
         self._reply = str(reply)
-        self._parts: list[str] = []
+        self._window = window
+        self._pieces: list[str] = []  # every piece received, sent or held
+        self._sent_pieces = 0
+        self._last_sent = -window
+        self._timer: asyncio.TimerHandle | None = None
 
     def write(self, text: str) -> None:
-        self._parts.append(text)
+        self._pieces.append(text)
+        if self._timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        wait = self._last_sent + self._window - loop.time()
+        if wait <= 0:
+            self.flush()
+        else:
+            self._timer = loop.call_later(wait, self.flush)
+
+    def flush(self) -> None:
+        """Send every held piece now, as one delta."""
+        self._cancel_timer()
+        if self._sent_pieces == len(self._pieces):
+            return
+        text = "".join(self._pieces[self._sent_pieces :])
+        self._sent_pieces = len(self._pieces)
+        self._last_sent = asyncio.get_running_loop().time()
         self._stream.emit("reply.delta", reply=self._reply, text=text)
 
+    def drop_held(self) -> None:
+        """Forget the pieces not yet sent: the reply was cut off before they went out."""
+        self._cancel_timer()
+        del self._pieces[self._sent_pieces :]
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     @property
-    def sent(self) -> int:
-        return len(self._parts)
+    def received(self) -> int:
+        """Pieces the model has handed over, sent or still held."""
+        return len(self._pieces)
 
     def text_since(self, start: int) -> str:
-        return "".join(self._parts[start:])
+        return "".join(self._pieces[start:])
 
 
 async def run_turn(
@@ -118,9 +156,13 @@ async def run_turn(
     log.info("turn in conversation %s: handing the model %s", str(req.conversation)[:8], stats)
     in_reply_to = [t.client_id for t in req.new if t.client_id]
     stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
-    writer = ReplyWriter(stream, reply)
+    writer = ReplyWriter(stream, reply, rt.settings.delta_window_s)
     tools = ToolContext(rt, req.conversation, req.person, req.handles, mailbox)
     error = await _converse_unless_interrupted(rt, messages, writer, tools, job)
+    if job.interrupted:
+        writer.drop_held()
+    else:
+        writer.flush()
     text = writer.text_since(0) or (FALLBACK if error else "")
     turn = Turn("assistant", text, started, interrupted=job.interrupted)
     try:
@@ -161,7 +203,7 @@ async def _converse_unless_interrupted(
     except asyncio.CancelledError:
         if not job.interrupted:
             raise
-        log.info("reply cut off after %d pieces", writer.sent)
+        log.info("reply cut off after %d pieces", writer.received)
     except ModelError as failure:
         log.warning("model failed during a turn: %s", failure)
         return failure.code
@@ -176,7 +218,7 @@ async def _converse(
     rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter, tools: ToolContext
 ) -> None:
     for round_ in range(rt.settings.max_tool_rounds + 1):
-        start = writer.sent
+        start = writer.received
         calls = await _call_model(rt, messages, writer, retry=round_ == 0)
         if not calls:
             return
@@ -194,11 +236,11 @@ async def _call_model(
 ) -> list[ToolCall]:
     """One model call. The first call of a turn is retried once if it fails or comes back
     empty before any output; later calls never are (a replay could repeat a tool's work)."""
-    before = writer.sent
+    before = writer.received
     try:
         return await _call_once(rt, messages, writer)
     except ModelError as failure:
-        if not retry or writer.sent > before:
+        if not retry or writer.received > before:
             raise
         log.warning("first model call failed before any output (%s), retrying once", failure.code)
     rt.metrics.model_retries.inc()
@@ -209,13 +251,13 @@ async def _call_model(
 async def _call_once(
     rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter
 ) -> list[ToolCall]:
-    before = writer.sent
+    before = writer.received
     calls: list[ToolCall] = []
     async for event in rt.model.stream(messages, TOOLS):
         if isinstance(event, TextDelta):
             writer.write(event.text)
         else:
             calls.append(event)
-    if not calls and writer.sent == before:
+    if not calls and writer.received == before:
         raise ModelError("empty", "the model answered nothing")
     return calls

@@ -138,7 +138,7 @@ async def test_train_tunnel_story_over_sse(harness: Harness, client: SseClient) 
 async def test_a_half_streamed_reply_arrives_whole_exactly_once(
     harness: Harness, client: SseClient
 ) -> None:
-    await harness.start(rehearsal_rate=50)
+    await harness.start(rehearsal_rate=50, delta_window=0.0)  # a delta per word: none lost
     first = await client.open(stop_after=after_nth("reply.delta", 5))
     welcome = await welcome_of(first)
     ack = await client.say(STORY, "say-story")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import asyncpg
@@ -25,6 +26,55 @@ async def _deltas_until(phone: Phone, count: int) -> str:
     for _ in range(count):
         text += (await phone.expect("reply.delta"))["text"]
     return text
+
+
+def _deltas_of(phone: Phone, end: dict[str, Any]) -> list[str]:
+    return [
+        f["text"] for f in phone.frames if f["type"] == "reply.delta" and f["reply"] == end["reply"]
+    ]
+
+
+async def test_pieces_close_together_share_one_delta(
+    harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection
+) -> None:
+    """The first piece goes at once; the window outlasts the reply, so every later piece is
+    held and sent as one delta just before reply.end."""
+    await harness.start(llm_url=fake_llm.url, delta_window=10.0)
+    fake_llm.queue(Reply(SLOW, chunk=3, delay=0.01))
+    phone = await harness.phone()
+    await phone.say("Count for me.")
+    end = await phone.reply()
+    assert _deltas_of(phone, end) == [SLOW[:3], SLOW[3:]]
+    assert end["text"] == SLOW
+    assert await db.fetchval("SELECT text FROM turns WHERE role = 'assistant'") == SLOW
+
+
+async def test_with_no_delta_window_each_piece_is_its_own_delta(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url, delta_window=0.0)
+    fake_llm.queue(Reply(SLOW, chunk=3))
+    phone = await harness.phone()
+    await phone.say("Count for me.")
+    end = await phone.reply()
+    assert _deltas_of(phone, end) == [SLOW[i : i + 3] for i in range(0, len(SLOW), 3)]
+
+
+async def test_pieces_held_when_a_reply_is_cut_off_are_neither_sent_nor_stored(
+    harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection
+) -> None:
+    await harness.start(llm_url=fake_llm.url, delta_window=10.0)
+    fake_llm.queue(Reply(SLOW, chunk=3, delay=0.05), Reply("Go on."))
+    phone = await harness.phone()
+    await phone.say("Tell me everything.")
+    first = await phone.expect("reply.delta")
+    await asyncio.sleep(0.2)  # a few more pieces arrive, and are held
+    await phone.send({"type": "interrupt"})
+    end = await phone.reply()
+    assert end["interrupted"] is True
+    assert _deltas_of(phone, end) == [first["text"]] == [end["text"]]
+    stored = await db.fetchval("SELECT text FROM turns WHERE role = 'assistant'")
+    assert stored == first["text"]
 
 
 async def test_messages_during_a_reply_are_answered_together(

@@ -54,6 +54,7 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         speaker_reset_s=settings.speaker_reset,
         park_after_s=settings.park_after,
         interrupt_words=settings.interrupt_words,
+        delta_window_s=settings.delta_window,
         context=ContextSettings(
             budget_chars=settings.context_budget,
             source_timeout_s=settings.context_timeout,

@@ -58,6 +58,7 @@ class Settings:
     llm_timeout: float = 60.0
     rehearsal_latency: float = 0.0
     rehearsal_rate: float = 0.0
+    delta_window: float = 0.02
     resume_window: float = 30 * 60
     sweep_interval: float = 5 * 60
     park_after: float = 10 * 60
@@ -95,6 +96,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("llm-timeout", parse_duration, "read timeout of a chat API call"),
     ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
     ("rehearsal-rate", float, "rehearsal model: words per second (0: no pause)"),
+    ("delta-window", parse_duration, "a reply's pieces this close together share one delta"),
     ("resume-window", parse_duration, "a conversation idle longer than this is archived"),
     ("sweep-interval", parse_duration, "how often idle conversations are swept"),
     ("park-after", parse_duration, "stop an actor with no link attached for this long"),
