@@ -108,7 +108,9 @@ async def _gather(rt: Runtime, req: TurnRequest, now: datetime) -> dict[str, lis
     """Every source at once, or its answer kept from an earlier turn at the same context
     generation; None for one that failed or was late. Failures make one log line."""
     timeout = rt.settings.context.source_timeout_s
-    generation, problem = await _attempt(rt.store.context.generation(req.person), timeout)
+    generation, problem = req.context_generation, None
+    if generation is None:
+        generation, problem = await _attempt(rt.store.context.generation(req.person), timeout)
     problems = [f"none kept from earlier turns (generation {problem})"] if problem else []
     kept = {} if generation is None else rt.context_cache.get(req.person, generation, now)
     names = [name for name in SOURCES if name not in kept]

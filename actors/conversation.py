@@ -155,7 +155,7 @@ class ConversationActor(pykka.ThreadingActor):
         if self._ending is not None:
             return  # stored, but the conversation is ending: the summary will include it
         if self._turn is None:
-            self._start_turn([turn], message.handles, message.since)
+            self._start_turn([turn], message.handles, message.since, message.stored.generation)
             return
         if not self._pending:
             self._pending_since = message.since
@@ -167,7 +167,12 @@ class ConversationActor(pykka.ThreadingActor):
         else:
             self._during_reply = True
 
-    def _start_turn(self, new: list[Turn], handles: TurnHandles, since: float) -> None:
+    def _start_turn(
+        self, new: list[Turn], handles: TurnHandles, since: float, generation: int | None = None
+    ) -> None:
+        """Start a turn on `new`. `generation` is the context generation read with the say
+        just stored; says kept while a reply ran pass none, as that reply may have changed
+        the context since they were stored, so the turn reads it afresh."""
         request = TurnRequest(
             conversation=self._id,
             person=self._person,
@@ -179,6 +184,7 @@ class ConversationActor(pykka.ThreadingActor):
             after_interrupt=self._after_interrupt,
             handles=handles,
             since=since,
+            context_generation=generation,
         )
         self._window.extend(new)
         self._during_reply = self._after_interrupt = False

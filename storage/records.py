@@ -69,6 +69,7 @@ class StoredSay:
     turn: Turn
     duplicate: bool
     ack_seq: int | None
+    generation: int | None = None  # the person's context generation as it was stored
 
 
 MEMORY_STATUSES = ("active", "muted", "erroneous", "archived", "done")

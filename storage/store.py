@@ -36,7 +36,8 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 
 # One statement, so one round trip: refresh the conversation's last activity and store the
 # say unless its id is already stored. `live` is false when the conversation has ended (then
-# nothing is stored); a null `id` with `live` true means the say was stored before.
+# nothing is stored); a null `id` with `live` true means the say was stored before. The
+# person's context generation rides along: the turn this say starts needs it next.
 _ADD_SAY = """
 WITH live AS (
     UPDATE conversations SET last_activity = $2 WHERE id = $1 AND status = 'active'
@@ -47,7 +48,9 @@ WITH live AS (
     ON CONFLICT (person, client_id) WHERE client_id IS NOT NULL DO NOTHING
     RETURNING *
 )
-SELECT EXISTS (SELECT 1 FROM live) AS live, added.* FROM (VALUES (1)) AS one
+SELECT EXISTS (SELECT 1 FROM live) AS live,
+    (SELECT generation FROM context_generations WHERE person = $3) AS context_generation,
+    added.* FROM (VALUES (1)) AS one
 LEFT JOIN added ON true
 """
 
@@ -193,7 +196,8 @@ class Store:
         if not row["live"]:
             raise ConversationEnded(str(conversation))
         if row["id"] is not None:
-            return StoredSay(_turn(row), duplicate=False, ack_seq=None)
+            generation = int(row["context_generation"] or 0)
+            return StoredSay(_turn(row), duplicate=False, ack_seq=None, generation=generation)
         row = await self._pool.fetchrow(
             "SELECT * FROM turns WHERE person = $1 AND client_id = $2", person, client_id
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -362,6 +363,49 @@ async def test_a_failed_read_is_not_kept(
     assert markers["rules"] in handed_context(fake_llm)
 
 
+async def turn_on_a_say_kept_during_a_reply(
+    phone: Phone,
+    fake_llm: FakeOpenAI,
+    reads: dict[str, int],
+    meanwhile: Callable[[], Awaitable[object]] | None = None,
+) -> set[str]:
+    """A say sent while a reply streams is kept, and its turn starts when the reply ends;
+    `meanwhile` runs in between. The sources that second turn read from scratch."""
+    fake_llm.queue(Reply("One moment while I think it over.", chunk=4, delay=0.05), Reply("ok"))
+    await phone.say("Tell me.")
+    await phone.expect("reply.delta")
+    await phone.say("And?")
+    if meanwhile is not None:
+        await meanwhile()
+    before = dict(reads)
+    await phone.reply()
+    await phone.reply()
+    return {name for name in reads if reads[name] > before[name]}
+
+
+async def test_a_change_during_a_reply_reaches_the_turn_on_says_kept_meanwhile(
+    harness: Harness,
+    fake_llm: FakeOpenAI,
+    fake_embeddings: FakeEmbeddings,
+    db: asyncpg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kept say was stored (with the generation of its time) before the change: its turn
+    reads the generation afresh, so it does not reuse reads the change made stale."""
+    await start(harness, fake_llm, fake_embeddings)
+    phone, _ = await full_setup(harness, fake_llm, db)
+    reads = count_reads(monkeypatch)
+    person, now = harness.person(phone), harness.clock.now()
+
+    async def remember() -> None:
+        await insert_memory(db, person, "The bins go out on Tuesday.", now)
+
+    everything = set(context.CACHED) | {"working"}
+    assert await turn_on_a_say_kept_during_a_reply(phone, fake_llm, reads, remember) == everything
+    assert "The bins go out on Tuesday." in handed_context(fake_llm)
+    assert await turn_on_a_say_kept_during_a_reply(phone, fake_llm, reads) == {"working"}
+
+
 async def test_without_its_generation_a_turn_reads_everything_and_keeps_nothing(
     harness: Harness,
     fake_llm: FakeOpenAI,
@@ -379,8 +423,8 @@ async def test_without_its_generation_a_turn_reads_everything_and_keeps_nothing(
 
     monkeypatch.setattr(harness.server.runtime.store.context, "generation", unreadable)
     everything = set(context.CACHED) | {"working"}
-    for _ in range(2):  # nothing kept: the second turn reads it all again
-        assert await next_turn(phone, fake_llm, reads) == everything
+    for _ in range(2):  # nothing kept: the second time it reads it all again
+        assert await turn_on_a_say_kept_during_a_reply(phone, fake_llm, reads) == everything
         handed = handed_context(fake_llm)
         assert all(marker in handed for marker in markers.values()), handed
     assert "none kept from earlier turns (generation failed (RuntimeError" in caplog.text
