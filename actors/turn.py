@@ -165,10 +165,9 @@ async def run_turn(
         writer.flush()
     text = writer.text_since(0) or (FALLBACK if error else "")
     turn = Turn("assistant", text, started, interrupted=job.interrupted)
-    try:
-        await rt.store.add_reply(req.conversation, req.person, reply, turn, in_reply_to)
-    except Exception:  # sent but not stored: said loudly, and the conversation goes on
-        log.exception("reply %s could not be stored", reply)
+    if not await rt.store.add_reply(req.conversation, req.person, reply, turn, in_reply_to):
+        # Sent but not stored: said loudly (the event log said why), and the talk goes on.
+        log.error("reply %s could not be stored", reply)
     end: dict[str, object] = {"reply": str(reply), "text": text, "interrupted": turn.interrupted}
     if error:
         end["error"] = error

@@ -1,11 +1,11 @@
-"""Stream events of every conversation, written many to a statement (group commit).
+"""Stream events and replies of every conversation, written many to a statement (group commit).
 
-A turn emits a few turn-level events (ack, reply.start, reply.end...), and each used to be
-a round trip of its own. Here they queue, and one writer task writes whatever queued while
-the previous write was in flight: under load the events of many conversations share one
-statement; on a quiet server an event is written at once. An `ack` carries the say it
-acknowledges, so the say's `ack_seq` (what a resend of it is acked with) rides in the
-same statement.
+A turn emits a few turn-level events (ack, reply.start, reply.end...) and stores its reply,
+and each used to be a round trip of its own. Here they queue, and one writer task writes
+whatever queued while the previous write was in flight: under load the events and replies
+of many conversations share one statement; on a quiet server a write goes at once. An `ack`
+carries the say it acknowledges, so the say's `ack_seq` (what a resend of it is acked with)
+rides in the same statement.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from uuid import UUID
 import asyncpg
 import orjson
 
+from storage.records import Turn
+
 log = logging.getLogger("stillhere.events")
 
 _WRITE = """
@@ -26,6 +28,11 @@ WITH written AS (
     INSERT INTO events (conversation, seq, frame)
     SELECT c, s, f::jsonb FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS e (c, s, f)
     ON CONFLICT DO NOTHING
+), replies AS (
+    INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, in_reply_to)
+    SELECT c, p, 'assistant', r, t, a, i, ARRAY(SELECT jsonb_array_elements_text(irt::jsonb))
+    FROM unnest($7::uuid[], $8::text[], $9::uuid[], $10::text[], $11::timestamptz[],
+                $12::bool[], $13::text[]) AS r (c, p, r, t, a, i, irt)
 )
 UPDATE turns SET ack_seq = a.seq
 FROM unnest($4::text[], $5::text[], $6::bigint[]) AS a (person, client_id, seq)
@@ -40,10 +47,22 @@ class _Entry:
     person: str | None  # set on an ack: the say's owner, whose ack_seq is recorded
 
 
+@dataclass(frozen=True, slots=True)
+class ReplyRow:
+    """An assistant turn to store: the reply as sent (or as far as it went when cut off)."""
+
+    conversation: UUID
+    person: str
+    reply: UUID
+    turn: Turn
+    in_reply_to: list[str]
+
+
 class EventLog:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
-        self._queue: list[_Entry] = []
+        self._events: list[_Entry] = []
+        self._replies: list[ReplyRow] = []
         self._batch: asyncio.Future[bool] | None = None
         self._writer: asyncio.Task[None] | None = None
 
@@ -52,36 +71,54 @@ class EventLog:
     ) -> asyncio.Future[bool]:
         """Queue one event. The future says, once its batch is written, whether the write
         went through (a failure is logged here, once for the batch)."""
+        self._events.append(_Entry(conversation, frame, acked_by))
+        return self._queued()
+
+    def add_reply(self, row: ReplyRow) -> asyncio.Future[bool]:
+        """Queue a reply's turn; the future is its batch's, as for `append`."""
+        self._replies.append(row)
+        return self._queued()
+
+    def _queued(self) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
         if self._batch is None:
             self._batch = loop.create_future()
-        self._queue.append(_Entry(conversation, frame, acked_by))
         if self._writer is None or self._writer.done():
             self._writer = loop.create_task(self._write_all())
         return self._batch
 
     async def _write_all(self) -> None:
-        while self._queue:
-            entries, self._queue = self._queue, []
+        while self._events or self._replies:
+            events, self._events = self._events, []
+            replies, self._replies = self._replies, []
             batch, self._batch = self._batch, None
             assert batch is not None
-            written = await self._write(entries)
+            written = await self._write(events, replies)
             if not batch.done():
                 batch.set_result(written)
 
-    async def _write(self, entries: list[_Entry]) -> bool:
-        acks = [e for e in entries if e.person is not None]
+    async def _write(self, events: list[_Entry], replies: list[ReplyRow]) -> bool:
+        acks = [e for e in events if e.person is not None]
         try:
             await self._pool.execute(
                 _WRITE,
-                [e.conversation for e in entries],
-                [e.frame["seq"] for e in entries],
-                [orjson.dumps(e.frame).decode() for e in entries],
+                [e.conversation for e in events],
+                [e.frame["seq"] for e in events],
+                [orjson.dumps(e.frame).decode() for e in events],
                 [e.person for e in acks],
                 [e.frame["id"] for e in acks],
                 [e.frame["seq"] for e in acks],
+                [r.conversation for r in replies],
+                [r.person for r in replies],
+                [r.reply for r in replies],
+                [r.turn.text for r in replies],
+                [r.turn.at for r in replies],
+                [r.turn.interrupted for r in replies],
+                [orjson.dumps(r.in_reply_to).decode() for r in replies],
             )
         except Exception:
-            log.exception("%d stream events could not be written", len(entries))
+            log.exception(
+                "%d stream events and %d replies could not be written", len(events), len(replies)
+            )
             return False
         return True

@@ -6,6 +6,7 @@ job on the loop that does (DESIGN.md, "The one process").
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -14,7 +15,7 @@ import asyncpg
 import orjson
 
 from storage.context import ContextReads
-from storage.event_log import EventLog
+from storage.event_log import EventLog, ReplyRow
 from storage.migrate import migrate
 from storage.pool import open_pool
 from storage.records import Card, ConversationRecord, Reminder, StoredSay, Turn
@@ -210,18 +211,11 @@ class Store:
         reply_id: UUID,
         turn: Turn,
         in_reply_to: list[str],
-    ) -> None:
-        await self._pool.execute(
-            "INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, "
-            "in_reply_to) VALUES ($1, $2, 'assistant', $3, $4, $5, $6, $7)",
-            conversation,
-            person,
-            reply_id,
-            turn.text,
-            turn.at,
-            turn.interrupted,
-            in_reply_to,
-        )
+    ) -> bool:
+        """Store a reply's turn. It rides in the event log's next statement, with the
+        events and replies of other turns; False if that write failed (logged there)."""
+        row = ReplyRow(conversation, person, reply_id, turn, in_reply_to)
+        return await asyncio.shield(self.events.add_reply(row))
 
     # -- stream -------------------------------------------------------------------------
 

@@ -7,8 +7,11 @@ import logging
 from datetime import UTC, datetime
 from uuid import uuid4
 
+import asyncpg
 import pytest
 
+from storage.event_log import ReplyRow
+from storage.records import Turn
 from storage.store import Store
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -48,6 +51,31 @@ async def test_a_failed_write_is_logged_and_the_next_one_goes_through(
     with caplog.at_level(logging.ERROR, logger="stillhere.events"):
         failed = store.events.append(uuid4(), {"type": "ack", "id": "x", "seq": 1})
         assert await failed is False  # no such conversation: the batch is refused whole
-    assert "1 stream events could not be written" in caplog.text
+    assert "1 stream events and 0 replies could not be written" in caplog.text
     assert await asyncio.wait_for(store.events.append(a, {"type": "bye", "seq": 2}), 10)
     assert [f["seq"] for f in await store.events_between(a, 0, 10)] == [2]
+
+
+async def test_a_reply_rides_in_the_events_statement(store: Store, db: asyncpg.Connection) -> None:
+    a = await store.create_conversation("pe", NOW)
+    await store.add_say(a, "pe", "say-1", "one night or two?", NOW)
+    event = store.events.append(a, {"type": "reply.start", "seq": 4, "reply": "r"})
+    reply = Turn("assistant", "Two nights, then.", NOW, interrupted=True)
+    stored = store.events.add_reply(ReplyRow(a, "pe", uuid4(), reply, ["say-1", "say-2"]))
+    assert stored is event and await stored  # one batch, one statement
+    turns = await store.all_turns(a)
+    assert [(t.role, t.text, t.interrupted) for t in turns] == [
+        ("user", "one night or two?", False),
+        ("assistant", "Two nights, then.", True),
+    ]
+    in_reply_to = "SELECT in_reply_to FROM turns WHERE role = 'assistant'"
+    assert await db.fetchval(in_reply_to) == ["say-1", "say-2"]
+
+
+async def test_a_reply_in_a_refused_batch_is_reported_not_stored(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    reply = Turn("assistant", "Lost.", NOW)
+    with caplog.at_level(logging.ERROR, logger="stillhere.events"):
+        assert await store.add_reply(uuid4(), "pf", uuid4(), reply, []) is False
+    assert "0 stream events and 1 replies could not be written" in caplog.text
