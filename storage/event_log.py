@@ -19,6 +19,7 @@ from uuid import UUID
 import asyncpg
 import orjson
 
+from storage.group_commit import GroupCommit
 from storage.records import Turn
 
 log = logging.getLogger("stillhere.events")
@@ -58,13 +59,20 @@ class ReplyRow:
     in_reply_to: list[str]
 
 
-class EventLog:
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    events: list[_Entry]
+    replies: list[ReplyRow]
+    written: asyncio.Future[bool]
+
+
+class EventLog(GroupCommit[_Batch]):
     def __init__(self, pool: asyncpg.Pool) -> None:
+        super().__init__()
         self._pool = pool
         self._events: list[_Entry] = []
         self._replies: list[ReplyRow] = []
         self._batch: asyncio.Future[bool] | None = None
-        self._writer: asyncio.Task[None] | None = None
 
     def append(
         self, conversation: UUID, frame: dict[str, Any], *, acked_by: str | None = None
@@ -80,24 +88,24 @@ class EventLog:
         return self._queued()
 
     def _queued(self) -> asyncio.Future[bool]:
-        loop = asyncio.get_running_loop()
         if self._batch is None:
-            self._batch = loop.create_future()
-        if self._writer is None or self._writer.done():
-            self._writer = loop.create_task(self._write_all())
+            self._batch = asyncio.get_running_loop().create_future()
+        self._kick()
         return self._batch
 
-    async def _write_all(self) -> None:
-        while self._events or self._replies:
-            events, self._events = self._events, []
-            replies, self._replies = self._replies, []
-            batch, self._batch = self._batch, None
-            assert batch is not None
-            written = await self._write(events, replies)
-            if not batch.done():
-                batch.set_result(written)
+    def _take(self) -> _Batch | None:
+        if self._batch is None:
+            return None
+        batch = _Batch(self._events, self._replies, self._batch)
+        self._events, self._replies, self._batch = [], [], None
+        return batch
 
-    async def _write(self, events: list[_Entry], replies: list[ReplyRow]) -> bool:
+    async def _write(self, batch: _Batch) -> None:
+        written = await self._execute(batch.events, batch.replies)
+        if not batch.written.done():
+            batch.written.set_result(written)
+
+    async def _execute(self, events: list[_Entry], replies: list[ReplyRow]) -> bool:
         acks = [e for e in events if e.person is not None]
         try:
             await self._pool.execute(

@@ -20,6 +20,7 @@ from storage.migrate import migrate
 from storage.pool import open_pool
 from storage.records import Card, ConversationRecord, Reminder, StoredSay, Turn
 from storage.rules import RuleStore
+from storage.say_log import SayLog
 
 
 class ConversationEnded(Exception):
@@ -33,27 +34,6 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         decoder=orjson.loads,
         schema="pg_catalog",
     )
-
-
-# One statement, so one round trip: refresh the conversation's last activity and store the
-# say unless its id is already stored. `live` is false when the conversation has ended (then
-# nothing is stored); a null `id` with `live` true means the say was stored before. The
-# person's context generation rides along: the turn this say starts needs it next.
-_ADD_SAY = """
-WITH live AS (
-    UPDATE conversations SET last_activity = $2 WHERE id = $1 AND status = 'active'
-    RETURNING id
-), added AS (
-    INSERT INTO turns (conversation, person, role, client_id, text, at)
-    SELECT id, $3, 'user', $4, $5, $2 FROM live
-    ON CONFLICT (person, client_id) WHERE client_id IS NOT NULL DO NOTHING
-    RETURNING *
-)
-SELECT EXISTS (SELECT 1 FROM live) AS live,
-    (SELECT generation FROM context_generations WHERE person = $3) AS context_generation,
-    added.* FROM (VALUES (1)) AS one
-LEFT JOIN added ON true
-"""
 
 
 def _turn(row: asyncpg.Record) -> Turn:
@@ -74,7 +54,8 @@ class Store:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
         self.context = ContextReads(pool)  # what a turn's context is assembled from
-        self.events = EventLog(pool)  # stream events, group-committed
+        self.events = EventLog(pool)  # stream events and replies, group-committed
+        self.says = SayLog(pool)  # says, group-committed
         self.rules = RuleStore(pool)  # personal rules, edited over HTTP
 
     @classmethod
@@ -193,7 +174,7 @@ class Store:
         A say resent with an id already stored is not stored again; the caller answers it
         with the ack it had before.
         """
-        row = await self._pool.fetchrow(_ADD_SAY, conversation, now, person, client_id, text)
+        row = await asyncio.shield(self.says.add(conversation, person, client_id, text, now))
         if not row["live"]:
             raise ConversationEnded(str(conversation))
         if row["id"] is not None:

@@ -1,0 +1,99 @@
+"""Says of every conversation, stored many to a statement (group commit).
+
+Storing a say is the one write a turn waits on before anything else can happen (its `ack`
+means "stored"), so under load the says of many conversations share one statement rather
+than queueing for the pool one round trip each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from storage.group_commit import GroupCommit
+
+# Each say's row, in the order given: `live` is false when its conversation has ended (then
+# nothing is stored); a null `id` with `live` true means the say was stored before (its id
+# came again). The person's context generation rides along: the say's turn needs it next.
+_ADD_SAYS = """
+WITH s AS (
+    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[])
+        WITH ORDINALITY AS s (conversation, at, person, client_id, text, n)
+), first AS (
+    SELECT DISTINCT ON (person, client_id) * FROM s ORDER BY person, client_id, n
+), live AS (
+    UPDATE conversations c SET last_activity = m.at
+    FROM (SELECT conversation, max(at) AS at FROM s GROUP BY conversation) AS m
+    WHERE c.id = m.conversation AND c.status = 'active'
+    RETURNING c.id
+), added AS (
+    INSERT INTO turns (conversation, person, role, client_id, text, at)
+    SELECT f.conversation, f.person, 'user', f.client_id, f.text, f.at
+    FROM first f JOIN live ON live.id = f.conversation ORDER BY f.n
+    ON CONFLICT (person, client_id) WHERE client_id IS NOT NULL DO NOTHING
+    RETURNING *
+)
+SELECT s.n, live.id IS NOT NULL AS live, g.generation AS context_generation, added.*
+FROM s
+LEFT JOIN live ON live.id = s.conversation
+LEFT JOIN first f ON f.n = s.n
+LEFT JOIN added ON added.person = f.person AND added.client_id = f.client_id
+LEFT JOIN context_generations g ON g.person = s.person
+ORDER BY s.n
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _Say:
+    conversation: UUID
+    person: str
+    client_id: str
+    text: str
+    at: datetime
+    stored: asyncio.Future[asyncpg.Record]
+
+
+class SayLog(GroupCommit[list[_Say]]):
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        super().__init__()
+        self._pool = pool
+        self._queue: list[_Say] = []
+
+    def add(
+        self, conversation: UUID, person: str, client_id: str, text: str, at: datetime
+    ) -> asyncio.Future[asyncpg.Record]:
+        """Queue a say; the future holds its row once its batch is written, or the error
+        that refused the batch."""
+        stored: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Say(conversation, person, client_id, text, at, stored))
+        self._kick()
+        return stored
+
+    def _take(self) -> list[_Say] | None:
+        if not self._queue:
+            return None
+        batch, self._queue = self._queue, []
+        return batch
+
+    async def _write(self, batch: list[_Say]) -> None:
+        try:
+            rows = await self._pool.fetch(
+                _ADD_SAYS,
+                [s.conversation for s in batch],
+                [s.at for s in batch],
+                [s.person for s in batch],
+                [s.client_id for s in batch],
+                [s.text for s in batch],
+            )
+        except Exception as error:  # each say's caller says what it cost
+            for say in batch:
+                if not say.stored.done():
+                    say.stored.set_exception(error)
+            return
+        for say, row in zip(batch, rows, strict=True):
+            if not say.stored.done():
+                say.stored.set_result(row)

@@ -1,0 +1,61 @@
+"""The group-committed says against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from storage.store import ConversationEnded, Store
+
+NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+
+async def test_says_of_many_conversations_share_a_batch_and_each_gets_its_answer(
+    store: Store, db: asyncpg.Connection
+) -> None:
+    a = await store.create_conversation("pa", NOW)
+    ended = await store.create_conversation("pb", NOW)
+    await store.archive(ended, "leave", NOW)
+    c = await store.create_conversation("pc", NOW)
+    await store.add_say(c, "pc", "old", "stored before", NOW)
+    later = NOW + timedelta(minutes=5)
+    queued = [
+        store.says.add(a, "pa", "new", "one night or two?", later),
+        store.says.add(ended, "pb", "late", "too late", later),
+        store.says.add(c, "pc", "old", "stored before", later),
+        store.says.add(a, "pa", "new", "one night or two?", later),  # its id, again
+    ]
+    new, late, old, again = await asyncio.gather(*queued)
+    assert (new["live"], new["text"], new["client_id"]) == (True, "one night or two?", "new")
+    assert (late["live"], late["id"]) == (False, None)
+    assert (old["live"], old["id"]) == (True, None)
+    assert (again["live"], again["id"]) == (True, None)
+    count = "SELECT count(*) FROM turns WHERE person = $1 AND client_id = $2"
+    assert [await db.fetchval(count, p, i) for p, i in [("pa", "new"), ("pb", "late")]] == [1, 0]
+    activity = "SELECT last_activity FROM conversations WHERE id = $1"
+    assert [await db.fetchval(activity, x) for x in (a, ended, c)] == [later, NOW, later]
+
+
+async def test_store_says_answers_as_before(store: Store) -> None:
+    a = await store.create_conversation("pd", NOW)
+    first = await store.add_say(a, "pd", "s1", "hello", NOW)
+    assert not first.duplicate and first.turn.text == "hello" and first.generation == 0
+    again = await store.add_say(a, "pd", "s1", "hello", NOW)
+    assert again.duplicate and again.turn.text == "hello"
+    await store.archive(a, "leave", NOW)
+    with pytest.raises(ConversationEnded):
+        await store.add_say(a, "pd", "s2", "anyone?", NOW)
+
+
+async def test_a_refused_batch_fails_its_says_and_the_next_goes_through(store: Store) -> None:
+    a = await store.create_conversation("pe", NOW)
+    bad = store.says.add(a, "pe", "nul", "a NUL \x00 PostgreSQL refuses", NOW)
+    with_it = store.says.add(a, "pe", "fine", "queued in the same step", NOW)
+    for refused in (bad, with_it):
+        with pytest.raises(asyncpg.PostgresError):
+            await refused
+    after = await store.add_say(a, "pe", "fine", "queued in the same step", NOW)
+    assert not after.duplicate  # nothing of the refused batch was stored
