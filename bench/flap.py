@@ -450,12 +450,29 @@ def _verdict(fleet: Fleet, stored: Stored | None) -> dict[str, Any]:
 # -- throughput -----------------------------------------------------------------------------
 
 
-async def throughput_one(name: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    # stillhere's per-link frame rate limit (20/s) is raised so that it measures the
-    # server's cost per turn, not the limiter; the baselines have no limiter at all.
-    extra = ["--frames-per-s", "100000", "--frame-burst", "100000"] if name == "stillhere" else []
+# The servers timed with a zero-latency model: (server, its extra options). stillhere's
+# per-link frame rate limit (20/s) is raised so that it measures the server's cost per turn,
+# not the limiter; the baselines have no limiter at all. "stillhere-per-piece" sends a delta
+# per model piece, as the baselines do, so its ratio compares like with like on frames; plain
+# "stillhere" runs with its default delta window (pieces within 20 ms share one delta).
+_UNLIMITED = ["--frames-per-s", "100000", "--frame-burst", "100000"]
+THROUGHPUT_SERVERS: dict[str, tuple[str, list[str]]] = {
+    "stillhere": ("stillhere", _UNLIMITED),
+    "stillhere-per-piece": ("stillhere", [*_UNLIMITED, "--delta-window", "0"]),
+    "link-bound": ("link-bound", []),
+    "stateless": ("stateless", []),
+}
+
+
+async def throughput_one(label: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    name, extra = THROUGHPUT_SERVERS[label]
     server = procs.start(
-        name, root / "throughput", latency=0.0, rate=0.0, event_loop=args.event_loop, extra=extra
+        name,
+        root / "throughput" / label,
+        latency=0.0,
+        rate=0.0,
+        event_loop=args.event_loop,
+        extra=extra,
     )
     try:
         await procs.wait_ready(server)
@@ -503,9 +520,9 @@ async def _run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     baselines: dict[str, Any] = {}
     if args.baselines:
         tput = {}
-        for name in ("stillhere", "link-bound", "stateless"):
-            print(f"throughput: {name} ...", file=sys.stderr)
-            tput[name] = await throughput_one(name, root, args)
+        for label in THROUGHPUT_SERVERS:
+            print(f"throughput: {label} ...", file=sys.stderr)
+            tput[label] = await throughput_one(label, root, args)
         baselines["throughput"] = tput
     main = await flap_one("stillhere", root, args, duration=args.duration, storm=args.storm)
     report.update(_main_figures(main))
@@ -580,6 +597,9 @@ def _ratios(report: dict[str, Any], baselines: dict[str, Any]) -> dict[str, Any]
     return {
         "turns_per_s": tps,
         "stillhere_turns_over_link_bound": ratio(tps.get("stillhere"), tps.get("link-bound")),
+        "stillhere_per_piece_turns_over_link_bound": ratio(
+            tps.get("stillhere-per-piece"), tps.get("link-bound")
+        ),
         "stillhere_turns_over_stateless": ratio(tps.get("stillhere"), tps.get("stateless")),
         "resume_fraction": {
             "stillhere": report.get("resume_fraction"),
@@ -623,12 +643,43 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
 # -- output ---------------------------------------------------------------------------------
 
 
+def _total(figures: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    """The sum of these counts; None for a server that was not flapped (throughput only)."""
+    return sum(figures.get(k) or 0 for k in keys) if figures else None
+
+
 def _cell(value: Any, width: int = 9) -> str:
     if value is None:
         return f"{'-':>{width}}"
     if isinstance(value, float):
         return f"{value:{width}.2f}"
     return f"{value!s:>{width}}"
+
+
+def baseline_rows(report: dict[str, Any]) -> list[str]:
+    """The baselines table: each server's zero-latency turns/s and its ratio to link-bound,
+    beside its flap figures (none for a server that was only timed)."""
+    baselines = report.get("baselines")
+    if not baselines:
+        return []
+    lines: list[str] = []
+    tput, flap = baselines.get("throughput", {}), baselines.get("flap", {})
+    lines.append(
+        f"  {'baselines':<21}{'turns/s':>9}{'ratio':>9}{'resumed':>9}{'rss peak':>10}"
+        f"{'lost':>7}{'dup':>7}"
+    )
+    ref = (tput.get("link-bound") or {}).get("turns_per_s")
+    for name in THROUGHPUT_SERVERS:
+        tps = (tput.get(name) or {}).get("turns_per_s")
+        f = report if name == "stillhere" else flap.get(name, {})
+        lost = _total(f, ("lost_says", "lost_replies", "lost_events"))
+        dup = _total(f, ("duplicated_says", "duplicated_replies", "duplicated_events"))
+        lines.append(
+            f"  {name:<21}{_cell(tps)}{_cell(ratio(tps, ref))}"
+            f"{_cell(f.get('resume_fraction'))}{_cell(f.get('server_rss_mb_peak'), 10)}"
+            f"{_cell(lost, 7)}{_cell(dup, 7)}"
+        )
+    return lines
 
 
 def table(report: dict[str, Any]) -> str:
@@ -675,27 +726,7 @@ def table(report: dict[str, Any]) -> str:
             f"not resumed {report.get('storm_not_resumed')}, "
             f"reconnect ms {storm.get('reconnect_ms')}"
         )
-    baselines = report.get("baselines")
-    if baselines:
-        tput, flap = baselines.get("throughput", {}), baselines.get("flap", {})
-        lines.append(
-            f"  {'baselines':<17}{'turns/s':>9}{'ratio':>9}{'resumed':>9}{'rss peak':>10}"
-            f"{'lost':>7}{'dup':>7}"
-        )
-        ref = (tput.get("link-bound") or {}).get("turns_per_s")
-        for name in ("stillhere", "link-bound", "stateless"):
-            tps = (tput.get(name) or {}).get("turns_per_s")
-            f = report if name == "stillhere" else flap.get(name, {})
-            lost = sum(f.get(k) or 0 for k in ("lost_says", "lost_replies", "lost_events"))
-            dup = sum(
-                f.get(k) or 0
-                for k in ("duplicated_says", "duplicated_replies", "duplicated_events")
-            )
-            lines.append(
-                f"  {name:<17}{_cell(tps)}{_cell(ratio(tps, ref))}"
-                f"{_cell(f.get('resume_fraction'))}{_cell(f.get('server_rss_mb_peak'), 10)}"
-                f"{_cell(lost, 7)}{_cell(dup, 7)}"
-            )
+    lines += baseline_rows(report)
     lines.append("  targets:")
     for name, t in report.get("targets", {}).items():
         mark = "met" if t["met"] else "MISSED"

@@ -58,3 +58,21 @@ def test_hello_percentiles_are_bounded_by_the_buckets_of_the_window() -> None:
         "p99_le": None,
     }
     assert bounded_percentiles({}, {0.1: 1.0, float("inf"): 2.0}, (99,))["p99_le"] is None
+
+
+def test_the_baselines_show_stillhere_per_piece_beside_the_others() -> None:
+    tput = {
+        "stillhere": {"turns_per_s": 300.0},
+        "stillhere-per-piece": {"turns_per_s": 200.0},
+        "link-bound": {"turns_per_s": 400.0},
+        "stateless": {"turns_per_s": 100.0},
+    }
+    flapped = {"link-bound": {"resume_fraction": 0.0, "lost_says": 3}, "stateless": {}}
+    report = {"resume_fraction": 1.0, "lost_says": 0, "baselines": {"throughput": tput}}
+    report["baselines"] |= {"flap": flapped} | flap._ratios(report, report["baselines"])
+    assert report["baselines"]["stillhere_turns_over_link_bound"] == 0.75
+    assert report["baselines"]["stillhere_per_piece_turns_over_link_bound"] == 0.5
+    rows = {line.split()[0]: line.split()[1:] for line in flap.baseline_rows(report)[1:]}
+    assert rows["stillhere"][:4] == ["300.00", "0.75", "1.00", "-"]
+    assert rows["stillhere-per-piece"] == ["200.00", "0.50", "-", "-", "-", "-"]
+    assert rows["link-bound"][-2:] == ["3", "0"]
