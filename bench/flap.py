@@ -20,9 +20,11 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from bench import procs
 from bench.flap_db import Stored, stateless_stored, stillhere_stored
 from bench.flap_metrics import server_buckets, server_figures
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
+from bench.flap_throughput import Throughput
 from bench.flap_throughput import measure as measure_throughput
 from client import Backoff
 from providers.collector import DEFAULT as GC_THRESHOLDS
@@ -138,6 +141,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--throughput-phones", type=int, default=50, help="M (default 50)")
     parser.add_argument("--throughput-says", type=int, default=40, help="K (default 40)")
     parser.add_argument(
+        "--throughput-rounds", type=int, default=3, help="rounds, every server in turn (3)"
+    )
+    parser.add_argument(
         "--throughput-warmup", type=int, default=5, help="untimed says per phone first (5)"
     )
     parser.add_argument("--ramp-concurrency", type=int, default=100, help="phones starting at once")
@@ -173,8 +179,12 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("--clients must be at least 1 and --duration positive")
     if args.throughput_warmup < 0:
         parser.error("--throughput-warmup must be >= 0")
-    if args.throughput_phones < 1 or args.throughput_says < 1 or args.ramp_concurrency < 1:
-        parser.error("--throughput-phones, --throughput-says, --ramp-concurrency must be >= 1")
+    counts = (args.throughput_phones, args.throughput_says, args.throughput_rounds)
+    if min(*counts, args.ramp_concurrency) < 1:
+        parser.error(
+            "--throughput-phones, --throughput-says, --throughput-rounds, --ramp-concurrency "
+            "must be >= 1"
+        )
     if not 0 <= args.backoff_jitter <= 1:
         parser.error("--backoff-jitter is between 0 and 1")
 
@@ -464,38 +474,65 @@ THROUGHPUT_SERVERS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-async def throughput_one(label: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    name, extra = THROUGHPUT_SERVERS[label]
-    server = procs.start(
-        name,
-        root / "throughput" / label,
-        latency=0.0,
-        rate=0.0,
-        event_loop=args.event_loop,
-        extra=extra,
-    )
+async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Every server of THROUGHPUT_SERVERS, all started at once and timed in turn, round after
+    round, so that each round finds the machine as the others did; per server, the median
+    round's turns/s."""
+    servers = {
+        label: procs.start(
+            name,
+            root / "throughput" / label,
+            latency=0.0,
+            rate=0.0,
+            event_loop=args.event_loop,
+            extra=extra,
+        )
+        for label, (name, extra) in THROUGHPUT_SERVERS.items()
+    }
     try:
-        await procs.wait_ready(server)
-        with procs.RssSampler(server, interval=0.5) as rss:
-            result = await measure_throughput(
-                server.base_url,
-                args.throughput_phones,
-                args.throughput_says,
-                timeout=600.0,
-                warmup=args.throughput_warmup,
-            )
-        return {
-            "turns": result.turns,
-            "seconds": round(result.seconds, 3),
-            "turns_per_s": round(result.turns_per_s, 1) if result.turns_per_s else None,
-            "turn_ms": percentiles(result.turn_ms),
-            "server_rss_mb_peak": round(rss.peak_mb, 1),
-            "errors": result.errors,
-        }
+        for server in servers.values():
+            await procs.wait_ready(server)
+        with contextlib.ExitStack() as stack:
+            rss = {
+                label: stack.enter_context(procs.RssSampler(server, interval=0.5))
+                for label, server in servers.items()
+            }
+            rounds: dict[str, list[Throughput]] = {label: [] for label in servers}
+            for n in range(args.throughput_rounds):
+                for label, server in servers.items():
+                    print(f"throughput: {label}, round {n + 1} ...", file=sys.stderr)
+                    rounds[label].append(
+                        await measure_throughput(
+                            server.base_url,
+                            args.throughput_phones,
+                            args.throughput_says,
+                            timeout=600.0,
+                            warmup=args.throughput_warmup if n == 0 else 0,
+                        )
+                    )
+        return {label: _throughput_figures(rounds[label], rss[label]) for label in servers}
     finally:
-        stop = await asyncio.get_running_loop().run_in_executor(None, procs.stop, server)
-        if stop["log_problems"]:
-            print(f"{name}: {stop['log_problems']} problem lines in its log", file=sys.stderr)
+        loop = asyncio.get_running_loop()
+        for label, server in servers.items():
+            stop = await loop.run_in_executor(None, procs.stop, server)
+            if stop["log_problems"]:
+                print(f"{label}: {stop['log_problems']} problem lines in its log", file=sys.stderr)
+
+
+def _throughput_figures(rounds: list[Throughput], rss: procs.RssSampler) -> dict[str, Any]:
+    rates = [r.turns_per_s for r in rounds if r.turns_per_s]
+    errors: Counter[str] = Counter()
+    for r in rounds:
+        errors.update(r.errors)
+    return {
+        "turns": sum(r.turns for r in rounds),
+        "seconds": round(sum(r.seconds for r in rounds), 3),
+        "turns_per_s": round(statistics.median(rates), 1) if rates else None,
+        "rounds_turns_per_s": [round(rate, 1) for rate in rates],
+        "turn_ms": percentiles([ms for r in rounds for ms in r.turn_ms]),
+        "server_rss_mb_peak": round(rss.peak_mb, 1),
+        "errors": dict(errors),
+    }
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -519,11 +556,7 @@ async def _run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     }
     baselines: dict[str, Any] = {}
     if args.baselines:
-        tput = {}
-        for label in THROUGHPUT_SERVERS:
-            print(f"throughput: {label} ...", file=sys.stderr)
-            tput[label] = await throughput_one(label, root, args)
-        baselines["throughput"] = tput
+        baselines["throughput"] = await throughput(root, args)
     main = await flap_one("stillhere", root, args, duration=args.duration, storm=args.storm)
     report.update(_main_figures(main))
     if args.baselines:
