@@ -289,13 +289,17 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return reads
 
 
+def read_since(reads: dict[str, int], before: dict[str, int]) -> set[str]:
+    return {name for name in reads if reads[name] > before[name]}
+
+
 async def next_turn(phone: Phone, fake_llm: FakeOpenAI, reads: dict[str, int]) -> set[str]:
     """One more turn; the sources it read from scratch."""
     before = dict(reads)
     fake_llm.queue(Reply("ok"))
     await phone.say("And?")
     await phone.reply()
-    return {name for name in reads if reads[name] > before[name]}
+    return read_since(reads, before)
 
 
 async def test_reads_are_kept_until_what_they_read_changes(
@@ -380,7 +384,7 @@ async def turn_on_a_say_kept_during_a_reply(
     before = dict(reads)
     await phone.reply()
     await phone.reply()
-    return {name for name in reads if reads[name] > before[name]}
+    return read_since(reads, before)
 
 
 async def test_a_change_during_a_reply_reaches_the_turn_on_says_kept_meanwhile(
