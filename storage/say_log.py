@@ -89,6 +89,8 @@ class SayLog(GroupCommit[list[_Say]]):
                 [s.client_id for s in batch],
                 [s.text for s in batch],
             )
+            if len(rows) != len(batch):
+                raise RuntimeError(f"{len(rows)} rows back for {len(batch)} says")
         except Exception as error:  # each say's caller says what it cost
             for say in batch:
                 if not say.stored.done():
