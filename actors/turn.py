@@ -158,7 +158,11 @@ async def run_turn(
     stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
     writer = ReplyWriter(stream, reply, rt.settings.delta_window_s)
     tools = ToolContext(rt, req.conversation, req.person, req.handles, mailbox)
-    error = await _converse_unless_interrupted(rt, messages, writer, tools, job)
+    try:
+        error = await _converse_unless_interrupted(rt, messages, writer, tools, job)
+    except BaseException:
+        writer.drop_held()  # the turn itself is torn down (shutdown): nothing more goes out
+        raise
     if job.interrupted:
         writer.drop_held()
     else:
