@@ -695,12 +695,11 @@ def baseline_rows(report: dict[str, Any]) -> list[str]:
     baselines = report.get("baselines")
     if not baselines:
         return []
-    lines: list[str] = []
     tput, flap = baselines.get("throughput", {}), baselines.get("flap", {})
-    lines.append(
+    lines = [
         f"  {'baselines':<21}{'turns/s':>9}{'ratio':>9}{'resumed':>9}{'rss peak':>10}"
         f"{'lost':>7}{'dup':>7}"
-    )
+    ]
     ref = (tput.get("link-bound") or {}).get("turns_per_s")
     for name in THROUGHPUT_SERVERS:
         tps = (tput.get(name) or {}).get("turns_per_s")
