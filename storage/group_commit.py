@@ -7,12 +7,13 @@ conversations, which saves PostgreSQL a commit and the loop a round trip for eac
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from typing import Generic, TypeVar
 
 Batch = TypeVar("Batch")
 
 
-class GroupCommit(Generic[Batch]):
+class GroupCommit(ABC, Generic[Batch]):
     def __init__(self) -> None:
         self._writer: asyncio.Task[None] | None = None
 
@@ -25,10 +26,10 @@ class GroupCommit(Generic[Batch]):
         while (batch := self._take()) is not None:
             await self._write(batch)
 
+    @abstractmethod
     def _take(self) -> Batch | None:
         """Everything queued so far, as one batch, or None if nothing is."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def _write(self, batch: Batch) -> None:
         """Write the batch and settle its futures; never raise."""
-        raise NotImplementedError

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -289,6 +290,29 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return reads
 
 
+@dataclass
+class Counted:
+    """A person with something in every source, their phone, and how often each source has
+    been read since."""
+
+    phone: Phone
+    markers: dict[str, str]
+    reads: dict[str, int]
+
+
+@pytest.fixture
+async def counted(
+    harness: Harness,
+    fake_llm: FakeOpenAI,
+    fake_embeddings: FakeEmbeddings,
+    db: asyncpg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Counted:
+    await start(harness, fake_llm, fake_embeddings)
+    phone, markers = await full_setup(harness, fake_llm, db)
+    return Counted(phone, markers, count_reads(monkeypatch))
+
+
 def read_since(reads: dict[str, int], before: dict[str, int]) -> set[str]:
     return {name for name in reads if reads[name] > before[name]}
 
@@ -303,15 +327,9 @@ async def next_turn(phone: Phone, fake_llm: FakeOpenAI, reads: dict[str, int]) -
 
 
 async def test_reads_are_kept_until_what_they_read_changes(
-    harness: Harness,
-    fake_llm: FakeOpenAI,
-    fake_embeddings: FakeEmbeddings,
-    db: asyncpg.Connection,
-    monkeypatch: pytest.MonkeyPatch,
+    harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection, counted: Counted
 ) -> None:
-    await start(harness, fake_llm, fake_embeddings)
-    phone, markers = await full_setup(harness, fake_llm, db)
-    reads = count_reads(monkeypatch)
+    phone, markers, reads = counted.phone, counted.markers, counted.reads
     person = harness.person(phone)
     everything = set(context.CACHED) | {"working"}
 
@@ -388,17 +406,11 @@ async def turn_on_a_say_kept_during_a_reply(
 
 
 async def test_a_change_during_a_reply_reaches_the_turn_on_says_kept_meanwhile(
-    harness: Harness,
-    fake_llm: FakeOpenAI,
-    fake_embeddings: FakeEmbeddings,
-    db: asyncpg.Connection,
-    monkeypatch: pytest.MonkeyPatch,
+    harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection, counted: Counted
 ) -> None:
     """The kept say was stored (with the generation of its time) before the change: its turn
     reads the generation afresh, so it does not reuse reads the change made stale."""
-    await start(harness, fake_llm, fake_embeddings)
-    phone, _ = await full_setup(harness, fake_llm, db)
-    reads = count_reads(monkeypatch)
+    phone, reads = counted.phone, counted.reads
     person, now = harness.person(phone), harness.clock.now()
 
     async def remember() -> None:
@@ -413,14 +425,11 @@ async def test_a_change_during_a_reply_reaches_the_turn_on_says_kept_meanwhile(
 async def test_without_its_generation_a_turn_reads_everything_and_keeps_nothing(
     harness: Harness,
     fake_llm: FakeOpenAI,
-    fake_embeddings: FakeEmbeddings,
-    db: asyncpg.Connection,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
+    counted: Counted,
 ) -> None:
-    await start(harness, fake_llm, fake_embeddings)
-    phone, markers = await full_setup(harness, fake_llm, db)
-    reads = count_reads(monkeypatch)
+    phone, markers, reads = counted.phone, counted.markers, counted.reads
 
     async def unreadable(person: str) -> int:
         raise RuntimeError("database said no")
