@@ -233,11 +233,17 @@ class RehearsalModel:
             yield ToolCall("rehearsal-1", answer.name, dict(answer.arguments))
             return
         pause = 1 / self.tokens_per_s if self.tokens_per_s > 0 else 0.0
+        loop = asyncio.get_running_loop()
+        start = loop.time()
         for index, word in enumerate(_words(answer)):
-            if index:
-                # Even with no pacing, yield to the loop between deltas (sleep(0) takes no
-                # time) so an interrupt can land mid-reply, as it can with a real model.
-                await asyncio.sleep(pause)
+            # Paced by the clock, as a remote model is: when our loop runs late, the words
+            # due meanwhile come together (they would be waiting in the socket), instead of
+            # every word coming a pause after the late one. Without pacing, still yield to
+            # the loop between words (sleep(0) takes no time), so an interrupt can land
+            # mid-reply, as it can with a real model.
+            wait = start + index * pause - loop.time()
+            if index and (wait > 0 or not pause):
+                await asyncio.sleep(wait)
             yield TextDelta(word)
 
     async def close(self) -> None:

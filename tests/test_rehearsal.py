@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -354,6 +355,27 @@ async def test_pacing_changes_no_events() -> None:
     paced = await events(messages, model=RehearsalModel(latency=0.001, tokens_per_s=2000.0))
     assert paced == await events(messages)
     assert len(paced) > 5
+
+
+async def _suspends(stream: Any) -> bool:
+    """Whether taking the stream's next event gave the loop a turn."""
+    ran: list[int] = []
+    asyncio.get_running_loop().call_soon(ran.append, 1)
+    await anext(stream)
+    return bool(ran)
+
+
+async def test_pacing_follows_the_clock_when_the_loop_is_late() -> None:
+    """Words that fell due while the loop was busy come at once, as from a socket buffer;
+    once caught up, the next word waits for its time again."""
+    messages = window([], ["tell me a long story about the sea and the boats"])
+    model = RehearsalModel(tokens_per_s=20.0)
+    stream = model.stream(messages, TOOLS)
+    await anext(stream)
+    time.sleep(0.2)  # the loop is busy elsewhere: words 1 to 4 fall due meanwhile
+    assert [await _suspends(stream) for _ in range(4)] == [False] * 4
+    assert await _suspends(stream)
+    await stream.aclose()
 
 
 async def test_negative_pacing_is_refused() -> None:
