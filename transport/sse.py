@@ -31,17 +31,28 @@ class EventStreamLink(QueuedLink):
     """Events as `id:`/`event:`/`data:` blocks (PROTOCOL.md), a batch in one write.
 
     aiohttp-sse's `send` formats and writes one event at a time under its own timer; the
-    blocks are written here, all at once, under the same guard: a write that waits on a
-    stalled phone longer than the response's send timeout ends the stream and aborts the
-    connection (on Linux the kernel's TCP user timeout, set by aiohttp-sse, ends it too).
+    blocks are written here, all at once. A write that must wait for the phone does so under
+    the same guard: waiting longer than the response's send timeout ends the stream and
+    aborts the connection (on Linux the kernel's TCP user timeout, set by aiohttp-sse, ends
+    it too).
     """
 
     kind = "sse"
 
     def __init__(self, request: web.Request, response: EventSourceResponse) -> None:
-        super().__init__()
-        self._request = request
+        super().__init__(request.transport)
         self._response = response
+
+    def write_now(self, frames: list[Frame]) -> bool:
+        """The blocks as one HTTP chunk, straight into the transport: the same bytes
+        `response.write` puts there, without its coroutine and its guard (needed only by a
+        write that waits, and this one never does)."""
+        response, transport = self._response, self._ready_transport()
+        if transport is None or not (response.is_connected() and response.chunked):
+            return False
+        payload = b"".join(map(event_block, frames))
+        transport.write(b"%x\r\n%s\r\n" % (len(payload), payload))
+        return True
 
     async def write(self, frames: list[Frame]) -> None:
         payload = b"".join(map(event_block, frames))
@@ -53,8 +64,8 @@ class EventStreamLink(QueuedLink):
             raise
         except TimeoutError:
             self._response.stop_streaming()
-            if self._request.transport is not None:
-                self._request.transport.abort()
+            if self.transport is not None:
+                self.transport.abort()
             raise ConnectionError(f"no write for {SEND_TIMEOUT_S:.0f} s") from None
 
     async def close(self, code: int) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import struct
 from typing import Any
 
 import orjson
@@ -20,20 +22,36 @@ log = logging.getLogger("stillhere.ws")
 class WebSocketLink(QueuedLink):
     kind = "ws"
 
-    def __init__(self, ws: web.WebSocketResponse) -> None:
-        super().__init__()
+    def __init__(self, ws: web.WebSocketResponse, transport: asyncio.BaseTransport | None) -> None:
+        super().__init__(transport)
         self._ws = ws
+
+    def write_now(self, frames: list[Frame]) -> bool:
+        transport = self._ready_transport()
+        if self._ws.closed or transport is None:
+            return False
+        transport.write(b"".join(text_frame(orjson.dumps(frame)) for frame in frames))
+        return True
 
     async def write(self, frames: list[Frame]) -> None:
         for frame in frames:
             if self._ws.closed:
                 raise ConnectionError("closed")
-            # orjson's bytes are UTF-8 already: sent as a text frame without a round trip
-            # through str.
             await self._ws.send_frame(orjson.dumps(frame), WSMsgType.TEXT)
 
     async def close(self, code: int) -> None:
         await self._ws.close(code=code)
+
+
+def text_frame(payload: bytes) -> bytes:
+    """A whole text frame as a server sends it (RFC 6455 5.2: final, unmasked). orjson's
+    bytes are UTF-8 already, so the JSON goes out without a round trip through str."""
+    size = len(payload)
+    if size < 126:
+        return struct.pack("!BB", 0x81, size) + payload
+    if size < 1 << 16:
+        return struct.pack("!BBH", 0x81, 126, size) + payload
+    return struct.pack("!BBQ", 0x81, 127, size) + payload
 
 
 async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
@@ -41,9 +59,14 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
     limits = server.settings.limits
     # aiohttp closes the link on a frame over max_msg_size; keep that as a hard backstop
     # and answer frames between our limit and it with a coded error instead.
-    ws = web.WebSocketResponse(max_msg_size=limits.max_frame_bytes * 4, heartbeat=30.0)
+    # No permessage-deflate: a compressor per link would hold some 256 KB (zlib's window and
+    # state), several times what a whole idle conversation may cost, for frames mostly too
+    # small to gain from it. Uncompressed frames also let `write_now` frame them itself.
+    ws = web.WebSocketResponse(
+        max_msg_size=limits.max_frame_bytes * 4, heartbeat=30.0, compress=False
+    )
     await ws.prepare(request)
-    link = WebSocketLink(ws)
+    link = WebSocketLink(ws, request.transport)
     server.links.add(link)
     session = Session(server, link)
     rate = RateLimiter(limits)

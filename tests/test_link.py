@@ -1,0 +1,149 @@
+"""A phone that stops reading: what it is sent waits for it in the link, not in the socket's
+transport, and reaches it in order and exactly once when it reads again."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+from tests.conftest import Harness, eventually
+from tests.sse_client import SseClient
+from transport.link import QueuedLink
+
+FRAMES = 60
+TEXT = "x" * 20_000  # 60 frames of 20 KB: far more than the socket's buffers hold
+
+
+def _send_buffer(link: QueuedLink, size: int) -> None:
+    assert link.transport is not None
+    link.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+
+
+def _stall(client_transport: Any, link: QueuedLink) -> None:
+    """The phone stops reading; a small send buffer makes the backlog show sooner."""
+    client_transport.pause_reading()
+    _send_buffer(link, 4096)
+
+
+def _unstall(client_transport: Any, link: QueuedLink) -> None:
+    """The phone reads again (a send buffer left small would trickle the backlog out)."""
+    _send_buffer(link, 1 << 20)
+    client_transport.resume_reading()
+
+
+def _only_link(harness: Harness, person: str) -> QueuedLink:
+    live = harness.server.directory.get(person)
+    assert live is not None and len(live.stream.links) == 1
+    (link,) = live.stream.links
+    assert isinstance(link, QueuedLink)
+    return link
+
+
+async def _flood(harness: Harness, person: str, link: QueuedLink) -> list[int]:
+    """Emit FRAMES big deltas: most of them wait in the link, not in the transport (which
+    takes frames until its backlog is full, then what aiohttp lets the writer task put there
+    before it waits for the phone)."""
+    live = harness.server.directory.get(person)
+    assert live is not None and link.transport is not None
+    seqs = []
+    for _ in range(FRAMES):
+        seqs.append(live.stream.emit("reply.delta", reply="r", text=TEXT)["seq"])
+        assert link.transport.get_write_buffer_size() < FRAMES * len(TEXT) // 2
+        await asyncio.sleep(0)
+    return seqs
+
+
+async def _more(harness: Harness, person: str) -> list[int]:
+    """Emit FRAMES more while the backlog drains: they must not overtake it."""
+    live = harness.server.directory.get(person)
+    assert live is not None
+    seqs = []
+    for _ in range(FRAMES):
+        seqs.append(live.stream.emit("reply.delta", reply="r", text=TEXT)["seq"])
+        await asyncio.sleep(0.001)
+    return seqs
+
+
+async def test_a_websocket_phone_that_stops_reading_gets_everything_later(
+    harness: Harness,
+) -> None:
+    await harness.start()
+    phone = await harness.phone()
+    person = harness.person(phone)
+    link = _only_link(harness, person)
+    assert phone.ws is not None
+    client_transport = phone.ws._response.connection.transport  # type: ignore[union-attr]
+    _stall(client_transport, link)
+    seqs = await _flood(harness, person, link)
+    _unstall(client_transport, link)
+    seqs += await _more(harness, person)
+    await eventually(lambda: sum(f["type"] == "reply.delta" for f in phone.frames) == 2 * FRAMES)
+    deltas = [f for f in phone.frames if f["type"] == "reply.delta"]
+    assert [f["seq"] for f in deltas] == seqs == list(range(seqs[0], seqs[0] + 2 * FRAMES))
+    assert all(f["text"] == TEXT for f in deltas)
+
+
+async def test_an_event_stream_phone_that_stops_reading_gets_everything_later(
+    harness: Harness,
+) -> None:
+    await harness.start()
+    client = SseClient(harness.http, harness.url)
+    stream = await client.open()
+    await stream.expect("welcome")
+    person = harness.server.identity.person(device=client.secret)
+    link = _only_link(harness, person)
+    assert stream.response.connection is not None
+    client_transport = stream.response.connection.transport
+    _stall(client_transport, link)
+    seqs = await _flood(harness, person, link)
+    _unstall(client_transport, link)
+    seqs += await _more(harness, person)
+    deltas = [await stream.expect("reply.delta") for _ in range(2 * FRAMES)]
+    assert [e.seq for e in deltas] == seqs == list(range(seqs[0], seqs[0] + 2 * FRAMES))
+    assert all(e.data["text"] == TEXT for e in deltas)
+    await stream.close()
+
+
+class ScriptedLink(QueuedLink):
+    """A link whose phone keeps up or not on command, and whose waiting writes wait for the
+    test: to pin down the order of frames across the two ways out."""
+
+    kind = "scripted"
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.keeping_up = True
+        self.released = asyncio.Event()
+        self.wire: list[int] = []
+
+    def write_now(self, frames: list[dict[str, Any]]) -> bool:
+        if self.keeping_up:
+            self.wire += [f["seq"] for f in frames]
+        return self.keeping_up
+
+    async def write(self, frames: list[dict[str, Any]]) -> None:
+        await self.released.wait()
+        self.wire += [f["seq"] for f in frames]
+
+    async def close(self, code: int) -> None:
+        pass
+
+
+async def test_a_frame_never_overtakes_those_waiting_before_it() -> None:
+    link = ScriptedLink()
+    link.send({"seq": 1})  # straight out
+    link.keeping_up = False
+    link.send({"seq": 2})  # queued
+    link.keeping_up = True
+    link.send({"seq": 3})  # could go at once, but 2 waits: queued behind it
+    await asyncio.sleep(0)  # the writer sends 2 and 3 together
+    assert link.wire == [1, 2, 3]
+    link.keeping_up = False
+    link.send({"seq": 4})
+    await asyncio.sleep(0)  # the writer now waits on the phone with 4
+    link.keeping_up = True
+    link.send({"seq": 5})  # must not pass 4, still being written
+    link.released.set()
+    await link.drain()
+    assert link.wire == [1, 2, 3, 4, 5]
