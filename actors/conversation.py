@@ -54,6 +54,7 @@ class Home(Protocol):
     outlives the actor, so a replacement takes over the same stream."""
 
     stream: ConversationStream
+    snapshot: Snapshot | None
 
     def tell(self, message: object) -> bool: ...
 
@@ -89,9 +90,14 @@ class ConversationActor(pykka.ThreadingActor):
         self._ending: End | None = None
         self._parking = False
 
+    def on_start(self) -> None:
+        self._live.snapshot = self._snapshot()
+
     def on_receive(self, message: Any) -> None:
         try:
             self._handle(message)
+            # Published for the loop: one reference, replaced whole, never changed after.
+            self._live.snapshot = self._snapshot()
         except Exception as error:
             # Whoever waits on this message hears of the failure at once; pykka then stops
             # the actor and on_failure hands it to the supervisor.

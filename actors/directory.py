@@ -44,6 +44,10 @@ class LiveConversation:
         self.id = conversation
         self.stream = stream
         self.ref: pykka.ActorRef[ConversationActor] | None = None
+        # The actor's state as of its last message, published by the actor after each one:
+        # a hello or an SSE say reads it here instead of asking the actor's thread.
+        self.snapshot: Snapshot | None = None
+        self.ending = False  # set on the loop as `End` is sent, before the actor sees it
         self.unlinked_since: datetime | None = None
         self.gone = asyncio.Event()  # set once let go (ended or parked)
         self._directory = directory
@@ -125,9 +129,9 @@ class Directory:
         async with self._lock(person):
             live = self._live.get(person)
             if live is not None:
-                snapshot: Snapshot = await live.ask(Attach)
+                snapshot = live.snapshot or await live.ask(Attach)
                 age = self._age(snapshot.last_activity)
-                if snapshot.ending:  # being archived or parked: open afresh once it is gone
+                if live.ending or snapshot.ending:  # open afresh once it is gone
                     await asyncio.wait_for(live.gone.wait(), timeout=120.0)
                 elif age < self._rt.settings.resume_window_s:
                     return self._resumed(live, age, snapshot)
@@ -211,6 +215,7 @@ class Directory:
 
     async def end(self, live: LiveConversation, reason: str) -> bool:
         """Archive now (leave, idle); True once done, False if it was already ending."""
+        live.ending = True
         return bool(await live.ask(lambda reply: End(reason, reply), timeout=120.0))
 
     async def finish(self, live: LiveConversation, reason: str, reply: Reply | None) -> None:

@@ -227,3 +227,19 @@ async def test_a_hello_racing_a_leave_never_meets_a_dead_actor(
         assert second.welcome["conversation"] != first.welcome["conversation"]
     assert not [f for f in second.frames if f["type"] == "error"]
     assert await db.fetchval("SELECT count(*) FROM conversations WHERE status = 'active'") <= 1
+
+
+async def test_once_a_leave_has_begun_a_hello_opens_a_new_conversation(harness: Harness) -> None:
+    """A hello reads the state the actor last published; the leave the actor has not yet
+    handled must not be missed: it is marked on the loop as it is sent."""
+    await harness.start()
+    phone = await harness.phone()
+    directory = harness.server.directory
+    live = directory.get(harness.person(phone))
+    assert live is not None
+    leaving = asyncio.ensure_future(directory.end(live, "leave"))
+    await asyncio.sleep(0)  # the `End` is on its way to the actor
+    opened = await directory.open(live.person)
+    assert await leaving
+    assert opened.live is not live and not opened.resumed
+    assert opened.live.id != live.id
