@@ -84,6 +84,19 @@ async def test_a_websocket_phone_that_stops_reading_gets_everything_later(
     assert all(f["text"] == TEXT for f in deltas)
 
 
+async def test_frames_of_every_length_reach_a_websocket_phone_whole(harness: Harness) -> None:
+    """One frame per length class of a WebSocket header: under 126 bytes, under 64 KiB, and
+    above it (an 8-byte length)."""
+    await harness.start()
+    phone = await harness.phone()
+    live = harness.server.directory.get(harness.person(phone))
+    assert live is not None
+    texts = ["hi", "y" * 300, "z" * 70_000]
+    for text in texts:
+        live.stream.emit("reply.delta", reply="r", text=text)
+    assert [(await phone.expect("reply.delta"))["text"] for _ in texts] == texts
+
+
 async def test_an_event_stream_phone_that_stops_reading_gets_everything_later(
     harness: Harness,
 ) -> None:
