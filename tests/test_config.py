@@ -80,12 +80,6 @@ def test_gc_thresholds_default_and_bad_ones_are_refused(capsys: pytest.CaptureFi
         assert "three whole numbers" in capsys.readouterr().err
 
 
-def test_scheduled_collections_every_five_minutes_unless_asked() -> None:
-    assert _parse([]).gc_every == 300
-    assert _parse(["--gc-every", "1m"]).gc_every == 60
-    assert _parse(["--gc-every", "0"]).gc_every == 0
-
-
 def test_the_context_cache_defaults_to_a_minute_and_zero_turns_it_off() -> None:
     assert _parse([]).context_cache == 60
     assert _parse(["--context-cache", "0"]).context_cache == 0

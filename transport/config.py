@@ -80,7 +80,6 @@ class Settings:
     compute_threads: int = 1
     event_loop: str = "uvloop"
     gc_thresholds: tuple[int, int, int] = COLLECTOR_DEFAULT
-    gc_every: float = 300.0
     limits: Limits = field(default_factory=Limits)
 
 
@@ -121,16 +120,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),
     ("event-loop", str, "uvloop (faster) or asyncio (the standard library's loop)"),
-    (
-        "gc-every",
-        parse_duration,
-        "a full garbage collection this often, the automatic one off (0: automatic)",
-    ),
-    (
-        "gc-thresholds",
-        _gc_thresholds,
-        "with --gc-every 0: Python's collector's generation 0, 1, 2 thresholds",
-    ),
+    ("gc-thresholds", _gc_thresholds, "Python's collector: generation 0, 1, 2 thresholds"),
     (
         "compute-threads",
         _positive,
