@@ -243,7 +243,7 @@ class RehearsalModel:
             # mid-reply, as it can with a real model.
             wait = start + index * pause - loop.time()
             if index and (wait > 0 or not pause):
-                await asyncio.sleep(wait)
+                await asyncio.sleep(max(wait, 0.0))
             yield TextDelta(word)
 
     async def close(self) -> None:

@@ -7,6 +7,9 @@ import asyncio
 import socket
 from typing import Any
 
+import pytest
+
+from providers.event_loop import run
 from tests.conftest import Harness, eventually
 from tests.sse_client import SseClient
 from transport.link import QueuedLink
@@ -160,3 +163,52 @@ async def test_a_frame_never_overtakes_those_waiting_before_it() -> None:
     link.released.set()
     await link.drain()
     assert link.wire == [1, 2, 3, 4, 5]
+
+
+class RawLink(QueuedLink):
+    """Writes raw bytes: straight into the transport when it can, else by the writer."""
+
+    kind = "raw"
+    waited = 0
+
+    def write_now(self, frames: list[dict[str, Any]]) -> bool:
+        transport = self._ready_transport()
+        if transport is None:
+            return False
+        transport.write(b"".join(f["bytes"] for f in frames))
+        return True
+
+    async def write(self, frames: list[dict[str, Any]]) -> None:
+        self.waited += 1
+        assert self.transport is not None
+        self.transport.write(b"".join(f["bytes"] for f in frames))  # type: ignore[attr-defined]
+
+    async def close(self, code: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
+def test_frames_go_straight_out_on_either_loop(kind: str) -> None:
+    """The direct path must work on the loop the server runs on (uvloop's transports are
+    not registered as `asyncio.WriteTransport`), not only on the tests' asyncio loop."""
+
+    async def exchange() -> tuple[bytes, int]:
+        received: asyncio.Queue[bytes] = asyncio.Queue()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            received.put_nowait(await reader.readexactly(5))
+            writer.close()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        link = RawLink(writer.transport)
+        link.send({"bytes": b"hello"})
+        got = await received.get()
+        await link.drain()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return got, link.waited
+
+    assert run(exchange(), kind) == (b"hello", 0)

@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import logging
 from abc import ABC, abstractmethod
+from typing import cast
 
 from actors.replay import Frame
 
@@ -75,10 +76,11 @@ class QueuedLink(ABC):
 
     def _ready_transport(self) -> asyncio.WriteTransport | None:
         """The transport, if the link is open and its phone reads what it is sent (little
-        waits for the socket)."""
-        transport = self.transport
+        waits for the socket). Not an isinstance check: uvloop's transports have the
+        methods of `asyncio.WriteTransport` but are not registered as its subclasses."""
+        transport = cast(asyncio.WriteTransport | None, self.transport)
         if (
-            isinstance(transport, asyncio.WriteTransport)
+            transport is not None
             and not transport.is_closing()
             and transport.get_write_buffer_size() <= BACKLOG_BYTES
         ):

@@ -50,15 +50,14 @@ class EventStreamLink(QueuedLink):
         response, transport = self._response, self._ready_transport()
         if transport is None or not (response.is_connected() and response.chunked):
             return False
-        payload = b"".join(map(event_block, frames))
+        payload = event_blocks(frames)
         transport.write(b"%x\r\n%s\r\n" % (len(payload), payload))
         return True
 
     async def write(self, frames: list[Frame]) -> None:
-        payload = b"".join(map(event_block, frames))
         try:
             async with asyncio.timeout(SEND_TIMEOUT_S):
-                await self._response.write(payload)
+                await self._response.write(event_blocks(frames))
         except ConnectionResetError:
             self._response.stop_streaming()
             raise
@@ -70,6 +69,10 @@ class EventStreamLink(QueuedLink):
 
     async def close(self, code: int) -> None:
         self._response.stop_streaming()
+
+
+def event_blocks(frames: list[Frame]) -> bytes:
+    return b"".join(map(event_block, frames))
 
 
 def event_block(frame: Frame) -> bytes:
