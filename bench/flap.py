@@ -139,7 +139,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="flapping time for each baseline (default: --duration)",
     )
     parser.add_argument("--throughput-phones", type=int, default=50, help="M (default 50)")
-    parser.add_argument("--throughput-says", type=int, default=40, help="K (default 40)")
+    parser.add_argument("--throughput-says", type=int, default=150, help="K (default 150)")
     parser.add_argument(
         "--throughput-rounds", type=int, default=3, help="rounds, every server in turn (3)"
     )
@@ -520,7 +520,9 @@ async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _throughput_figures(rounds: list[Throughput], rss: procs.RssSampler) -> dict[str, Any]:
-    rates = [r.turns_per_s for r in rounds if r.turns_per_s]
+    # A round with no turn stays in place (None), so the rounds of two servers pair up.
+    per_round = [r.turns_per_s for r in rounds]
+    rates = [rate for rate in per_round if rate]
     errors: Counter[str] = Counter()
     for r in rounds:
         errors.update(r.errors)
@@ -528,7 +530,7 @@ def _throughput_figures(rounds: list[Throughput], rss: procs.RssSampler) -> dict
         "turns": sum(r.turns for r in rounds),
         "seconds": round(sum(r.seconds for r in rounds), 3),
         "turns_per_s": round(statistics.median(rates), 1) if rates else None,
-        "rounds_turns_per_s": [round(rate, 1) for rate in rates],
+        "rounds_turns_per_s": [None if rate is None else round(rate, 1) for rate in per_round],
         "turn_ms": percentiles([ms for r in rounds for ms in r.turn_ms]),
         "server_rss_mb_peak": round(rss.peak_mb, 1),
         "errors": dict(errors),
@@ -626,14 +628,18 @@ def _main_figures(main: dict[str, Any]) -> dict[str, Any]:
 def _ratios(report: dict[str, Any], baselines: dict[str, Any]) -> dict[str, Any]:
     tput = baselines.get("throughput", {})
     tps = {name: (tput.get(name) or {}).get("turns_per_s") for name in tput}
+    over_link_bound = paired_ratios(tput, "stillhere", "link-bound")
     flap = baselines.get("flap", {})
     return {
         "turns_per_s": tps,
-        "stillhere_turns_over_link_bound": ratio(tps.get("stillhere"), tps.get("link-bound")),
-        "stillhere_per_piece_turns_over_link_bound": ratio(
-            tps.get("stillhere-per-piece"), tps.get("link-bound")
+        "stillhere_turns_over_link_bound": median_or_none(over_link_bound),
+        "stillhere_turns_over_link_bound_rounds": over_link_bound,
+        "stillhere_per_piece_turns_over_link_bound": median_or_none(
+            paired_ratios(tput, "stillhere-per-piece", "link-bound")
         ),
-        "stillhere_turns_over_stateless": ratio(tps.get("stillhere"), tps.get("stateless")),
+        "stillhere_turns_over_stateless": median_or_none(
+            paired_ratios(tput, "stillhere", "stateless")
+        ),
         "resume_fraction": {
             "stillhere": report.get("resume_fraction"),
             **{name: f.get("resume_fraction") for name, f in flap.items()},
@@ -646,6 +652,20 @@ def _ratios(report: dict[str, Any], baselines: dict[str, Any]) -> dict[str, Any]
             report.get("server_rss_mb_peak"), flap.get("link-bound", {}).get("server_rss_mb_peak")
         ),
     }
+
+
+def paired_ratios(tput: dict[str, Any], server: str, baseline: str) -> list[float]:
+    """`server`'s turns/s over `baseline`'s, round by round. The two are timed one after the
+    other in each round, so a round's ratio compares them on the machine as it was then;
+    whatever else slows the machine down for a while cancels out of it."""
+    mine = (tput.get(server) or {}).get("rounds_turns_per_s") or []
+    theirs = (tput.get(baseline) or {}).get("rounds_turns_per_s") or []
+    pairs = (ratio(a, b) for a, b in zip(mine, theirs, strict=False))
+    return [r for r in pairs if r is not None]
+
+
+def median_or_none(values: Sequence[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
 
 
 def targets(report: dict[str, Any]) -> dict[str, Any]:
@@ -700,14 +720,14 @@ def baseline_rows(report: dict[str, Any]) -> list[str]:
         f"  {'baselines':<21}{'turns/s':>9}{'ratio':>9}{'resumed':>9}{'rss peak':>10}"
         f"{'lost':>7}{'dup':>7}"
     ]
-    ref = (tput.get("link-bound") or {}).get("turns_per_s")
     for name in THROUGHPUT_SERVERS:
         tps = (tput.get(name) or {}).get("turns_per_s")
+        over = median_or_none(paired_ratios(tput, name, "link-bound"))
         f = report if name == "stillhere" else flap.get(name, {})
         lost = _total(f, ("lost_says", "lost_replies", "lost_events"))
         dup = _total(f, ("duplicated_says", "duplicated_replies", "duplicated_events"))
         lines.append(
-            f"  {name:<21}{_cell(tps)}{_cell(ratio(tps, ref))}"
+            f"  {name:<21}{_cell(tps)}{_cell(over)}"
             f"{_cell(f.get('resume_fraction'))}{_cell(f.get('server_rss_mb_peak'), 10)}"
             f"{_cell(lost, 7)}{_cell(dup, 7)}"
         )

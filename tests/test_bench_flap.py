@@ -6,6 +6,8 @@ the window resumed), never timings: those are the bench's to report (bench/READM
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bench import flap
@@ -61,18 +63,33 @@ def test_hello_percentiles_are_bounded_by_the_buckets_of_the_window() -> None:
 
 
 def test_the_baselines_show_stillhere_per_piece_beside_the_others() -> None:
+    def server(*rounds: float) -> dict[str, Any]:
+        return {"turns_per_s": sorted(rounds)[1], "rounds_turns_per_s": list(rounds)}
+
+    # Medians alone would give 300 / 400 = 0.75; round by round, 0.6, 0.8 and 0.825.
     tput = {
-        "stillhere": {"turns_per_s": 300.0},
-        "stillhere-per-piece": {"turns_per_s": 200.0},
-        "link-bound": {"turns_per_s": 400.0},
-        "stateless": {"turns_per_s": 100.0},
+        "stillhere": server(300.0, 280.0, 330.0),
+        "stillhere-per-piece": server(200.0, 175.0, 200.0),
+        "link-bound": server(500.0, 350.0, 400.0),
+        "stateless": server(100.0, 100.0, 100.0),
     }
     flapped = {"link-bound": {"resume_fraction": 0.0, "lost_says": 3}, "stateless": {}}
     report = {"resume_fraction": 1.0, "lost_says": 0, "baselines": {"throughput": tput}}
     report["baselines"] |= {"flap": flapped} | flap._ratios(report, report["baselines"])
-    assert report["baselines"]["stillhere_turns_over_link_bound"] == 0.75
+    assert report["baselines"]["stillhere_turns_over_link_bound"] == 0.8
+    assert report["baselines"]["stillhere_turns_over_link_bound_rounds"] == [0.6, 0.8, 0.825]
     assert report["baselines"]["stillhere_per_piece_turns_over_link_bound"] == 0.5
     rows = {line.split()[0]: line.split()[1:] for line in flap.baseline_rows(report)[1:]}
-    assert rows["stillhere"][:4] == ["300.00", "0.75", "1.00", "-"]
+    assert rows["stillhere"][:4] == ["300.00", "0.80", "1.00", "-"]
     assert rows["stillhere-per-piece"] == ["200.00", "0.50", "-", "-", "-", "-"]
     assert rows["link-bound"][-2:] == ["3", "0"]
+
+
+def test_a_round_without_turns_leaves_the_others_paired() -> None:
+    tput = {
+        "stillhere": {"rounds_turns_per_s": [300.0, None, 330.0]},
+        "link-bound": {"rounds_turns_per_s": [400.0, 500.0, 300.0]},
+    }
+    assert flap.paired_ratios(tput, "stillhere", "link-bound") == [0.75, 1.1]
+    assert flap.paired_ratios(tput, "stillhere", "stateless") == []
+    assert flap.median_or_none([]) is None
