@@ -14,9 +14,8 @@ import string
 from collections import deque
 from typing import Any, Protocol
 
-import pykka
-
 from actors.handles import TurnHandles
+from actors.inbox import ThreadingActor
 from actors.messages import (
     Attach,
     CardCreated,
@@ -63,7 +62,7 @@ class Home(Protocol):
     async def finish(self, reason: str, reply: Reply | None) -> None: ...
 
 
-class ConversationActor(pykka.ThreadingActor):
+class ConversationActor(ThreadingActor):
     # Daemon threads: CPython keeps a shutdown lock per non-daemon thread and walks all of
     # them at every thread start, so starting the 5,000th actor cost 5,000 steps. Shutdown
     # stops every actor itself (`Directory.stop_all`), so nothing relies on the join.

@@ -6,7 +6,6 @@ Actors never await: they hand coroutines to the loop with `run` and hear back by
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -61,7 +60,7 @@ class Runtime:
     model: ChatModel
     clock: Clock
     settings: ConversationSettings = field(default_factory=ConversationSettings)
-    jobs: set[concurrent.futures.Future[Any]] = field(default_factory=set)
+    jobs: set[asyncio.Task[Any]] = field(default_factory=set)
     metrics: Metrics = field(default_factory=Metrics)  # one registry per server
     memory: MemoryKeeper | None = None  # long-term memory; None: the tools say so
     context_cache: ContextCache = field(init=False)  # sized by settings.context.cache_s
@@ -69,35 +68,37 @@ class Runtime:
     def __post_init__(self) -> None:
         self.context_cache = ContextCache(self.settings.context.cache_s)
 
-    def run(self, job: Coroutine[Any, Any, Any], what: str) -> concurrent.futures.Future[Any]:
-        """Start `job` on the loop from any thread; a failure is logged, never lost."""
-        future = asyncio.run_coroutine_threadsafe(job, self.loop)
-        self.jobs.add(future)
-        future.add_done_callback(self.jobs.discard)
-        future.add_done_callback(lambda f: _log_failure(f, what))
-        return future
+    def run(self, job: Coroutine[Any, Any, Any], what: str) -> None:
+        """Start `job` as a task on the loop, from any thread; a failure is logged, never lost.
+
+        Not `run_coroutine_threadsafe`: the concurrent future it adds (a lock, a condition,
+        and callbacks chaining it to the task) serves a caller that waits, and an actor
+        never does; it hears of the outcome by message."""
+        self.loop.call_soon_threadsafe(self._start, job, what)
+
+    def _start(self, job: Coroutine[Any, Any, Any], what: str) -> None:
+        task = self.loop.create_task(job, name=what)
+        self.jobs.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self.jobs.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("%s failed: %r", task.get_name(), error, exc_info=error)
 
     async def settle(self, timeout: float) -> None:
         """On shutdown: let running jobs finish (turns store what they sent), then cancel
         what is left after `timeout`."""
-        waiting = [asyncio.wrap_future(f) for f in list(self.jobs)]
-        if not waiting:
+        await asyncio.sleep(0)  # jobs asked for before now are started by then
+        if not self.jobs:
             return
-        _, late = await asyncio.wait(waiting, timeout=timeout)
-        for future in late:
-            future.cancel()
+        _, late = await asyncio.wait(list(self.jobs), timeout=timeout)
+        for task in late:
+            task.cancel()
 
     def call(self, fn: Any, *args: Any) -> None:
         """Run a plain callable on the loop (thread-safe), e.g. to resolve a future."""
         self.loop.call_soon_threadsafe(fn, *args)
-
-
-def _log_failure(future: concurrent.futures.Future[Any], what: str) -> None:
-    if future.cancelled():
-        return
-    error = future.exception()
-    if error is not None:
-        log.error("%s failed: %r", what, error, exc_info=error)
 
 
 class ActorFailed(Exception):

@@ -6,15 +6,13 @@ summaries) runs on the loop and reports back, so the supervisor never blocks eit
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import pykka
-
 from actors.directory import Directory, LiveConversation
+from actors.inbox import ThreadingActor
 from actors.runtime import Reply, Runtime
 
 log = logging.getLogger("stillhere.supervisor")
@@ -51,7 +49,7 @@ class SweepHistory:
     replaced: int  # conversation actors that failed and were handed to a replacement
 
 
-class Supervisor(pykka.ThreadingActor):
+class Supervisor(ThreadingActor):
     def __init__(self, rt: Runtime, directory: Directory, history: int = 20) -> None:
         super().__init__()
         self._rt = rt
@@ -85,14 +83,15 @@ class Supervisor(pykka.ThreadingActor):
                 reply.resolve(None)
             return
         self._sweeping = True
-        future = self._rt.run(self._directory.sweep(), "a sweep")
-        me = self.actor_ref
+        self._rt.run(self._sweep(reply), "a sweep")
 
-        def report(done: concurrent.futures.Future[dict[str, Any]]) -> None:
-            ok = not done.cancelled() and done.exception() is None
-            me.tell(SweepDone(done.result() if ok else None, reply))
-
-        future.add_done_callback(report)
+    async def _sweep(self, reply: Reply | None) -> None:
+        """On the loop: sweep, then report to this actor, whatever happened."""
+        report = None
+        try:
+            report = await self._directory.sweep()
+        finally:
+            self.actor_ref.tell(SweepDone(report, reply))
 
     def _sweep_done(self, message: SweepDone) -> None:
         self._sweeping = False

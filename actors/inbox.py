@@ -1,0 +1,21 @@
+"""The threading actor our actors are made of: pykka's, with a lighter inbox.
+
+pykka's `ThreadingActor` gives each actor a `queue.Queue`, whose `put` and `get` take a
+Python lock and notify a condition, about twenty Python calls a message, on the loop's side
+for every `tell` and on the actor's thread for every wake-up. `queue.SimpleQueue` is all
+that pykka's `ActorInbox` asks for (unbounded FIFO: `put`, a blocking `get`, `empty`) and
+does it in C.
+"""
+
+from __future__ import annotations
+
+import queue
+from typing import Any
+
+import pykka
+
+
+class ThreadingActor(pykka.ThreadingActor):
+    @staticmethod
+    def _create_actor_inbox() -> queue.SimpleQueue[Any]:
+        return queue.SimpleQueue()
