@@ -1,10 +1,9 @@
 """The threading actor our actors are made of: pykka's, with a lighter inbox.
 
-pykka's `ThreadingActor` gives each actor a `queue.Queue`, whose `put` and `get` take a
-Python lock and notify a condition, about twenty Python calls a message, on the loop's side
-for every `tell` and on the actor's thread for every wake-up. `queue.SimpleQueue` is all
-that pykka's `ActorInbox` asks for (unbounded FIFO: `put`, a blocking `get`, `empty`) and
-does it in C.
+pykka's `ThreadingActor` gives each actor a `queue.Queue`, whose `put` and `get` go through
+a Python-level condition: about ten calls a message on the loop's side for every `tell`, and
+as many on the actor's thread for every wake-up. `queue.SimpleQueue` is all that pykka's
+`ActorInbox` asks for (an unbounded FIFO: `put`, a blocking `get`, `empty`) and does it in C.
 """
 
 from __future__ import annotations
