@@ -6,10 +6,15 @@ thresholds (700, 10, 10) the young generations are collected so often that the t
 objects of each turn (frames in flight, futures, records) survive into the old generation,
 and a full collection, which walks the whole heap while the event loop waits, followed
 every few seconds: in a 2,000-phone `bench flap` run, 360 to 440 ms each, every 8 s, and
-the resume p99 was 400 to 1,000 ms. With a first threshold of 50,000 they die young, full
-collections become rare, and a 60 s run's resume p99 fell to 81 ms (bench/README.md).
-Cyclic garbage is still collected, only later: a 300 s run's peak RSS rose from 349 to
-421 MB, while what an idle conversation costs did not change.
+the resume p99 was 400 to 1,000 ms (stop 12). A first threshold of 50,000 made full
+collections rare, but the first threshold counts allocations less deallocations, and the
+deaths of older objects pull it down: with phones reconnecting all the time, a young
+collection came only every 20 to 30 s and then walked some 180,000 survivors (a link's
+machinery, for every link made meanwhile), 190 to 430 ms with the loop stopped. At 10,000
+they come every few seconds and take 30 to 140 ms; generation 1 is then collected every
+two minutes or so (0.76 and 0.89 s in a 300 s run). Collections took 11.3 s of that run
+against 5.6 s, with no rise in the server's CPU beyond the spread, and over three pairs of
+runs at 2,000 phones resume p99 fell by 17 to 25% (bench/README.md, stop 14).
 """
 
 from __future__ import annotations
@@ -19,11 +24,11 @@ import logging
 
 log = logging.getLogger("stillhere.server")
 
-DEFAULT = (50_000, 50, 100)
+DEFAULT = (10_000, 50, 100)
 
 
 def parse_thresholds(text: str) -> tuple[int, int, int]:
-    """`50000,50,100` -> (50000, 50, 100): collections of generation 0 every so many net
+    """`10000,50,100` -> (10000, 50, 100): collections of generation 0 every so many net
     allocations, of 1 every so many of 0, of 2 every so many of 1 (CPython's meaning)."""
     try:
         first, second, third = (int(x) for x in text.split(","))
@@ -31,7 +36,7 @@ def parse_thresholds(text: str) -> tuple[int, int, int]:
         first = second = third = 0
     if min(first, second, third) < 1:
         raise ValueError(
-            f"GC thresholds are three whole numbers >= 1 (e.g. 50000,50,100), not {text!r}"
+            f"GC thresholds are three whole numbers >= 1 (e.g. 10000,50,100), not {text!r}"
         )
     return first, second, third
 

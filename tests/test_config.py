@@ -72,7 +72,7 @@ def test_the_event_loop_is_uvloop_unless_asked(capsys: pytest.CaptureFixture[str
 
 
 def test_gc_thresholds_default_and_bad_ones_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _parse([]).gc_thresholds == (50_000, 50, 100)
+    assert _parse([]).gc_thresholds == (10_000, 50, 100)
     assert _parse(["--gc-thresholds", "700,10,10"]).gc_thresholds == (700, 10, 10)
     for bad in ("700,10", "a,b,c", "0,10,10", "1,2,3,4"):
         with pytest.raises(SystemExit):
