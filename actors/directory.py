@@ -21,6 +21,7 @@ import pykka
 
 from actors.archive import archive, mark_archived, write_summary
 from actors.conversation import ConversationActor
+from actors.jobs import Jobs
 from actors.memory.consolidation import scheduled_pass
 from actors.messages import Attach, CardsWithdrawn, End, Interrupt, Park, Snapshot
 from actors.runtime import Reply, Runtime
@@ -90,7 +91,7 @@ class Directory:
         self._rt = rt
         self._live: dict[str, LiveConversation] = {}
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background = Jobs()  # summaries, awaited by `stop_all`
         self.on_failure: Callable[[LiveConversation, BaseException], None] | None = None
         rt.metrics.watch(live_actors=lambda: len(self), links=self.link_count)
 
@@ -152,7 +153,7 @@ class Directory:
                 return self._resumed(live, age, await live.ask(Attach))
             if await rt.store.archive(record.id, "idle", rt.clock.now()):
                 rt.metrics.archives.labels(reason="idle").inc()
-            self._in_background(write_summary(rt, record.id, "idle"))
+            self._background.start(write_summary(rt, record.id, "idle"), "a summary")
         if not create:
             return None
         now = rt.clock.now()
@@ -229,7 +230,7 @@ class Directory:
             log.exception("archiving conversation %s failed", str(live.id)[:8])
             archived = False
         if archived:
-            self._in_background(write_summary(self._rt, live.id, reason))
+            self._background.start(write_summary(self._rt, live.id, reason), "a summary")
         live.stream.farewell({"type": "bye", "reason": reason})
         await self._let_go(live)
         if reply is not None:
@@ -316,18 +317,7 @@ class Directory:
 
     async def settle(self) -> None:
         """Wait for the background jobs started so far (summaries); failures are logged."""
-        await asyncio.gather(*self._background, return_exceptions=True)
-
-    def _in_background(self, job: Any) -> None:
-        """Run `job` apart (awaited by `stop_all`); a failure is logged, never lost."""
-        task = asyncio.get_running_loop().create_task(job)
-        self._background.add(task)
-        task.add_done_callback(self._background_done)
-
-    def _background_done(self, task: asyncio.Task[Any]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("a background job failed", exc_info=task.exception())
+        await self._background.settle()
 
 
 async def stop_actors(refs: list[pykka.ActorRef[Any]], timeout: float = 10.0) -> None:

@@ -6,21 +6,19 @@ Actors never await: they hand coroutines to the loop with `run` and hear back by
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actors.clock import Clock
 from actors.context_cache import ContextCache
+from actors.jobs import Jobs
 from actors.metrics import Metrics
 from providers.chat import ChatModel
 from storage.store import Store
 
 if TYPE_CHECKING:
     from actors.memory.keeper import MemoryKeeper
-
-log = logging.getLogger("stillhere.actors")
 
 DEFAULT_INTERRUPT_WORDS = ("stop", "wait", "hold on", "hang on", "shut up", "enough", "pause")
 
@@ -60,7 +58,7 @@ class Runtime:
     model: ChatModel
     clock: Clock
     settings: ConversationSettings = field(default_factory=ConversationSettings)
-    jobs: set[asyncio.Task[Any]] = field(default_factory=set)
+    jobs: Jobs = field(default_factory=Jobs)  # the actors' jobs on the loop
     metrics: Metrics = field(default_factory=Metrics)  # one registry per server
     memory: MemoryKeeper | None = None  # long-term memory; None: the tools say so
     context_cache: ContextCache = field(init=False)  # sized by settings.context.cache_s
@@ -74,27 +72,13 @@ class Runtime:
         Not `run_coroutine_threadsafe`: the concurrent future it adds (a lock, a condition,
         and callbacks chaining it to the task) serves a caller that waits, and an actor
         never does; it hears of the outcome by message."""
-        self.loop.call_soon_threadsafe(self._start, job, what)
-
-    def _start(self, job: Coroutine[Any, Any, Any], what: str) -> None:
-        task = self.loop.create_task(job, name=what)
-        self.jobs.add(task)
-        task.add_done_callback(self._finished)
-
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        self.jobs.discard(task)
-        if not task.cancelled() and (error := task.exception()) is not None:
-            log.error("%s failed: %r", task.get_name(), error, exc_info=error)
+        self.loop.call_soon_threadsafe(self.jobs.start, job, what)
 
     async def settle(self, timeout: float) -> None:
         """On shutdown: let running jobs finish (turns store what they sent), then cancel
         what is left after `timeout`."""
         await asyncio.sleep(0)  # jobs asked for before now are started by then
-        if not self.jobs:
-            return
-        _, late = await asyncio.wait(list(self.jobs), timeout=timeout)
-        for task in late:
-            task.cancel()
+        await self.jobs.settle(timeout)
 
     def call(self, fn: Any, *args: Any) -> None:
         """Run a plain callable on the loop (thread-safe), e.g. to resolve a future."""

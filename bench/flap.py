@@ -530,7 +530,7 @@ def _throughput_figures(rounds: list[Throughput], rss: procs.RssSampler) -> dict
     return {
         "turns": sum(r.turns for r in rounds),
         "seconds": round(sum(r.seconds for r in rounds), 3),
-        "turns_per_s": round(statistics.median(rates), 1) if rates else None,
+        "turns_per_s": median_or_none(rates, digits=1),
         "rounds_turns_per_s": [None if rate is None else round(rate, 1) for rate in per_round],
         "turn_ms": percentiles([ms for r in rounds for ms in r.turn_ms]),
         "server_rss_mb_peak": round(rss.peak_mb, 1),
@@ -665,8 +665,8 @@ def paired_ratios(tput: dict[str, Any], server: str, baseline: str) -> list[floa
     return [r for r in pairs if r is not None]
 
 
-def median_or_none(values: Sequence[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
+def median_or_none(values: Sequence[float], digits: int = 3) -> float | None:
+    return round(statistics.median(values), digits) if values else None
 
 
 def targets(report: dict[str, Any]) -> dict[str, Any]:
