@@ -38,6 +38,8 @@ from bench.flap_metrics import server_buckets, server_figures
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
 from bench.flap_throughput import Throughput
 from bench.flap_throughput import measure as measure_throughput
+from bench.phones_gc import MODES as PHONES_GC_MODES
+from bench.phones_gc import PhonesCollector
 from client import Backoff
 from providers.collector import tune_collector
 from providers.event_loop import LOOPS
@@ -173,6 +175,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server-logs", type=Path, default=None, help="keep the servers' logs in this folder"
     )
+    parser.add_argument(
+        "--phones-gc",
+        choices=PHONES_GC_MODES,
+        default="freeze",
+        help="the phones' own collector: freeze what survives a collection (default), or "
+        "plain (bench/phones_gc.py)",
+    )
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -279,6 +288,7 @@ async def flap_one(
     fleet: Fleet | None = None
     sampler_task: asyncio.Task[None] | None = None
     progress = Progress(False, 1, "")
+    collector = PhonesCollector(args.phones_gc)
     try:
         out["ready_s"] = round(await procs.wait_ready(server), 2)
         with procs.RssSampler(server) as rss:
@@ -294,6 +304,7 @@ async def flap_one(
                 seed=args.seed,
             )
             fleet = Fleet(options, args.clients)
+            collector.start()
             if args.client_debug:
                 fleet.client_log = ClientLogRing()
                 fleet.client_log.install()
@@ -373,6 +384,7 @@ async def flap_one(
         out["resume_points"] = [(at - t0, ms) for at, ms in fleet.resume_series]
         return out
     finally:
+        out["bench_gc"] = collector.stop()
         progress.close()
         if sampler_task is not None:
             sampler_task.cancel()
@@ -611,6 +623,7 @@ _BASELINE_KEYS = (
     "client_wedged_phones",
     "cpu_s_during_flapping",
     "bench_loop_lag_ms",
+    "bench_gc",
     "server_stop",
 )
 
@@ -739,6 +752,7 @@ def table(report: dict[str, Any]) -> str:
     r, t = report.get("resume_ms") or {}, report.get("turn_ms") or {}
     h = report.get("server_hello_ms") or {}
     sl, bl = report.get("server_loop_lag_ms") or {}, report.get("bench_loop_lag_ms") or {}
+    gc_ = report.get("bench_gc") or {}
     lines = [
         f"stillhere flap bench: {report['clients']} phones, {report['transport']}, "
         f"{report['duration_s']:.0f} s, seed {report['seed']}, "
@@ -764,6 +778,8 @@ def table(report: dict[str, Any]) -> str:
         f"{_cell(sl.get('p99_le'))}   n={sl.get('n')}",
         f"  {'bench loop lag':<17}{_cell(bl.get('p50'))}{_cell(bl.get('p95'))}"
         f"{_cell(bl.get('p99'))}   max={bl.get('max')} n={bl.get('n')}",
+        f"  bench collector    {gc_.get('mode')}: collections {gc_.get('collections')}, "
+        f"longest {gc_.get('pause_ms_max')} ms, {gc_.get('pause_s_total')} s in all",
         f"  {'turn':<17}{_cell(t.get('p50'))}{_cell(t.get('p95'))}{_cell(t.get('p99'))}"
         f"   n={t.get('n')}",
         f"  server rss         idle {report.get('server_rss_mb_idle')} MB, "

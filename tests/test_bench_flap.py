@@ -42,6 +42,7 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str) -> Non
     bench_lag = report["bench_loop_lag_ms"]
     assert bench_lag["n"] > 0, "the bench's own loop was probed while the phones flapped"
     assert 0 <= bench_lag["p50"] <= bench_lag["p99"] <= bench_lag["max"]
+    assert report["bench_gc"]["mode"] == "freeze" and sum(report["bench_gc"]["collections"])
     assert "server loop lag ≤" in flap.table(report) and "bench loop lag" in flap.table(report)
     stop = report["server_stop"]
     assert stop["exit_code"] == 0 and not stop["killed"] and stop["log_problems"] == 0

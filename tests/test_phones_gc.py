@@ -1,0 +1,51 @@
+"""The bench phones' collector (bench/phones_gc.py): survivors frozen, collections timed."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from bench.phones_gc import PhonesCollector
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a cycle: only the collector frees it
+
+
+def test_freeze_mode_freezes_survivors_and_gives_them_back() -> None:
+    collector = PhonesCollector("freeze")
+    kept = [_Node() for _ in range(1000)]
+    collector.start()
+    try:
+        gc.collect(0)
+        assert gc.get_freeze_count() >= len(kept), "the survivors are frozen"
+        garbage = _Node()
+        del garbage
+        assert gc.collect(0) >= 1, "a cycle made after the freeze is still collected"
+    finally:
+        figures = collector.stop()
+    assert gc.get_freeze_count() == 0, "stop hands every frozen object back to the collector"
+    assert figures["mode"] == "freeze"
+    assert figures["frozen_objects"] >= len(kept)
+    assert figures["collections"][0] >= 2
+    assert figures["pause_ms_max"] >= 0 and figures["pause_s_total"] >= 0
+    assert collector._on_collection not in gc.callbacks
+
+
+def test_plain_mode_only_times_collections() -> None:
+    collector = PhonesCollector("plain")
+    collector.start()
+    try:
+        gc.collect(1)
+        assert gc.get_freeze_count() == 0
+    finally:
+        figures = collector.stop()
+    assert figures["collections"] == [0, 1, 0]
+    assert len(collector.pauses_s) == 1 and figures["frozen_objects"] == 0
+
+
+def test_an_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="freeze"):
+        PhonesCollector("off")
