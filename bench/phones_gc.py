@@ -8,10 +8,13 @@ were timed that much slower, though the server had answered in time. A real phon
 not share a heap with 1,999 others.
 
 So, in "freeze" mode, whatever survives a collection is frozen (`gc.freeze`): no later
-collection walks it again, and each one walks only what was made since the last. The
-price: a cycle that becomes garbage after surviving a collection is never freed, so the
-phones' process grows a little; the report gives how many objects were frozen. "plain"
-mode leaves the collector alone (the bench before stop 15). Both time every collection.
+collection walks it again, and each one walks only what was made since the last. Young
+collections then come every 10,000 net allocations instead of 50,000: the same total work
+(each object is walked once), in pauses a fifth as long (at 50,000 they stopped the phones
+for up to 170 ms at 2,000 phones). The price: a cycle that becomes garbage after surviving
+a collection is never freed, so the phones' process grows a little; the report gives how
+many objects were frozen. "plain" mode leaves the collector as it was (the bench before
+stop 15). Both time every collection.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 from typing import Any
 
 MODES = ("freeze", "plain")
+FREEZE_FIRST_THRESHOLD = 10_000
 
 
 class PhonesCollector:
@@ -34,14 +38,20 @@ class PhonesCollector:
         self.pauses_s: list[float] = []
         self._started = 0.0
         self._frozen = 0
+        self._thresholds = self._running = gc.get_threshold()
 
     def start(self) -> None:
+        self._thresholds = gc.get_threshold()
+        if self.mode == "freeze":
+            gc.set_threshold(FREEZE_FIRST_THRESHOLD, *self._thresholds[1:])
+        self._running = gc.get_threshold()
         gc.callbacks.append(self._on_collection)
 
     def stop(self) -> dict[str, Any]:
         """Uninstall, let every frozen object be collected again, and report."""
         if self._on_collection in gc.callbacks:
             gc.callbacks.remove(self._on_collection)
+        gc.set_threshold(*self._thresholds)
         self._frozen = max(self._frozen, gc.get_freeze_count())
         gc.unfreeze()
         return self.figures()
@@ -49,6 +59,7 @@ class PhonesCollector:
     def figures(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
+            "thresholds": list(self._running),
             "collections": list(self.collections),
             "pause_ms_max": round(max(self.pauses_s, default=0.0) * 1000, 1),
             "pause_s_total": round(sum(self.pauses_s), 3),

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from bench.phones_gc import PhonesCollector
+from bench.phones_gc import FREEZE_FIRST_THRESHOLD, PhonesCollector
 
 
 class _Node:
@@ -17,8 +17,10 @@ class _Node:
 def test_freeze_mode_freezes_survivors_and_gives_them_back() -> None:
     collector = PhonesCollector("freeze")
     kept = [_Node() for _ in range(1000)]
+    before = gc.get_threshold()
     collector.start()
     try:
+        assert gc.get_threshold()[0] == FREEZE_FIRST_THRESHOLD
         gc.collect(0)
         assert gc.get_freeze_count() >= len(kept), "the survivors are frozen"
         garbage = _Node()
@@ -27,6 +29,8 @@ def test_freeze_mode_freezes_survivors_and_gives_them_back() -> None:
     finally:
         figures = collector.stop()
     assert gc.get_freeze_count() == 0, "stop hands every frozen object back to the collector"
+    assert gc.get_threshold() == before, "and puts the thresholds back"
+    assert figures["thresholds"] == [FREEZE_FIRST_THRESHOLD, *before[1:]]
     assert figures["mode"] == "freeze"
     assert figures["frozen_objects"] >= len(kept)
     assert figures["collections"][0] >= 2
@@ -44,6 +48,7 @@ def test_plain_mode_only_times_collections() -> None:
         figures = collector.stop()
     assert figures["collections"] == [0, 1, 0]
     assert len(collector.pauses_s) == 1 and figures["frozen_objects"] == 0
+    assert figures["thresholds"] == list(gc.get_threshold())
 
 
 def test_an_unknown_mode_is_refused() -> None:
