@@ -88,11 +88,13 @@ class ConversationActor(ThreadingActor):
         self._after_interrupt = bool(record.window and record.window[-1].interrupted)
         self._ending: End | None = None
         self._parking = False
+        self._handled = 0  # messages received, published with each snapshot
 
     def on_start(self) -> None:
         self._live.snapshot = self._snapshot()
 
     def on_receive(self, message: Any) -> None:
+        self._handled += 1
         try:
             self._handle(message)
             # Published for the loop: one reference, replaced whole, never changed after.
@@ -255,4 +257,5 @@ class ConversationActor(ThreadingActor):
             ending=self._leaving,
             during_reply=self._during_reply,
             after_interrupt=self._after_interrupt,
+            handled=self._handled,
         )

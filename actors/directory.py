@@ -46,8 +46,9 @@ class LiveConversation:
         self.stream = stream
         self.ref: pykka.ActorRef[ConversationActor] | None = None
         # The actor's state as of its last message, published by the actor after each one:
-        # a hello or an SSE say reads it here instead of asking the actor's thread.
+        # a hello reads it here instead of asking the actor's thread, if it is current.
         self.snapshot: Snapshot | None = None
+        self.told = 0  # messages delivered to the actor; counted on the loop only
         self.ending = False  # set on the loop as `End` is sent, before the actor sees it
         self.unlinked_since: datetime | None = None
         self.gone = asyncio.Event()  # set once let go (ended or parked)
@@ -58,11 +59,19 @@ class LiveConversation:
         try:
             if self.ref is not None:
                 self.ref.tell(message)
+                self.told += 1
                 return True
         except pykka.ActorDeadError:
             pass
         log.info("a %s for a stopped conversation was dropped", type(message).__name__)
         return False
+
+    def current_snapshot(self) -> Snapshot | None:
+        """The published snapshot if the actor has handled every message told to it, so
+        nothing it was told is missing (a turn that ended just before a phone's reconnect,
+        a say acked just before it); else None, and the caller asks the actor."""
+        snapshot = self.snapshot
+        return snapshot if snapshot is not None and snapshot.handled == self.told else None
 
     async def ask(self, make: Callable[[Reply], object], timeout: float = 30.0) -> Any:
         reply = Reply(asyncio.get_running_loop())
@@ -130,7 +139,7 @@ class Directory:
         async with self._lock(person):
             live = self._live.get(person)
             if live is not None:
-                snapshot = live.snapshot or await live.ask(Attach)
+                snapshot = live.current_snapshot() or await live.ask(Attach)
                 age = self._age(snapshot.last_activity)
                 if live.ending or snapshot.ending:  # open afresh once it is gone
                     await asyncio.wait_for(live.gone.wait(), timeout=120.0)
@@ -268,6 +277,7 @@ class Directory:
         if record is None or record.id != live.id or self._live.get(live.person) is not live:
             await self._let_go(live)
             return False
+        live.told = 0  # the new actor counts from its start; the old one's count went with it
         live.ref = ConversationActor.start(rt, record, live)
         log.info("replaced the actor of conversation %s from the database", str(live.id)[:8])
         return True

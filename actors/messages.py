@@ -93,6 +93,7 @@ class Snapshot:
     ending: bool
     during_reply: bool  # the next turn is told messages arrived while it was writing
     after_interrupt: bool  # the next turn is told its previous reply was cut off
+    handled: int = 0  # messages the actor had handled when it took this snapshot
 
     @property
     def state(self) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import asyncpg
 import pytest
 
 from actors.conversation import ConversationActor
+from actors.messages import TurnEnded
 from tests.conftest import Harness, Phone, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
@@ -243,3 +245,28 @@ async def test_once_a_leave_has_begun_a_hello_opens_a_new_conversation(harness: 
     assert await leaving
     assert opened.live is not live and not opened.resumed
     assert opened.live.id != live.id
+
+
+async def test_a_hello_right_after_a_reply_finds_it_in_the_history(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The phone has the reply's end before the actor takes the turn into its window: a
+    reconnect in between must not be welcomed with the snapshot from before the turn."""
+    gate = threading.Event()
+    handle = ConversationActor._handle
+
+    def slow_to_take_turns(actor: ConversationActor, message: object) -> None:
+        if isinstance(message, TurnEnded):
+            gate.wait(10)
+        handle(actor, message)
+
+    monkeypatch.setattr(ConversationActor, "_handle", slow_to_take_turns)
+    await harness.start()
+    device = "device-quick-0123456789abcdef"
+    first = await harness.phone(device)
+    await first.say("hello")
+    await first.reply()
+    asyncio.get_running_loop().call_later(0.3, gate.set)
+    again = await harness.phone(device)
+    assert again.welcome["resumed"] is True
+    assert [t["role"] for t in again.welcome["history"]] == ["user", "assistant"]
