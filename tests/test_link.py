@@ -165,6 +165,49 @@ async def test_a_frame_never_overtakes_those_waiting_before_it() -> None:
     assert link.wire == [1, 2, 3, 4, 5]
 
 
+async def test_a_link_holds_a_writer_task_only_while_a_write_must_wait() -> None:
+    before = len(asyncio.all_tasks())
+    link = ScriptedLink()
+    link.send({"seq": 1})  # straight out: no task
+    assert len(asyncio.all_tasks()) == before
+    link.keeping_up = False
+    link.send({"seq": 2})  # must wait: a writer
+    assert len(asyncio.all_tasks()) == before + 1
+    link.keeping_up = True
+    for _ in range(3):
+        await asyncio.sleep(0)  # the writer sends 2 and, the queue empty, ends
+    assert link.wire == [1, 2]
+    assert len(asyncio.all_tasks()) == before
+    link.send({"seq": 3})
+    assert link.wire == [1, 2, 3]
+
+
+class GoneLink(ScriptedLink):
+    """Its phone is gone: every write that must wait fails."""
+
+    closes = 0
+
+    async def write(self, frames: list[dict[str, Any]]) -> None:
+        raise ConnectionError("reset by peer")
+
+    async def close(self, code: int) -> None:
+        self.closes += 1
+
+
+async def test_a_link_found_gone_takes_no_more_frames() -> None:
+    link = GoneLink()
+    link.keeping_up = False
+    link.send({"seq": 1})
+    for _ in range(3):
+        await asyncio.sleep(0)  # the writer's write fails: the link is gone
+    before = len(asyncio.all_tasks())
+    link.keeping_up = True
+    link.send({"seq": 2})  # dropped, not written, no writer started for it
+    assert len(asyncio.all_tasks()) == before and link.wire == []
+    await link.drain()
+    assert link.closes == 0, "a link already gone is not closed again"
+
+
 class RawLink(QueuedLink):
     """Writes raw bytes: straight into the transport when it can, else by the writer."""
 
