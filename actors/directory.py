@@ -66,6 +66,12 @@ class LiveConversation:
         log.info("a %s for a stopped conversation was dropped", type(message).__name__)
         return False
 
+    def run_actor(self, rt: Runtime, record: ConversationRecord) -> None:
+        """Start the conversation's actor, first or in place of a failed one; the count of
+        messages told starts again with it."""
+        self.told = 0
+        self.ref = ConversationActor.start(rt, record, self)
+
     def current_snapshot(self) -> Snapshot | None:
         """The published snapshot if the actor has handled every message told to it, so
         nothing it was told is missing (a turn that ended just before a phone's reconnect,
@@ -180,7 +186,7 @@ class Directory:
         stream = await ConversationStream.open(self._rt.store, record.id, record.person)
         live = LiveConversation(self, record.person, record.id, stream)
         live.unlinked_since = self._rt.clock.now()
-        live.ref = ConversationActor.start(self._rt, record, live)
+        live.run_actor(self._rt, record)
         self._live[record.person] = live
         return live
 
@@ -277,8 +283,7 @@ class Directory:
         if record is None or record.id != live.id or self._live.get(live.person) is not live:
             await self._let_go(live)
             return False
-        live.told = 0  # the new actor counts from its start; the old one's count went with it
-        live.ref = ConversationActor.start(rt, record, live)
+        live.run_actor(rt, record)
         log.info("replaced the actor of conversation %s from the database", str(live.id)[:8])
         return True
 

@@ -842,9 +842,9 @@ async def run(args: argparse.Namespace) -> int:
     not finish. Timing and memory targets are reported, not part of the exit code."""
     # The phones' process holds a large long-lived heap too: at CPython's thresholds, its
     # full collections froze its loop for a second now and then, and every resume timed
-    # across one looked a second slower (bench_loop_lag_ms max). These are the thresholds
-    # every figure in bench/README.md was measured with; the server's default moved to
-    # 10,000 at stop 14, measured with the phones' left as they were.
+    # across one looked a second slower (bench_loop_lag_ms max). These thresholds hold for
+    # the whole run; while the phones flap, `--phones-gc freeze` (the default since stop 15)
+    # lowers the first to 10,000 and freezes survivors (bench/phones_gc.py).
     tune_collector(PHONES_GC_THRESHOLDS)
     try:
         report = await measure(args)

@@ -9,12 +9,12 @@ not share a heap with 1,999 others.
 
 So, in "freeze" mode, whatever survives a collection is frozen (`gc.freeze`): no later
 collection walks it again, and each one walks only what was made since the last. Young
-collections then come every 10,000 net allocations instead of 50,000: the same total work
-(each object is walked once), in pauses a fifth as long (at 50,000 they stopped the phones
-for up to 170 ms at 2,000 phones). The price: a cycle that becomes garbage after surviving
-a collection is never freed, so the phones' process grows a little; the report gives how
-many objects were frozen. "plain" mode leaves the collector as it was (the bench before
-stop 15). Both time every collection.
+collections then come every 10,000 net allocations instead of 50,000: each object is still
+walked once, in pauses about a third as long (at 2,000 phones, 47.5 ms at the longest
+against 148 to 170 ms; bench/README.md, stop 15). The price: a cycle that becomes garbage
+after surviving a collection is never freed until the run ends, so the phones' process
+grows a little; the report gives how many objects were frozen. "plain" mode leaves the
+collector as it was (the bench before stop 15). Both time every collection.
 """
 
 from __future__ import annotations
@@ -37,11 +37,10 @@ class PhonesCollector:
         self.collections = [0, 0, 0]  # by generation
         self.pauses_s: list[float] = []
         self._started = 0.0
-        self._frozen = 0
-        self._thresholds = self._running = gc.get_threshold()
+        self._frozen = 0  # read as the run ends, before the objects are handed back
+        self._thresholds = self._running = gc.get_threshold()  # before the run, during it
 
     def start(self) -> None:
-        self._thresholds = gc.get_threshold()
         if self.mode == "freeze":
             gc.set_threshold(FREEZE_FIRST_THRESHOLD, *self._thresholds[1:])
         self._running = gc.get_threshold()
@@ -52,7 +51,7 @@ class PhonesCollector:
         if self._on_collection in gc.callbacks:
             gc.callbacks.remove(self._on_collection)
         gc.set_threshold(*self._thresholds)
-        self._frozen = max(self._frozen, gc.get_freeze_count())
+        self._frozen = gc.get_freeze_count()
         gc.unfreeze()
         return self.figures()
 
