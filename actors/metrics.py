@@ -17,6 +17,7 @@ CONTEXT_SOURCES = ("conversations", "working", "recent", "sample", "rules")
 TURN_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
 # A hello is answered in milliseconds when the server keeps up; the tail shows when it does not.
 HELLO_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+GC_GENERATIONS = ("0", "1", "2")
 
 
 class Metrics:
@@ -70,6 +71,14 @@ class Metrics:
             buckets=HELLO_BUCKETS,  # on the hello's scale, so the two compare bucket by bucket
             registry=registry,
         )
+        self.gc_pause_seconds = Histogram(
+            "stillhere_gc_pause_seconds",
+            "Seconds each garbage collection held the whole server (loop and actors) still, "
+            "by generation",
+            ["generation"],
+            buckets=HELLO_BUCKETS,
+            registry=registry,
+        )
         self.replayed_events = Counter(
             "stillhere_replayed_events",
             "Events replayed to links that came back with a last_seq",
@@ -83,6 +92,12 @@ class Metrics:
             self.archives.labels(reason=reason)
         for source in CONTEXT_SOURCES:
             self.context_source_failures.labels(source=source)
+        for generation in GC_GENERATIONS:
+            self.gc_pause_seconds.labels(generation=generation)
+
+    def observe_collection(self, generation: int, seconds: float) -> None:
+        """One garbage collection; called in whichever thread it ran (metrics take locks)."""
+        self.gc_pause_seconds.labels(generation=GC_GENERATIONS[generation]).observe(seconds)
 
     def watch(self, live_actors: Callable[[], int], links: Callable[[], int]) -> None:
         """Read the gauges from their source at scrape time, so they can never drift."""

@@ -748,6 +748,15 @@ def baseline_rows(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _server_collector_line(report: dict[str, Any]) -> str:
+    """Each generation's collections while flapping, and the bucket bound of the longest."""
+    cells = []
+    for g in range(3):
+        gen = report.get(f"server_gc{g}_ms") or {}
+        cells.append(f"gen{g} {gen.get('n')} (longest ≤ {gen.get('p100_le')} ms)")
+    return "  server collector   " + ", ".join(cells)
+
+
 def table(report: dict[str, Any]) -> str:
     r, t = report.get("resume_ms") or {}, report.get("turn_ms") or {}
     h = report.get("server_hello_ms") or {}
@@ -780,6 +789,7 @@ def table(report: dict[str, Any]) -> str:
         f"{_cell(bl.get('p99'))}   max={bl.get('max')} n={bl.get('n')}",
         f"  bench collector    {gc_.get('mode')}: collections {gc_.get('collections')}, "
         f"longest {gc_.get('pause_ms_max')} ms, {gc_.get('pause_s_total')} s in all",
+        _server_collector_line(report),
         f"  {'turn':<17}{_cell(t.get('p50'))}{_cell(t.get('p95'))}{_cell(t.get('p99'))}"
         f"   n={t.get('n')}",
         f"  server rss         idle {report.get('server_rss_mb_idle')} MB, "

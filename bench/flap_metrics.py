@@ -4,8 +4,10 @@ The phones time a resume from the hello going out to the welcome coming in, so t
 figure also holds the time each frame waits in a busy loop, the server's or the bench's
 own. The server's `stillhere_hello_seconds` histogram holds only the server's handling
 (hello read to welcome and replay queued), and `stillhere_loop_lag_seconds` how late its
-loop ran a timer: the server's share of the waiting. Read before and after the flapping,
-the difference of each is the flapping's, and its buckets bound each percentile from above.
+loop ran a timer: the server's share of the waiting. `stillhere_gc_pause_seconds` times
+each of its garbage collections, during which nothing in it ran. Read before and after the
+flapping, the difference of each is the flapping's, and its buckets bound each percentile
+(and the longest, p100) from above.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ Buckets = dict[float, float]  # cumulative count by upper bound in seconds (`le`
 HISTOGRAMS: dict[str, tuple[str, dict[str, str]]] = {
     "server_hello_ms": ("stillhere_hello_seconds_bucket", {"outcome": "resumed"}),
     "server_loop_lag_ms": ("stillhere_loop_lag_seconds_bucket", {}),
+    **{
+        f"server_gc{g}_ms": ("stillhere_gc_pause_seconds_bucket", {"generation": str(g)})
+        for g in range(3)
+    },
 }
 
 
@@ -43,13 +49,17 @@ async def server_buckets(base_url: str) -> dict[str, Buckets]:
 
 def server_figures(
     before: dict[str, Buckets], after: dict[str, Buckets]
-) -> dict[str, dict[str, float | None]]:
-    """Each histogram's `bounded_percentiles` between two `server_buckets` reads."""
-    return {key: bounded_percentiles(before[key], after[key]) for key in HISTOGRAMS}
+) -> dict[str, dict[str, float | None] | None]:
+    """Each histogram's `bounded_percentiles` between two `server_buckets` reads; None for
+    one the server does not expose."""
+    return {
+        key: bounded_percentiles(before[key], after[key]) if after[key] else None
+        for key in HISTOGRAMS
+    }
 
 
 def bounded_percentiles(
-    before: Buckets, after: Buckets, points: tuple[int, ...] = (50, 95, 99)
+    before: Buckets, after: Buckets, points: tuple[int, ...] = (50, 95, 99, 100)
 ) -> dict[str, float | None]:
     """For each percentile, the smallest bucket bound (ms) under which it lies, for the
     observations counted between `before` and `after`; None for one above the last finite

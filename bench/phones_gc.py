@@ -19,9 +19,12 @@ collector as it was (the bench before stop 15). Both time every collection.
 
 from __future__ import annotations
 
+import contextlib
 import gc
-import time
+import math
 from typing import Any
+
+from providers.collector import timed_collections
 
 MODES = ("freeze", "plain")
 FREEZE_FIRST_THRESHOLD = 10_000
@@ -36,7 +39,7 @@ class PhonesCollector:
         self.mode = mode
         self.collections = [0, 0, 0]  # by generation
         self.pauses_s: list[float] = []
-        self._started = 0.0
+        self._timing = contextlib.ExitStack()
         self._frozen = 0  # read as the run ends, before the objects are handed back
         self._thresholds = self._running = gc.get_threshold()  # before the run, during it
 
@@ -44,12 +47,11 @@ class PhonesCollector:
         if self.mode == "freeze":
             gc.set_threshold(FREEZE_FIRST_THRESHOLD, *self._thresholds[1:])
         self._running = gc.get_threshold()
-        gc.callbacks.append(self._on_collection)
+        self._timing.enter_context(timed_collections(self._on_collection, math.inf))
 
     def stop(self) -> dict[str, Any]:
         """Uninstall, let every frozen object be collected again, and report."""
-        if self._on_collection in gc.callbacks:
-            gc.callbacks.remove(self._on_collection)
+        self._timing.close()
         gc.set_threshold(*self._thresholds)
         self._frozen = gc.get_freeze_count()
         gc.unfreeze()
@@ -65,11 +67,8 @@ class PhonesCollector:
             "frozen_objects": self._frozen,
         }
 
-    def _on_collection(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-            return
-        self.pauses_s.append(time.perf_counter() - self._started)
-        self.collections[info["generation"]] += 1
+    def _on_collection(self, generation: int, seconds: float) -> None:
+        self.pauses_s.append(seconds)
+        self.collections[generation] += 1
         if self.mode == "freeze":
             gc.freeze()

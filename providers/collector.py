@@ -19,12 +19,18 @@ runs at 2,000 phones resume p99 fell by 17 to 25% (bench/README.md, stop 14).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 log = logging.getLogger("stillhere.server")
 
 DEFAULT = (10_000, 50, 100)
+# A collection this long is worth a line in the log: every link and turn waited for it.
+LONG_PAUSE_S = 0.25
 
 
 def parse_thresholds(text: str) -> tuple[int, int, int]:
@@ -45,3 +51,45 @@ def tune_collector(thresholds: tuple[int, int, int]) -> None:
     """Set the three thresholds for this process, and say so in the log."""
     gc.set_threshold(*thresholds)
     log.info("garbage collector thresholds %s", "/".join(map(str, thresholds)))
+
+
+@contextlib.contextmanager
+def timed_collections(
+    observe: Callable[[int, float], None], long_pause_s: float = LONG_PAUSE_S
+) -> Iterator[None]:
+    """For the length of the block, call `observe(generation, seconds)` after every
+    collection, and log the ones of `long_pause_s` or more.
+
+    A collection holds the GIL from start to end, in whichever thread triggered it, so its
+    length is how long every thread, the event loop's too, stood still. `observe` runs in
+    that thread, with the collector not yet done, so it must be thread-safe and quick.
+    """
+    timer = _CollectionTimer(observe, long_pause_s)
+    gc.callbacks.append(timer)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(timer)
+
+
+class _CollectionTimer:
+    def __init__(self, observe: Callable[[int, float], None], long_pause_s: float) -> None:
+        self._observe = observe
+        self._long_pause_s = long_pause_s
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        seconds = time.perf_counter() - self._started
+        generation = info["generation"]
+        self._observe(generation, seconds)
+        if seconds >= self._long_pause_s:
+            log.warning(
+                "garbage collection of generation %d stopped this process for %.0f ms "
+                "(%d objects freed)",
+                generation,
+                seconds * 1000,
+                info["collected"],
+            )

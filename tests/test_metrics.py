@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ async def test_every_metric_is_declared(harness: Harness) -> None:
         "stillhere_replayed_events",
         "stillhere_hello_seconds",
         "stillhere_loop_lag_seconds",
+        "stillhere_gc_pause_seconds",
     } <= families
     assert _value(samples, "stillhere_hellos_total", outcome="resumed") == 0
     assert ("stillhere_hellos_total", (("outcome", "new"),)) in samples  # known labels at 0
@@ -115,6 +117,21 @@ async def test_the_loop_lag_is_measured_while_the_server_runs(harness: Harness) 
     count = _value(samples, "stillhere_loop_lag_seconds_count")
     assert _value(samples, "stillhere_loop_lag_seconds_bucket", le="+Inf") == count > 0
     assert _value(samples, "stillhere_loop_lag_seconds_sum") >= 0
+
+
+async def test_garbage_collections_are_timed_by_generation(harness: Harness) -> None:
+    await harness.start()
+    before, _ = await _scrape(harness)
+    gc.collect(1)
+    gc.collect(2)
+    after, _ = await _scrape(harness)
+    for generation in ("1", "2"):
+        count = "stillhere_gc_pause_seconds_count"
+        grew = _value(after, count, generation=generation) - _value(
+            before, count, generation=generation
+        )
+        assert grew >= 1, generation
+    assert _value(after, "stillhere_gc_pause_seconds_sum", generation="2") > 0
 
 
 async def test_archives_by_reason(harness: Harness) -> None:

@@ -16,7 +16,7 @@ from actors.memory.setup import close_keeper, make_embedder, open_keeper, warm
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
 from providers.chat import ChatModel
-from providers.collector import tune_collector
+from providers.collector import timed_collections, tune_collector
 from providers.compute import limit_compute_threads
 from providers.loop_lag import loop_lag_probe
 from providers.openai import OpenAIChat
@@ -103,10 +103,11 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     ticker = loop.create_task(_tick(supervisor, settings.sweep_interval))
     admin: web.AppRunner | None = None
     try:
-        async with loop_lag_probe(rt.metrics.loop_lag_seconds.observe):
-            admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
-            log.info("stillhere ready, model: %s", model.label)
-            yield
+        with timed_collections(rt.metrics.observe_collection):
+            async with loop_lag_probe(rt.metrics.loop_lag_seconds.observe):
+                admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
+                log.info("stillhere ready, model: %s", model.label)
+                yield
     finally:
         if admin is not None:
             await admin.cleanup()
