@@ -260,6 +260,7 @@ async def _sample_loop(
     t0: float,
     progress: Progress,
 ) -> None:
+    cores = _CoresUsed(server)
     while True:
         t = time.perf_counter() - t0
         with contextlib.suppress(psutil.Error):
@@ -267,9 +268,47 @@ async def _sample_loop(
             series["live"].append(fleet.up)
             series["rss_mb"].append(round(server.rss_mb(), 1))
             series["threads"].append(server.threads())
+            for key, used in cores.since_last().items():
+                series[f"cores_{key}"].append(used)
         reconnects = sum(1 for w in fleet.ledger.welcomes if w.reconnect)
         progress.to(t, up=fleet.up, reconnects=reconnects, says=len(fleet.ledger.says))
         await asyncio.sleep(1.0)
+
+
+SERIES_CORES = ("cores_server", "cores_bench", "cores_other")
+
+
+class _CoresUsed:
+    """Cores busy since the last reading: the server, this bench, and the rest of the
+    machine (mostly the server's PostgreSQL). Cheap enough for every tick: three reads of
+    /proc, where `cpu_seconds` walks the process table for PostgreSQL."""
+
+    def __init__(self, server: procs.Server) -> None:
+        self._server = server.ps()
+        self._bench = psutil.Process()
+        self._last = self._read()
+
+    def _read(self) -> tuple[float, float, float, float]:
+        machine = psutil.cpu_times()
+        busy = machine.user + machine.system + getattr(machine, "nice", 0.0)
+        server, bench = self._server.cpu_times(), self._bench.cpu_times()
+        return (
+            time.perf_counter(),
+            server.user + server.system,
+            bench.user + bench.system,
+            busy,
+        )
+
+    def since_last(self) -> dict[str, float]:
+        now = self._read()
+        wall, server, bench, busy = (b - a for a, b in zip(self._last, now, strict=True))
+        self._last = now
+        wall = max(wall, 1e-9)
+        return {
+            "server": round(server / wall, 2),
+            "bench": round(bench / wall, 2),
+            "other": round(max(0.0, busy - server - bench) / wall, 2),
+        }
 
 
 async def flap_one(
@@ -334,7 +373,9 @@ async def flap_one(
             )
             out["server_threads_live"] = server.threads()
 
-            series: dict[str, list[float]] = {"t": [], "live": [], "rss_mb": [], "threads": []}
+            series: dict[str, list[float]] = {
+                key: [] for key in ("t", "live", "rss_mb", "threads", *SERIES_CORES)
+            }
             cpu0 = cpu_seconds(server)
             server0 = await server_buckets(server.base_url) if name == "stillhere" else None
             t0 = time.perf_counter()

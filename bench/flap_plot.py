@@ -1,4 +1,5 @@
-"""The flap bench's PNG: resume latency, live conversations and server RSS over time.
+"""The flap bench's PNG: resume latency, live conversations, server RSS and the cores busy
+(server, bench, the rest: mostly PostgreSQL) over time.
 
 matplotlib is imported here only, and only when `--plot` is given (Agg backend, no display).
 """
@@ -16,7 +17,7 @@ def plot(path: Path, report: dict[str, Any], resume_points: list[tuple[float, fl
     import matplotlib.pyplot as plt
 
     series = report["series"]
-    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    fig, axes = plt.subplots(4, 1, figsize=(10, 12), sharex=True)
     ax = axes[0]
     if resume_points:
         xs, ys = zip(*resume_points, strict=True)
@@ -29,7 +30,11 @@ def plot(path: Path, report: dict[str, Any], resume_points: list[tuple[float, fl
     axes[1].set_ylabel("live conversations\n(phones with a link up)")
     axes[2].plot(series["t"], series["rss_mb"], color="tab:purple")
     axes[2].set_ylabel("server RSS (MB)")
-    axes[2].set_xlabel("seconds since the flapping began")
+    for key, color in (("server", "tab:blue"), ("bench", "tab:orange"), ("other", "tab:gray")):
+        axes[3].plot(series["t"], series[f"cores_{key}"], color=color, label=key)
+    axes[3].set_ylabel("cores busy")
+    axes[3].legend(loc="upper right", fontsize=8)
+    axes[3].set_xlabel("seconds since the flapping began")
     title = (
         f"stillhere flap: {report['clients']} phones, {report['transport']}, "
         f"{report['duration_s']:.0f} s, seed {report['seed']}"

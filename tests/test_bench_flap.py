@@ -6,17 +6,18 @@ the window resumed), never timings: those are the bench's to report (bench/READM
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench import flap
+from bench import flap, flap_plot
 from bench.flap_metrics import bounded_percentiles
 
 
 @pytest.mark.timeout(110)
 @pytest.mark.parametrize("transport", ["ws", "mixed"])
-async def test_flapping_phones_lose_and_duplicate_nothing(transport: str) -> None:
+async def test_flapping_phones_lose_and_duplicate_nothing(transport: str, tmp_path: Path) -> None:
     args = flap.parse_args(
         [
             "--clients", "20", "--duration", "10s", "--transport", transport,
@@ -46,6 +47,13 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str) -> Non
     assert report["bench_gc"]["mode"] == "freeze" and sum(report["bench_gc"]["collections"])
     for line in ("server loop lag ≤", "bench loop lag", "server collector   gen0 "):
         assert line in flap.table(report)
+    series = report["series"]
+    for key in flap.SERIES_CORES:  # each tick says how busy the server, bench and rest were
+        assert len(series[key]) == len(series["t"]) > 0
+        assert min(series[key]) >= 0 and max(series[key]) > 0, key
+    png = tmp_path / "flap.png"
+    flap_plot.plot(png, report, report["_resume_points"])
+    assert png.read_bytes().startswith(b"\x89PNG"), "the plot is drawn, cores panel and all"
     stop = report["server_stop"]
     assert stop["exit_code"] == 0 and not stop["killed"] and stop["log_problems"] == 0
 
