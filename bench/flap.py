@@ -263,13 +263,16 @@ async def _sample_loop(
     cores = _CoresUsed(server)
     while True:
         t = time.perf_counter() - t0
-        with contextlib.suppress(psutil.Error):
-            series["t"].append(round(t, 2))
-            series["live"].append(fleet.up)
-            series["rss_mb"].append(round(server.rss_mb(), 1))
-            series["threads"].append(server.threads())
-            for key, used in cores.since_last().items():
-                series[f"cores_{key}"].append(used)
+        with contextlib.suppress(psutil.Error):  # a tick is kept whole or not at all
+            row = {
+                "t": round(t, 2),
+                "live": fleet.up,
+                "rss_mb": round(server.rss_mb(), 1),
+                "threads": server.threads(),
+                **{f"cores_{key}": used for key, used in cores.since_last().items()},
+            }
+            for key, value in row.items():
+                series[key].append(value)
         reconnects = sum(1 for w in fleet.ledger.welcomes if w.reconnect)
         progress.to(t, up=fleet.up, reconnects=reconnects, says=len(fleet.ledger.says))
         await asyncio.sleep(1.0)
