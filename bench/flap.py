@@ -292,15 +292,7 @@ class _CoresUsed:
         self._last = self._read()
 
     def _read(self) -> tuple[float, float, float, float]:
-        machine = psutil.cpu_times()
-        busy = machine.user + machine.system + getattr(machine, "nice", 0.0)
-        server, bench = self._server.cpu_times(), self._bench.cpu_times()
-        return (
-            time.perf_counter(),
-            server.user + server.system,
-            bench.user + bench.system,
-            busy,
-        )
+        return time.perf_counter(), _cpu(self._server), _cpu(self._bench), _machine_busy()
 
     def since_last(self) -> dict[str, float]:
         now = self._read()
@@ -449,28 +441,34 @@ async def flap_one(
                 shutil.copyfile(server.log_path, args.server_logs / f"{name}.log")
 
 
+def _cpu(process: psutil.Process) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    t = process.cpu_times()
+    return float(t.user + t.system)
+
+
+def _machine_busy() -> float:
+    """CPU seconds the whole machine has been busy so far, all cores."""
+    machine = psutil.cpu_times()
+    return float(machine.user + machine.system + getattr(machine, "nice", 0.0))
+
+
 def cpu_seconds(server: procs.Server) -> dict[str, float]:
     """CPU seconds (user + system) so far of the server, its PostgreSQL, and this bench."""
-
-    def cpu(p: psutil.Process) -> float:
-        t = p.cpu_times()
-        return float(t.user + t.system)
-
-    machine = psutil.cpu_times()
-    busy = float(machine.user + machine.system + getattr(machine, "nice", 0.0))
-    out = {"server": 0.0, "postgres": 0.0, "bench": cpu(psutil.Process()), "machine": busy}
+    out = {"server": 0.0, "postgres": 0.0, "bench": _cpu(psutil.Process())}
+    out["machine"] = _machine_busy()
     with contextlib.suppress(psutil.Error):
         server_ps = server.ps()
-        out["server"] = cpu(server_ps)
+        out["server"] = _cpu(server_ps)
         for child in server_ps.children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                out["postgres"] += cpu(child)
+                out["postgres"] += _cpu(child)
         if server.pgdata is not None and not out["postgres"]:  # stillhere: pg is a grandchild
             for proc in psutil.process_iter(["cmdline"]):
                 with contextlib.suppress(psutil.Error):
                     if str(server.pgdata) in " ".join(proc.info["cmdline"] or []):
-                        out["postgres"] += cpu(proc)
-                        out["postgres"] += sum(cpu(c) for c in proc.children(recursive=True))
+                        out["postgres"] += _cpu(proc)
+                        out["postgres"] += sum(_cpu(c) for c in proc.children(recursive=True))
     return out
 
 
