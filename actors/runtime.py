@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from actors.memory.keeper import MemoryKeeper
 
 DEFAULT_INTERRUPT_WORDS = ("stop", "wait", "hold on", "hang on", "shut up", "enough", "pause")
+# A reply's pieces this close together share one `reply.delta`. 100 ms is ten updates a
+# second, smooth for text and well within what a voice client buffers before speaking; at
+# 20 words/s it halves the frames of a paced reply, and with them the server's CPU per turn
+# by about an eighth (bench/README.md, stop 17).
+DEFAULT_DELTA_WINDOW_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +51,7 @@ class ConversationSettings:
     park_after_s: float = 10 * 60
     retry_pause_s: float = 0.5
     max_tool_rounds: int = 4
-    delta_window_s: float = 0.02  # a reply's pieces this close together share one delta
+    delta_window_s: float = DEFAULT_DELTA_WINDOW_S
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     context: ContextSettings = field(default_factory=ContextSettings)
 

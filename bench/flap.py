@@ -519,7 +519,7 @@ def _verdict(fleet: Fleet, stored: Stored | None) -> dict[str, Any]:
 # per-link frame rate limit (20/s) is raised so that it measures the server's cost per turn,
 # not the limiter; the baselines have no limiter at all. "stillhere-per-piece" sends a delta
 # per model piece, as the baselines do, so its ratio compares like with like on frames; plain
-# "stillhere" runs with its default delta window (pieces within 20 ms share one delta).
+# "stillhere" runs with its default delta window (pieces within 100 ms share one delta).
 _UNLIMITED = ["--frames-per-s", "100000", "--frame-burst", "100000"]
 THROUGHPUT_SERVERS: dict[str, tuple[str, list[str]]] = {
     "stillhere": ("stillhere", _UNLIMITED),

@@ -60,6 +60,21 @@ async def test_with_no_delta_window_each_piece_is_its_own_delta(
     assert _deltas_of(phone, end) == [SLOW[i : i + 3] for i in range(0, len(SLOW), 3)]
 
 
+async def test_by_default_a_paced_reply_goes_out_a_few_words_a_delta(harness: Harness) -> None:
+    """At 20 words/s a word comes every 50 ms, inside the default window of 100 ms: the
+    first word goes at once, later ones share deltas, and nothing is lost."""
+    await harness.start(rehearsal_rate=20)
+    phone = await harness.phone()
+    await phone.say("Say back these eight words for me, please.")
+    end = await phone.reply()
+    deltas = _deltas_of(phone, end)
+    words = end["text"].split()
+    assert "".join(deltas) == end["text"]
+    assert len(deltas[0].split()) == 1
+    assert len(deltas) < len(words) * 0.75
+    assert all(delta.strip() for delta in deltas)
+
+
 async def test_pieces_held_when_a_reply_is_cut_off_are_neither_sent_nor_stored(
     harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection
 ) -> None:

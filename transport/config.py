@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from actors.clock import parse_duration
-from actors.runtime import DEFAULT_INTERRUPT_WORDS
+from actors.runtime import DEFAULT_DELTA_WINDOW_S, DEFAULT_INTERRUPT_WORDS
 from providers.collector import DEFAULT as COLLECTOR_DEFAULT
 from providers.collector import parse_thresholds
 from providers.event_loop import LOOPS
@@ -58,7 +58,7 @@ class Settings:
     llm_timeout: float = 60.0
     rehearsal_latency: float = 0.0
     rehearsal_rate: float = 0.0
-    delta_window: float = 0.02
+    delta_window: float = DEFAULT_DELTA_WINDOW_S
     resume_window: float = 30 * 60
     sweep_interval: float = 5 * 60
     park_after: float = 10 * 60
