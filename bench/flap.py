@@ -178,9 +178,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--phones-gc",
         choices=PHONES_GC_MODES,
-        default="freeze",
-        help="the phones' own collector: freeze what survives a collection (default), or "
-        "plain (bench/phones_gc.py)",
+        default="off",
+        help="the phones' own collector: off while they flap (default), freeze what "
+        "survives a collection, or plain (bench/phones_gc.py)",
     )
 
 
@@ -292,7 +292,12 @@ class _CoresUsed:
         self._last = self._read()
 
     def _read(self) -> tuple[float, float, float, float]:
-        return time.perf_counter(), _cpu(self._server), _cpu(self._bench), _machine_busy()
+        return (
+            time.perf_counter(),
+            process_cpu_s(self._server),
+            process_cpu_s(self._bench),
+            _machine_busy(),
+        )
 
     def since_last(self) -> dict[str, float]:
         now = self._read()
@@ -441,7 +446,7 @@ async def flap_one(
                 shutil.copyfile(server.log_path, args.server_logs / f"{name}.log")
 
 
-def _cpu(process: psutil.Process) -> float:
+def process_cpu_s(process: psutil.Process) -> float:
     """CPU seconds (user + system) the process has used so far."""
     t = process.cpu_times()
     return float(t.user + t.system)
@@ -455,20 +460,22 @@ def _machine_busy() -> float:
 
 def cpu_seconds(server: procs.Server) -> dict[str, float]:
     """CPU seconds (user + system) so far of the server, its PostgreSQL, and this bench."""
-    out = {"server": 0.0, "postgres": 0.0, "bench": _cpu(psutil.Process())}
+    out = {"server": 0.0, "postgres": 0.0, "bench": process_cpu_s(psutil.Process())}
     out["machine"] = _machine_busy()
     with contextlib.suppress(psutil.Error):
         server_ps = server.ps()
-        out["server"] = _cpu(server_ps)
+        out["server"] = process_cpu_s(server_ps)
         for child in server_ps.children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                out["postgres"] += _cpu(child)
+                out["postgres"] += process_cpu_s(child)
         if server.pgdata is not None and not out["postgres"]:  # stillhere: pg is a grandchild
             for proc in psutil.process_iter(["cmdline"]):
                 with contextlib.suppress(psutil.Error):
                     if str(server.pgdata) in " ".join(proc.info["cmdline"] or []):
-                        out["postgres"] += _cpu(proc)
-                        out["postgres"] += sum(_cpu(c) for c in proc.children(recursive=True))
+                        out["postgres"] += process_cpu_s(proc)
+                        out["postgres"] += sum(
+                            process_cpu_s(c) for c in proc.children(recursive=True)
+                        )
     return out
 
 
@@ -830,7 +837,8 @@ def table(report: dict[str, Any]) -> str:
         f"  {'bench loop lag':<17}{_cell(bl.get('p50'))}{_cell(bl.get('p95'))}"
         f"{_cell(bl.get('p99'))}   max={bl.get('max')} n={bl.get('n')}",
         f"  bench collector    {gc_.get('mode')}: collections {gc_.get('collections')}, "
-        f"longest {gc_.get('pause_ms_max')} ms, {gc_.get('pause_s_total')} s in all",
+        f"longest {gc_.get('pause_ms_max')} ms, {gc_.get('pause_s_total')} s in all; "
+        f"grew {gc_.get('rss_mb_grown')} MB, {gc_.get('freed_after_run')} objects freed after",
         _server_collector_line(report),
         f"  {'turn':<17}{_cell(t.get('p50'))}{_cell(t.get('p95'))}{_cell(t.get('p99'))}"
         f"   n={t.get('n')}",
@@ -895,8 +903,8 @@ async def run(args: argparse.Namespace) -> int:
     # The phones' process holds a large long-lived heap too: at CPython's thresholds, its
     # full collections froze its loop for a second now and then, and every resume timed
     # across one looked a second slower (bench_loop_lag_ms max). These thresholds hold for
-    # the whole run; while the phones flap, `--phones-gc freeze` (the default since stop 15)
-    # lowers the first to 10,000 and freezes survivors (bench/phones_gc.py).
+    # the whole run; while the phones flap, `--phones-gc off` (the default since stop 17)
+    # holds their collector off altogether (bench/phones_gc.py).
     tune_collector(PHONES_GC_THRESHOLDS)
     try:
         report = await measure(args)

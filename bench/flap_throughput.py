@@ -13,6 +13,7 @@ import asyncio
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,8 @@ class Throughput:
     says: int
     turns: int = 0
     seconds: float = 0.0
+    deltas: int = 0  # reply.delta frames in the timed turns
+    cpu_s: float = 0.0  # the server's CPU over the timed turns, if `measure` had a reading
     turn_ms: list[float] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
 
@@ -62,21 +65,27 @@ async def _turns(ws: aiohttp.ClientWebSocketResponse, k: int, out: Throughput | 
         text = f"Throughput message {n}, plain words and nothing more."
         sent = time.perf_counter()
         await ws.send_str(orjson.dumps({"type": "say", "id": id_, "text": text}).decode())
-        while True:
-            frame = await _next(ws)
-            if frame["type"] == "reply.end":
-                break
+        deltas = 0
+        while (kind := (await _next(ws))["type"]) != "reply.end":
+            deltas += kind == "reply.delta"
         if out is not None:
+            out.deltas += deltas
             out.turn_ms.append((time.perf_counter() - sent) * 1000.0)
             out.turns += 1
 
 
 async def measure(
-    base_url: str, phones: int, says: int, timeout: float, warmup: int = 0
+    base_url: str,
+    phones: int,
+    says: int,
+    timeout: float,
+    warmup: int = 0,
+    cpu: Callable[[], float] | None = None,
 ) -> Throughput:
     """Connect M phones (hello), let each make `warmup` untimed turns (pools filled,
     statements prepared, actors started: every server warm alike), then time M x K turns
-    from the first say to the last end."""
+    from the first say to the last end; `cpu`, a reading of the server's CPU seconds, is
+    taken around those turns alone."""
     out = Throughput(phones, says)
     url = base_url + "/v1/ws"
     connector = aiohttp.TCPConnector(limit=0)
@@ -88,12 +97,14 @@ async def measure(
             await asyncio.wait_for(
                 asyncio.gather(*(_turns(ws, warmup, None) for ws in links)), timeout
             )
+            cpu_before = cpu() if cpu is not None else 0.0
             started = time.perf_counter()
             results = await asyncio.wait_for(
                 asyncio.gather(*(_turns(ws, says, out) for ws in links), return_exceptions=True),
                 timeout,
             )
             out.seconds = time.perf_counter() - started
+            out.cpu_s = cpu() - cpu_before if cpu is not None else 0.0
             for result in results:
                 if isinstance(result, BaseException):
                     key = f"{type(result).__name__}: {result}"[:200]

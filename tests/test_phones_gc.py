@@ -51,6 +51,23 @@ def test_plain_mode_only_times_collections() -> None:
     assert figures["thresholds"] == list(gc.get_threshold())
 
 
+def test_off_mode_holds_the_collector_off_then_frees_what_piled_up() -> None:
+    collector = PhonesCollector("off")
+    callbacks = list(gc.callbacks)
+    collector.start()
+    try:
+        assert not gc.isenabled(), "no collection stops the phones while they flap"
+        for _ in range(1000):
+            _Node()  # cycles left behind: only a collection frees them
+    finally:
+        figures = collector.stop()
+    assert gc.isenabled(), "stop gives the collector back"
+    assert figures["mode"] == "off" and figures["collections"] == [0, 0, 0]
+    assert figures["freed_after_run"] >= 1000, "the cycles are freed once the run is over"
+    assert isinstance(figures["rss_mb_grown"], float)
+    assert gc.callbacks == callbacks
+
+
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="freeze"):
-        PhonesCollector("off")
+        PhonesCollector("never")
