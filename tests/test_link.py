@@ -4,10 +4,12 @@ transport, and reaches it in order and exactly once when it reads again."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from providers.event_loop import run
 from tests.conftest import Harness, eventually
@@ -255,3 +257,26 @@ def test_frames_go_straight_out_on_either_loop(kind: str) -> None:
         return got, link.waited
 
     assert run(exchange(), kind) == (b"hello", 0)
+
+
+async def test_a_dropped_websocket_link_is_freed_without_the_collector(harness: Harness) -> None:
+    """A phone in a tunnel: the server's close goes into a dead socket and fails. Nothing of
+    the link may be left in reference cycles, which only a collection (the loop stopped)
+    would free: with the collector off, the link is gone as soon as its handler returns."""
+    await harness.start()
+    phone = await harness.phone()
+    await phone.say("Into the tunnel.")
+    await phone.reply()
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        await phone.drop()
+        await eventually(lambda: not harness.server.links)
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, web.WebSocketResponse)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
