@@ -86,6 +86,19 @@ def _seconds(text: str) -> float:
     return parse_duration(text)
 
 
+def add_rehearsal_options(parser: argparse.ArgumentParser) -> None:
+    """The rehearsal model's pace, the same in every bench that paces it."""
+    parser.add_argument(
+        "--rehearsal-latency",
+        type=_seconds,
+        default=0.3,
+        help="rehearsal model: pause before its first word (default 300ms)",
+    )
+    parser.add_argument(
+        "--rehearsal-rate", type=float, default=20.0, help="rehearsal words per second (20)"
+    )
+
+
 def add_parser(subparsers: Any) -> None:
     """Add `flap` to a subparsers object (`stillhere bench flap`); the command's `run`
     checks the options first."""
@@ -111,15 +124,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storm", action="store_true", help="after the flapping, drop every phone at once"
     )
-    parser.add_argument(
-        "--rehearsal-latency",
-        type=_seconds,
-        default=0.3,
-        help="rehearsal model: pause before its first word (default 300ms)",
-    )
-    parser.add_argument(
-        "--rehearsal-rate", type=float, default=20.0, help="rehearsal words per second (20)"
-    )
+    add_rehearsal_options(parser)
     parser.add_argument(
         "--event-loop", choices=LOOPS, default="uvloop", help="every server's loop (uvloop)"
     )

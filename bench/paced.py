@@ -26,10 +26,11 @@ from typing import Any
 
 from actors.clock import parse_duration
 from bench import procs
-from bench.flap import median_or_none, percentiles, process_cpu_s
+from bench.flap import add_rehearsal_options, median_or_none, percentiles, process_cpu_s
 from bench.flap_throughput import Throughput, measure
 from providers.event_loop import LOOPS
 from providers.event_loop import run as run_on_loop
+from transport.config import positive_int
 
 
 def _windows(text: str) -> list[str]:
@@ -42,13 +43,6 @@ def _windows(text: str) -> list[str]:
     return windows
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"needs a whole number of at least 1, not {text!r}")
-    return value
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.paced", description=__doc__)
     parser.add_argument(
@@ -57,18 +51,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=_windows("20ms,100ms"),
         help="delta windows to compare, the first the baseline (default 20ms,100ms)",
     )
-    parser.add_argument("--phones", type=_positive, default=300, help="phones (default 300)")
-    parser.add_argument("--says", type=_positive, default=12, help="timed turns per phone (12)")
-    parser.add_argument("--rounds", type=_positive, default=2, help="rounds per window (2)")
-    parser.add_argument(
-        "--rehearsal-latency",
-        type=parse_duration,
-        default=0.3,
-        help="rehearsal model: pause before its first word (default 300ms)",
-    )
-    parser.add_argument(
-        "--rehearsal-rate", type=float, default=20.0, help="rehearsal words per second (20)"
-    )
+    parser.add_argument("--phones", type=positive_int, default=300, help="phones (default 300)")
+    parser.add_argument("--says", type=positive_int, default=12, help="timed turns per phone (12)")
+    parser.add_argument("--rounds", type=positive_int, default=2, help="rounds per window (2)")
+    add_rehearsal_options(parser)
     parser.add_argument("--event-loop", choices=LOOPS, default="uvloop")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     return parser.parse_args(argv)

@@ -15,6 +15,11 @@ they come every few seconds and take 30 to 140 ms; generation 1 is then collecte
 two minutes or so (0.76 and 0.89 s in a 300 s run). Collections took 11.3 s of that run
 against 5.6 s, with no rise in the server's CPU beyond the spread, and over three pairs of
 runs at 2,000 phones resume p99 fell by 17 to 25% (bench/README.md, stop 14).
+
+Since stop 17 a WebSocket link that ends leaves no reference cycles (`transport/websocket.py`)
+and the server makes no cyclic garbage under that load, so nothing but live objects reaches
+the young generation: at 10,000 a young collection comes every 15 s or so and walks the
+links made meanwhile (up to 500 ms), and generation 1 was not collected at all in 300 s.
 """
 
 from __future__ import annotations
