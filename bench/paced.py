@@ -30,7 +30,6 @@ from bench.flap import add_rehearsal_options, median_or_none, percentiles, proce
 from bench.flap_throughput import Throughput, measure
 from providers.event_loop import LOOPS
 from providers.event_loop import run as run_on_loop
-from transport.config import positive_int
 
 
 def _windows(text: str) -> list[str]:
@@ -51,13 +50,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=_windows("20ms,100ms"),
         help="delta windows to compare, the first the baseline (default 20ms,100ms)",
     )
-    parser.add_argument("--phones", type=positive_int, default=300, help="phones (default 300)")
-    parser.add_argument("--says", type=positive_int, default=12, help="timed turns per phone (12)")
-    parser.add_argument("--rounds", type=positive_int, default=2, help="rounds per window (2)")
+    parser.add_argument("--phones", type=int, default=300, help="phones (default 300)")
+    parser.add_argument("--says", type=int, default=12, help="timed turns per phone (12)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per window (2)")
     add_rehearsal_options(parser)
     parser.add_argument("--event-loop", choices=LOOPS, default="uvloop")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if min(args.phones, args.says, args.rounds) < 1:
+        parser.error("--phones, --says and --rounds must each be at least 1")
+    return args
 
 
 async def _round(server: procs.Server, args: argparse.Namespace, warmup: int) -> Throughput:

@@ -40,3 +40,8 @@ async def test_each_window_is_timed_with_its_deltas_counted() -> None:
 def test_windows_need_a_baseline_and_durations(windows: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         paced._windows(windows)
+
+
+def test_counts_below_one_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        paced.parse_args(["--phones", "0"])

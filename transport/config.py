@@ -14,7 +14,7 @@ from providers.collector import parse_thresholds
 from providers.event_loop import LOOPS
 
 
-def positive_int(text: str) -> int:
+def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"needs a whole number of at least 1, not {text!r}")
@@ -123,7 +123,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("gc-thresholds", _gc_thresholds, "Python's collector: generation 0, 1, 2 thresholds"),
     (
         "compute-threads",
-        positive_int,
+        _positive,
         "threads numpy and faiss may each use (more only slows the loop)",
     ),
 ]
