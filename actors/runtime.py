@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 DEFAULT_INTERRUPT_WORDS = ("stop", "wait", "hold on", "hang on", "shut up", "enough", "pause")
 # A reply's pieces this close together share one `reply.delta`. 100 ms is ten updates a
 # second, smooth for text and well within what a voice client buffers before speaking; at
-# 20 words/s it halves the frames of a paced reply, and with them the server's CPU per turn
-# by about an eighth (bench/README.md, stop 17).
+# 20 words/s it halves the frames of a paced reply, and cuts the server's CPU per turn by 12
+# to 17% (bench/README.md, stop 17).
 DEFAULT_DELTA_WINDOW_S = 0.1
 
 
