@@ -87,6 +87,7 @@ import psutil  # noqa: E402
 from actors.clock import SystemClock  # noqa: E402
 from actors.memory.keeper import MemoryKeeper  # noqa: E402
 from actors.memory.recognition import Candidate, Verdict, recognise  # noqa: E402
+from bench.procs import process_rss_mb  # noqa: E402
 from providers.embedding import EmbeddingError  # noqa: E402
 from storage.embedded import EmbeddedPostgres  # noqa: E402
 from storage.fingerprints import encode  # noqa: E402
@@ -209,7 +210,7 @@ class Query:
 
 
 def rss_mb() -> float:
-    return psutil.Process().memory_info().rss / (1024 * 1024)
+    return process_rss_mb(psutil.Process())
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float | int | None]:

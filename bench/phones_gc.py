@@ -33,6 +33,7 @@ from typing import Any
 
 import psutil
 
+from bench.procs import process_rss_mb
 from providers.collector import timed_collections
 
 MODES = ("off", "freeze", "plain")
@@ -51,11 +52,12 @@ class PhonesCollector:
         self._timing = contextlib.ExitStack()
         self._frozen = 0  # read as the run ends, before the objects are handed back
         self._thresholds = self._running = gc.get_threshold()  # before the run, during it
-        self._rss_mb = [0.0, 0.0]  # this process's, as the run starts and as it ends
+        self._rss_mb_start = 0.0  # this process's, as the run starts
+        self._rss_mb_grown = 0.0  # and how much more it held as the run ended
         self._freed_after = 0  # objects the full collection after an "off" run freed
 
     def start(self) -> None:
-        self._rss_mb[0] = _rss_mb()
+        self._rss_mb_start = process_rss_mb(psutil.Process())
         if self.mode == "freeze":
             gc.set_threshold(FREEZE_FIRST_THRESHOLD, *self._thresholds[1:])
         elif self.mode == "off":
@@ -67,7 +69,7 @@ class PhonesCollector:
         """Uninstall, let every frozen object be collected again, and report; after an
         "off" run, collect what piled up (untimed: the run is over)."""
         self._timing.close()
-        self._rss_mb[1] = _rss_mb()
+        self._rss_mb_grown = process_rss_mb(psutil.Process()) - self._rss_mb_start
         gc.set_threshold(*self._thresholds)
         self._frozen = gc.get_freeze_count()
         gc.unfreeze()
@@ -84,7 +86,7 @@ class PhonesCollector:
             "pause_ms_max": round(max(self.pauses_s, default=0.0) * 1000, 1),
             "pause_s_total": round(sum(self.pauses_s), 3),
             "frozen_objects": self._frozen,
-            "rss_mb_grown": round(self._rss_mb[1] - self._rss_mb[0], 1),
+            "rss_mb_grown": round(self._rss_mb_grown, 1),
             "freed_after_run": self._freed_after,
         }
 
@@ -93,7 +95,3 @@ class PhonesCollector:
         self.collections[generation] += 1
         if self.mode == "freeze":
             gc.freeze()
-
-
-def _rss_mb() -> float:
-    return float(psutil.Process().memory_info().rss) / (1024 * 1024)

@@ -31,7 +31,16 @@ STOP_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 15.0
 PROJECT = Path(__file__).resolve().parent.parent
 
-__all__ = ["HOST", "RssSampler", "Server", "ServerError", "log_problems", "log_tail", "start"]
+__all__ = [
+    "HOST",
+    "RssSampler",
+    "Server",
+    "ServerError",
+    "log_problems",
+    "log_tail",
+    "process_rss_mb",
+    "start",
+]
 
 
 class ServerError(Exception):
@@ -58,10 +67,15 @@ class Server:
         return psutil.Process(self.proc.pid)
 
     def rss_mb(self) -> float:
-        return float(self.ps().memory_info().rss) / (1024 * 1024)
+        return process_rss_mb(self.ps())
 
     def threads(self) -> int:
         return int(self.ps().num_threads())
+
+
+def process_rss_mb(process: psutil.Process) -> float:
+    """A process's resident memory, in MB."""
+    return float(process.memory_info().rss) / (1024 * 1024)
 
 
 def free_port() -> int:
