@@ -1,39 +1,44 @@
-"""Python's cyclic garbage collector, tuned for a server whose heap is mostly long-lived.
+"""Python's cyclic garbage collector, paced for a server whose heap is mostly long-lived.
 
-Every conversation holds its window, cards and replay buffer for as long as it lives, so
-with 2,000 conversations the heap holds millions of tracked objects. At CPython's default
-thresholds (700, 10, 10) the young generations are collected so often that the transient
-objects of each turn (frames in flight, futures, records) survive into the old generation,
-and a full collection, which walks the whole heap while the event loop waits, followed
-every few seconds: in a 2,000-phone `bench flap` run, 360 to 440 ms each, every 8 s, and
-the resume p99 was 400 to 1,000 ms (stop 12). A first threshold of 50,000 made full
-collections rare, but the first threshold counts allocations less deallocations, and the
-deaths of older objects pull it down: with phones reconnecting all the time, a young
-collection came only every 20 to 30 s and then walked some 180,000 survivors (a link's
-machinery, for every link made meanwhile), 190 to 430 ms with the loop stopped. At 10,000
-they come every few seconds and take 30 to 140 ms; generation 1 is then collected every
-two minutes or so (0.76 and 0.89 s in a 300 s run). Collections took 11.3 s of that run
-against 5.6 s, with no rise in the server's CPU beyond the spread, and over three pairs of
-runs at 2,000 phones resume p99 fell by 17 to 25% (bench/README.md, stop 14).
+Every conversation holds its window, cards and replay buffer for as long as it lives, and
+every link its connection's machinery for as long as the phone stays, so at 2,000 phones
+the heap holds some 390,000 tracked objects, and a collection walks each object of the
+generations it collects with everything else stopped (the GIL is held throughout).
 
-Since stop 17 a WebSocket link that ends leaves no reference cycles (`transport/websocket.py`)
-and the server makes no cyclic garbage under that load, so nothing but live objects reaches
-the young generation: at 10,000 a young collection comes every 15 s or so and walks the
-links made meanwhile (up to 500 ms), and generation 1 was not collected at all in 300 s.
+Left to CPython, the first threshold counts allocations less deallocations; the deaths of
+older objects pull it down, so with phones reconnecting all the time a young collection
+came only every 15 s or so (at `10000,50,100`) and then walked every link made meanwhile:
+up to 500 ms with the loop stopped, and resume p99 at 2,000 phones stayed at 70 to 140 ms
+(bench/README.md, stops 12 to 17). Lower thresholds made the young collections short but
+sent more survivors to generation 1, whose collections then took up to a second.
+
+So by default the server paces the collector itself (`paced_collector`), on the loop:
+- every `young_every_s` (0.5 s) it collects generation 0, the objects made since the last
+  tick: some 14,000 at 2,000 phones, 10 to 25 ms;
+- then it freezes the survivors (`gc.freeze`): no later collection walks them again, and
+  they are still freed as soon as nothing refers to them;
+- every `full_every_s` (10 min) it unfreezes everything and collects all of it, so cycles
+  among older objects are freed too: some 400 to 700 ms at 2,000 phones.
+This leans on the server making next to no cyclic garbage: since stop 17 a link that ends
+leaves none (`transport/websocket.py`), and a full collection at 2,000 phones found none.
+A cycle that forms among frozen objects waits for the next full collection; that is what
+`full_every_s` bounds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("stillhere.server")
 
-DEFAULT = (10_000, 50, 100)
+DEFAULT = (10_000, 50, 100)  # CPython's own pacing, when the server does not pace it
 # A collection this long is worth a line in the log: every link and turn waited for it.
 LONG_PAUSE_S = 0.25
 
@@ -56,6 +61,56 @@ def tune_collector(thresholds: tuple[int, int, int]) -> None:
     """Set the three thresholds for this process, and say so in the log."""
     gc.set_threshold(*thresholds)
     log.info("garbage collector thresholds %s", "/".join(map(str, thresholds)))
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How the server paces the collector; `young_every_s` 0 leaves it to CPython."""
+
+    young_every_s: float = 0.5
+    full_every_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.young_every_s < 0 or self.full_every_s <= 0:
+            raise ValueError(f"collector pace needs young >= 0 s and full > 0 s, not {self}")
+
+
+@contextlib.asynccontextmanager
+async def paced_collector(pace: Pace) -> AsyncIterator[None]:
+    """For the length of the block, collect on the running loop at `pace` (the module's
+    docstring says why), or, with `pace.young_every_s` 0, leave it to CPython. Afterwards
+    CPython collects again, with nothing left frozen."""
+    if not pace.young_every_s:
+        yield
+        return
+    gc.disable()
+    log.info(
+        "garbage collector paced: young objects every %g s, all of them every %g s",
+        pace.young_every_s,
+        pace.full_every_s,
+    )
+    task = asyncio.get_running_loop().create_task(_pace(pace))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        gc.unfreeze()
+        gc.enable()
+
+
+async def _pace(pace: Pace) -> None:
+    last_full = time.monotonic()
+    while True:
+        await asyncio.sleep(pace.young_every_s)
+        if time.monotonic() - last_full >= pace.full_every_s:
+            gc.unfreeze()
+            gc.collect()
+            last_full = time.monotonic()
+        else:
+            gc.collect(0)
+        gc.freeze()
 
 
 @contextlib.contextmanager

@@ -1,15 +1,19 @@
-"""The collector's thresholds, set by `--gc-thresholds`, and its collections timed."""
+"""The collector: paced by the server (`--gc-young-every`, `--gc-full-every`) or left to
+CPython at `--gc-thresholds`, and its collections timed."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import math
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from providers.collector import DEFAULT, timed_collections, tune_collector
+from providers.collector import DEFAULT, Pace, paced_collector, timed_collections, tune_collector
+from tests.conftest import eventually
 
 
 @pytest.fixture
@@ -56,3 +60,45 @@ def test_a_short_collection_is_not_logged(caplog: pytest.LogCaptureFixture) -> N
     ):
         gc.collect(0)
     assert seen == [0] and not caplog.records
+
+
+async def test_paced_young_collections_free_young_cycles_and_freeze_the_rest() -> None:
+    async with paced_collector(Pace(young_every_s=0.02, full_every_s=3600)):
+        assert not gc.isenabled(), "CPython no longer collects by itself"
+        dead = weakref.ref(_Cycle())
+        kept = _Cycle()
+        await eventually(lambda: dead() is None, timeout=5)
+        assert gc.get_freeze_count() > 0
+        # `kept` lived through a tick, so it is frozen: a cycle it ends in stays, for now.
+        frozen = weakref.ref(kept)
+        del kept
+        await asyncio.sleep(0.2)
+        assert frozen() is not None
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.collect()
+    assert frozen() is None
+
+
+async def test_a_paced_full_collection_frees_cycles_among_frozen_objects() -> None:
+    generations: list[int] = []
+    with timed_collections(lambda g, s: generations.append(g), long_pause_s=math.inf):
+        async with paced_collector(Pace(young_every_s=0.02, full_every_s=0.5)):
+            kept = _Cycle()
+            frozen = weakref.ref(kept)
+            await eventually(lambda: gc.get_freeze_count() > 0, timeout=5)
+            del kept
+            await eventually(lambda: frozen() is None, timeout=5)
+    assert 2 in generations and generations.count(0) >= 2
+
+
+async def test_a_young_pace_of_zero_leaves_the_collector_to_cpython(restored: None) -> None:
+    tune_collector((1234, 5, 6))
+    async with paced_collector(Pace(young_every_s=0, full_every_s=600)):
+        assert gc.isenabled() and gc.get_threshold() == (1234, 5, 6)
+        assert gc.get_freeze_count() == 0
+
+
+def test_a_pace_out_of_range_is_refused() -> None:
+    for young, full in ((-1, 600), (0.5, 0), (0.5, -3)):
+        with pytest.raises(ValueError, match="collector pace"):
+            Pace(young, full)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transport.config import Settings, add_options, parse_duration, settings_from
+from transport.config import Settings, add_options, collector_pace, parse_duration, settings_from
 
 
 def _parse(argv: list[str]) -> Settings:
@@ -78,6 +78,24 @@ def test_gc_thresholds_default_and_bad_ones_are_refused(capsys: pytest.CaptureFi
         with pytest.raises(SystemExit):
             _parse(["--gc-thresholds", bad])
         assert "three whole numbers" in capsys.readouterr().err
+
+
+def test_the_collector_is_paced_by_default_and_bad_paces_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    default = collector_pace(_parse([]))
+    assert (default.young_every_s, default.full_every_s) == (0.5, 600.0)
+    chosen = collector_pace(_parse(["--gc-young-every", "250ms", "--gc-full-every", "30m"]))
+    assert (chosen.young_every_s, chosen.full_every_s) == (0.25, 1800.0)
+    assert collector_pace(_parse(["--gc-young-every", "0"])).young_every_s == 0
+    for option, bad, says in (
+        ("--gc-young-every", "-1s", "not a duration"),
+        ("--gc-full-every", "0", "above 0"),
+        ("--gc-full-every", "soon", "not a duration"),
+    ):
+        with pytest.raises(SystemExit):
+            _parse([f"{option}={bad}"])
+        assert says in capsys.readouterr().err
 
 
 def test_the_context_cache_defaults_to_a_minute_and_zero_turns_it_off() -> None:

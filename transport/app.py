@@ -16,7 +16,7 @@ from actors.memory.setup import close_keeper, make_embedder, open_keeper, warm
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
 from providers.chat import ChatModel
-from providers.collector import timed_collections, tune_collector
+from providers.collector import paced_collector, timed_collections, tune_collector
 from providers.compute import limit_compute_threads
 from providers.loop_lag import loop_lag_probe
 from providers.openai import OpenAIChat
@@ -24,7 +24,7 @@ from providers.rehearsal import RehearsalModel
 from storage.embedded import EmbeddedPostgres
 from storage.store import Store
 from transport.admin import metrics_handler, start_admin
-from transport.config import Settings
+from transport.config import Settings, collector_pace
 from transport.identity import Identity, load_or_create_secret
 from transport.memory_api import add_routes as add_memory_routes
 from transport.rules_api import add_routes as add_rule_routes
@@ -104,7 +104,10 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     admin: web.AppRunner | None = None
     try:
         with timed_collections(rt.metrics.observe_collection):
-            async with loop_lag_probe(rt.metrics.loop_lag_seconds.observe):
+            async with (
+                paced_collector(collector_pace(settings)),
+                loop_lag_probe(rt.metrics.loop_lag_seconds.observe),
+            ):
                 admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
                 log.info("stillhere ready, model: %s", model.label)
                 yield

@@ -10,7 +10,7 @@ from pathlib import Path
 from actors.clock import parse_duration
 from actors.runtime import DEFAULT_DELTA_WINDOW_S, DEFAULT_INTERRUPT_WORDS
 from providers.collector import DEFAULT as COLLECTOR_DEFAULT
-from providers.collector import parse_thresholds
+from providers.collector import Pace, parse_thresholds
 from providers.event_loop import LOOPS
 
 
@@ -26,6 +26,13 @@ def _gc_thresholds(text: str) -> tuple[int, int, int]:
         return parse_thresholds(text)
     except ValueError as wrong:
         raise argparse.ArgumentTypeError(str(wrong)) from None
+
+
+def _longer_than_zero(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"needs a duration above 0, not {text!r}")
+    return seconds
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -79,6 +86,8 @@ class Settings:
     admin_port: int = 8766
     compute_threads: int = 1
     event_loop: str = "uvloop"
+    gc_young_every: float = Pace().young_every_s
+    gc_full_every: float = Pace().full_every_s
     gc_thresholds: tuple[int, int, int] = COLLECTOR_DEFAULT
     limits: Limits = field(default_factory=Limits)
 
@@ -120,7 +129,17 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),
     ("event-loop", str, "uvloop (faster) or asyncio (the standard library's loop)"),
-    ("gc-thresholds", _gc_thresholds, "Python's collector: generation 0, 1, 2 thresholds"),
+    (
+        "gc-young-every",
+        parse_duration,
+        "collect the young objects this often, then freeze them (0: CPython decides)",
+    ),
+    ("gc-full-every", _longer_than_zero, "collect all objects, frozen too, this often"),
+    (
+        "gc-thresholds",
+        _gc_thresholds,
+        "CPython's generation 0, 1, 2 thresholds, while starting and at --gc-young-every 0",
+    ),
     (
         "compute-threads",
         _positive,
@@ -170,3 +189,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     limits = Limits(**{k: values[k] for k in limit_names})
     fields = {n.replace("-", "_") for n, _, _ in _OPTIONS}
     return Settings(**{k: values[k] for k in fields}, limits=limits)
+
+
+def collector_pace(settings: Settings) -> Pace:
+    return Pace(settings.gc_young_every, settings.gc_full_every)
