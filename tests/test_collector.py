@@ -7,13 +7,14 @@ import asyncio
 import gc
 import logging
 import math
+import sys
 import weakref
 from collections.abc import Iterator
 
 import pytest
 
 from providers.collector import DEFAULT, Pace, paced_collector, timed_collections, tune_collector
-from tests.conftest import eventually
+from tests.conftest import Harness, eventually
 
 
 @pytest.fixture
@@ -102,3 +103,15 @@ def test_a_pace_out_of_range_is_refused() -> None:
     for young, full in ((-1, 600), (0.5, 0), (0.5, -3)):
         with pytest.raises(ValueError, match="collector pace"):
             Pace(young, full)
+
+
+async def test_a_running_server_paces_the_collector_and_sets_the_switch_interval(
+    harness: Harness,
+) -> None:
+    before = sys.getswitchinterval()
+    await harness.start(switch_interval=0.015, gc_young_every=0.02)
+    assert sys.getswitchinterval() == 0.015 and not gc.isenabled()
+    await eventually(lambda: gc.get_freeze_count() > 0, timeout=5)
+    await harness.stop()
+    assert sys.getswitchinterval() == before
+    assert gc.isenabled() and gc.get_freeze_count() == 0

@@ -98,6 +98,16 @@ def test_the_collector_is_paced_by_default_and_bad_paces_are_refused(
         assert says in capsys.readouterr().err
 
 
+def test_the_switch_interval_defaults_to_20_ms_and_must_be_above_zero(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert _parse([]).switch_interval == 0.02
+    assert _parse(["--switch-interval", "5ms"]).switch_interval == 0.005
+    with pytest.raises(SystemExit):
+        _parse(["--switch-interval", "0"])
+    assert "above 0" in capsys.readouterr().err
+
+
 def test_the_context_cache_defaults_to_a_minute_and_zero_turns_it_off() -> None:
     assert _parse([]).context_cache == 60
     assert _parse(["--context-cache", "0"]).context_cache == 0

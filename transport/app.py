@@ -18,6 +18,7 @@ from actors.supervisor import Supervisor, Sweep
 from providers.chat import ChatModel
 from providers.collector import paced_collector, timed_collections, tune_collector
 from providers.compute import limit_compute_threads
+from providers.gil import switch_interval
 from providers.loop_lag import loop_lag_probe
 from providers.openai import OpenAIChat
 from providers.rehearsal import RehearsalModel
@@ -103,7 +104,10 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     ticker = loop.create_task(_tick(supervisor, settings.sweep_interval))
     admin: web.AppRunner | None = None
     try:
-        with timed_collections(rt.metrics.observe_collection):
+        with (
+            switch_interval(settings.switch_interval),
+            timed_collections(rt.metrics.observe_collection),
+        ):
             async with (
                 paced_collector(collector_pace(settings)),
                 loop_lag_probe(rt.metrics.loop_lag_seconds.observe),

@@ -12,6 +12,7 @@ from actors.runtime import DEFAULT_DELTA_WINDOW_S, DEFAULT_INTERRUPT_WORDS
 from providers.collector import DEFAULT as COLLECTOR_DEFAULT
 from providers.collector import Pace, parse_thresholds
 from providers.event_loop import LOOPS
+from providers.gil import DEFAULT_S as SWITCH_INTERVAL_DEFAULT
 
 
 def _positive(text: str) -> int:
@@ -86,6 +87,7 @@ class Settings:
     admin_port: int = 8766
     compute_threads: int = 1
     event_loop: str = "uvloop"
+    switch_interval: float = SWITCH_INTERVAL_DEFAULT
     gc_young_every: float = Pace().young_every_s
     gc_full_every: float = Pace().full_every_s
     gc_thresholds: tuple[int, int, int] = COLLECTOR_DEFAULT
@@ -129,6 +131,11 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),
     ("event-loop", str, "uvloop (faster) or asyncio (the standard library's loop)"),
+    (
+        "switch-interval",
+        _longer_than_zero,
+        "how long a thread may keep the GIL once another waits for it",
+    ),
     (
         "gc-young-every",
         parse_duration,
