@@ -14,7 +14,7 @@ shorter but more frequent, with no clear change to resume p99 (stop 17).
 
 So by default the server paces the collector itself (`paced_collector`), on the loop:
 - every `young_every_s` (0.5 s) it collects generation 0, the objects made since the last
-  tick: some 12,000 to 17,000 at 2,000 phones, 3 to 5 ms at the median, 21 to 23 at p95;
+  tick: some 12,000 to 17,000 at 2,000 phones, 9 to 10 ms at the median, 25 to 26 at p95;
 - then it freezes the survivors (`gc.freeze`): no later collection walks them again, and
   they are still freed as soon as nothing refers to them;
 - every `full_every_s` (10 min) it unfreezes everything and collects all of it, so cycles
@@ -23,9 +23,11 @@ This leans on the server making next to no cyclic garbage: since stop 17 a link 
 leaves none (`transport/websocket.py`); of four full collections 30 s apart at 2,000
 phones, the first freed 433 objects and the others none.
 A cycle that forms among frozen objects waits for the next full collection; that is what
-`full_every_s` bounds. The young collections take more of the time than CPython's (about
-3% against 1.5% at 2,000 phones), but the longest takes under 60 ms instead of up to 500.
-In the 300 s flap, resume p99 was 62.98 and 70.14 ms paced (stop 18), 96.92 ms at stop 17.
+`full_every_s` bounds. The young collections take more of the time than CPython's (2.0
+to 2.2% against 1.0 to 1.2% at 2,000 phones), but the longest takes under 60 ms instead
+of up to 500.
+Over 300 s at 2,000 phones, resume p99 was 45.58 to 70.14 ms in four runs paced (stop 18),
+96.92 ms at stop 17.
 """
 
 from __future__ import annotations
