@@ -41,6 +41,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from providers.background import in_background
+
 log = logging.getLogger("stillhere.server")
 
 DEFAULT = (10_000, 50, 100)  # CPython's own pacing, when the server does not pace it
@@ -94,13 +96,10 @@ async def paced_collector(pace: Pace) -> AsyncIterator[None]:
         pace.young_every_s,
         pace.full_every_s,
     )
-    task = asyncio.get_running_loop().create_task(_pace(pace))
     try:
-        yield
+        async with in_background(_pace(pace)):
+            yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         gc.unfreeze()
         gc.enable()
 

@@ -17,6 +17,8 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
+from providers.background import in_background
+
 log = logging.getLogger("stillhere.loop")
 
 DEFAULT_INTERVAL_S = 0.05
@@ -30,13 +32,8 @@ async def loop_lag_probe(
     call `observe` with how many seconds late each wake-up was (never below 0)."""
     if interval <= 0:  # a zero sleep would wake on every turn of the loop
         raise ValueError(f"the loop lag interval is above 0 s, not {interval}")
-    task = asyncio.get_running_loop().create_task(_probe(observe, interval))
-    try:
+    async with in_background(_probe(observe, interval)):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _probe(observe: Callable[[float], None], interval: float) -> None:
