@@ -45,7 +45,7 @@ from providers.background import in_background
 
 log = logging.getLogger("stillhere.server")
 
-DEFAULT = (10_000, 50, 100)  # CPython's own pacing, when the server does not pace it
+DEFAULT = (10_000, 50, 100)  # CPython's own pacing: while starting, and at young pace 0
 # A collection this long is worth a line in the log: every link and turn waited for it.
 LONG_PAUSE_S = 0.25
 

@@ -171,6 +171,13 @@ class _Deaf(pykka.ThreadingActor):
         pass
 
 
+async def test_the_server_sweeps_on_its_own_every_sweep_interval(harness: Harness) -> None:
+    url = await _start(harness, sweep_interval=0.05)
+    async with asyncio.timeout(10):
+        while len((await _get(harness, url + "/admin/sweeps"))[1]["sweeps"]) < 2:
+            await asyncio.sleep(0.02)
+
+
 async def test_sweeps_and_replaced_actors(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

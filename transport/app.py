@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from functools import partial
@@ -15,6 +14,7 @@ from actors.directory import Directory, stop_actors
 from actors.memory.setup import close_keeper, make_embedder, open_keeper, warm
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
+from providers.background import in_background
 from providers.chat import ChatModel
 from providers.collector import paced_collector, timed_collections, tune_collector
 from providers.compute import limit_compute_threads
@@ -101,7 +101,6 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     supervisor = Supervisor.start(rt, directory)
     secret = settings.secret or load_or_create_secret(settings.data_dir)
     app[SERVER_KEY] = Server(settings, rt, Identity(secret), directory, supervisor)
-    ticker = loop.create_task(_tick(supervisor, settings.sweep_interval))
     admin: web.AppRunner | None = None
     try:
         with (
@@ -111,6 +110,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
             async with (
                 paced_collector(collector_pace(settings)),
                 loop_lag_probe(rt.metrics.loop_lag_seconds.observe),
+                in_background(_tick(supervisor, settings.sweep_interval)),
             ):
                 admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
                 log.info("stillhere ready, model: %s", model.label)
@@ -118,9 +118,6 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     finally:
         if admin is not None:
             await admin.cleanup()
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
         await stop_actors([supervisor])
         await directory.stop_all()
         await model.close()
