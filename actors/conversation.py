@@ -33,7 +33,6 @@ from actors.messages import (
 from actors.runtime import ActorFailed, Reply, Runtime
 from actors.stream import ConversationStream
 from actors.turn import SayOutcome, TurnJob, run_turn, store_say
-from providers.scheduling import schedule_this_thread
 from storage.records import ConversationRecord, Turn
 
 log = logging.getLogger("stillhere.conversation")
@@ -92,7 +91,6 @@ class ConversationActor(ThreadingActor):
         self._handled = 0  # messages received, published with each snapshot
 
     def on_start(self) -> None:
-        schedule_this_thread(self._rt.settings.thread_policy)
         self._live.snapshot = self._snapshot()
 
     def on_receive(self, message: Any) -> None:

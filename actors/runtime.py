@@ -15,7 +15,6 @@ from actors.context_cache import ContextCache
 from actors.jobs import Jobs
 from actors.metrics import Metrics
 from providers.chat import ChatModel
-from providers.scheduling import BATCH
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -54,7 +53,6 @@ class ConversationSettings:
     max_tool_rounds: int = 4
     delta_window_s: float = DEFAULT_DELTA_WINDOW_S
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
-    thread_policy: str = BATCH  # how the kernel schedules actor threads (providers/scheduling)
     context: ContextSettings = field(default_factory=ContextSettings)
 
 

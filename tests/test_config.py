@@ -108,14 +108,6 @@ def test_the_switch_interval_defaults_to_20_ms_and_must_be_above_zero(
     assert "above 0" in capsys.readouterr().err
 
 
-def test_actor_threads_are_batch_unless_asked(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _parse([]).actor_threads == "batch"
-    assert _parse(["--actor-threads", "normal"]).actor_threads == "normal"
-    with pytest.raises(SystemExit):
-        _parse(["--actor-threads", "idle"])
-    assert "invalid choice" in capsys.readouterr().err
-
-
 def test_the_context_cache_defaults_to_a_minute_and_zero_turns_it_off() -> None:
     assert _parse([]).context_cache == 60
     assert _parse(["--context-cache", "0"]).context_cache == 0

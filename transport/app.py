@@ -22,7 +22,6 @@ from providers.gil import switch_interval
 from providers.loop_lag import loop_lag_probe
 from providers.openai import OpenAIChat
 from providers.rehearsal import RehearsalModel
-from providers.scheduling import effective as effective_thread_policy
 from storage.embedded import EmbeddedPostgres
 from storage.store import Store
 from transport.admin import metrics_handler, start_admin
@@ -57,7 +56,6 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         park_after_s=settings.park_after,
         interrupt_words=settings.interrupt_words,
         delta_window_s=settings.delta_window,
-        thread_policy=settings.actor_threads,
         context=ContextSettings(
             budget_chars=settings.context_budget,
             source_timeout_s=settings.context_timeout,
@@ -115,11 +113,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
                 in_background(_tick(supervisor, settings.sweep_interval)),
             ):
                 admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
-                log.info(
-                    "stillhere ready, model: %s, actor threads: %s",
-                    model.label,
-                    effective_thread_policy(settings.actor_threads),
-                )
+                log.info("stillhere ready, model: %s", model.label)
                 yield
     finally:
         if admin is not None:

@@ -13,8 +13,6 @@ from providers.collector import DEFAULT as COLLECTOR_DEFAULT
 from providers.collector import Pace, parse_thresholds
 from providers.event_loop import LOOPS
 from providers.gil import DEFAULT_S as SWITCH_INTERVAL_DEFAULT
-from providers.scheduling import BATCH
-from providers.scheduling import POLICIES as THREAD_POLICIES
 
 
 def _positive(text: str) -> int:
@@ -90,7 +88,6 @@ class Settings:
     compute_threads: int = 1
     event_loop: str = "uvloop"
     switch_interval: float = SWITCH_INTERVAL_DEFAULT
-    actor_threads: str = BATCH
     gc_young_every: float = Pace().young_every_s
     gc_full_every: float = Pace().full_every_s
     gc_thresholds: tuple[int, int, int] = COLLECTOR_DEFAULT
@@ -140,11 +137,6 @@ _OPTIONS: list[tuple[str, object, str]] = [
         "how long a thread may keep the GIL once another waits for it",
     ),
     (
-        "actor-threads",
-        str,
-        "batch: a woken actor's thread never preempts the loop (Linux); normal: it may",
-    ),
-    (
         "gc-young-every",
         parse_duration,
         "collect the young objects this often, then freeze them (0: CPython decides)",
@@ -161,11 +153,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
         "threads numpy and faiss may each use (more only slows the loop)",
     ),
 ]
-_CHOICES = {
-    "log-format": ["text", "json"],
-    "event-loop": list(LOOPS),
-    "actor-threads": list(THREAD_POLICIES),
-}
+_CHOICES = {"log-format": ["text", "json"], "event-loop": list(LOOPS)}
 # Their values (perhaps from the environment) are never printed, not even by --help.
 _SECRET_OPTIONS = frozenset({"secret", "llm-key", "admin-token", "embed-key"})
 _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
