@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -575,6 +576,7 @@ async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
                             args.throughput_says,
                             timeout=600.0,
                             warmup=args.throughput_warmup if n == 0 else 0,
+                            cpu=partial(throughput_readings, server),
                         )
                     )
         return {label: _throughput_figures(rounds[label], rss[label]) for label in servers}
@@ -584,6 +586,28 @@ async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
             stop = await loop.run_in_executor(None, procs.stop, server)
             if stop["log_problems"]:
                 print(f"{label}: {stop['log_problems']} problem lines in its log", file=sys.stderr)
+
+
+def throughput_readings(server: procs.Server) -> dict[str, float]:
+    """Taken around a round's timed turns: the CPU seconds of the server, its PostgreSQL and
+    the bench, and the time the server's loop spent on a core and waiting for one. Where
+    the loop waits while the machine has cores to spare, the turns wait on something else."""
+    readings = cpu_seconds(server)
+    with contextlib.suppress(psutil.Error):
+        readings |= procs.main_thread_sched_s(server.ps())
+    return readings
+
+
+def _per_turn_ms(rounds: list[Throughput], key: str) -> float | None:
+    return median_or_none(
+        [r.cpu_s[key] / r.turns * 1000.0 for r in rounds if r.turns and key in r.cpu_s]
+    )
+
+
+def _share_of_wall(rounds: list[Throughput], key: str) -> float | None:
+    return median_or_none(
+        [r.cpu_s[key] / r.seconds for r in rounds if r.seconds and key in r.cpu_s], digits=2
+    )
 
 
 def _throughput_figures(rounds: list[Throughput], rss: procs.RssSampler) -> dict[str, Any]:
@@ -600,6 +624,11 @@ def _throughput_figures(rounds: list[Throughput], rss: procs.RssSampler) -> dict
         "rounds_turns_per_s": [None if rate is None else round(rate, 1) for rate in per_round],
         "turn_ms": percentiles([ms for r in rounds for ms in r.turn_ms]),
         "server_rss_mb_peak": round(rss.peak_mb, 1),
+        "cpu_ms_per_turn": {
+            side: _per_turn_ms(rounds, side) for side in ("server", "postgres", "bench")
+        },
+        "loop_on_core": _share_of_wall(rounds, "loop_on_core"),
+        "loop_waiting_for_core": _share_of_wall(rounds, "loop_waiting_for_core"),
         "errors": dict(errors),
     }
 
@@ -786,7 +815,7 @@ def baseline_rows(report: dict[str, Any]) -> list[str]:
     tput, flap = baselines.get("throughput", {}), baselines.get("flap", {})
     lines = [
         f"  {'baselines':<21}{'turns/s':>9}{'ratio':>9}{'resumed':>9}{'rss peak':>10}"
-        f"{'lost':>7}{'dup':>7}"
+        f"{'lost':>7}{'dup':>7}{'loop on core':>14}{'cpu ms/turn srv pg bench':>26}"
     ]
     for name in THROUGHPUT_SERVERS:
         tps = (tput.get(name) or {}).get("turns_per_s")
@@ -794,10 +823,14 @@ def baseline_rows(report: dict[str, Any]) -> list[str]:
         f = report if name == "stillhere" else flap.get(name, {})
         lost = _total(f, ("lost_says", "lost_replies", "lost_events"))
         dup = _total(f, ("duplicated_says", "duplicated_replies", "duplicated_events"))
+        timed = tput.get(name) or {}
+        per_turn = timed.get("cpu_ms_per_turn") or {}
         lines.append(
             f"  {name:<21}{_cell(tps)}{_cell(over)}"
             f"{_cell(f.get('resume_fraction'))}{_cell(f.get('server_rss_mb_peak'), 10)}"
-            f"{_cell(lost, 7)}{_cell(dup, 7)}"
+            f"{_cell(lost, 7)}{_cell(dup, 7)}{_cell(timed.get('loop_on_core'), 14)}"
+            f"{_cell(per_turn.get('server'), 10)}{_cell(per_turn.get('postgres'), 8)}"
+            f"{_cell(per_turn.get('bench'), 8)}"
         )
     return lines
 

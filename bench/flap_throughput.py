@@ -30,7 +30,9 @@ class Throughput:
     turns: int = 0
     seconds: float = 0.0
     deltas: int = 0  # reply.delta frames in the timed turns
-    cpu_s: float = 0.0  # the server's CPU over the timed turns, if `measure` had a reading
+    # What each of `measure`'s readings (CPU seconds of the server, say) grew by over the
+    # timed turns; empty without readings.
+    cpu_s: dict[str, float] = field(default_factory=dict)
     turn_ms: list[float] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
 
@@ -80,12 +82,12 @@ async def measure(
     says: int,
     timeout: float,
     warmup: int = 0,
-    cpu: Callable[[], float] | None = None,
+    cpu: Callable[[], dict[str, float]] | None = None,
 ) -> Throughput:
     """Connect M phones (hello), let each make `warmup` untimed turns (pools filled,
     statements prepared, actors started: every server warm alike), then time M x K turns
-    from the first say to the last end; `cpu`, a reading of the server's CPU seconds, is
-    taken around those turns alone."""
+    from the first say to the last end; `cpu`, readings such as the server's CPU seconds,
+    is taken around those turns alone."""
     out = Throughput(phones, says)
     url = base_url + "/v1/ws"
     connector = aiohttp.TCPConnector(limit=0)
@@ -97,14 +99,15 @@ async def measure(
             await asyncio.wait_for(
                 asyncio.gather(*(_turns(ws, warmup, None) for ws in links)), timeout
             )
-            cpu_before = cpu() if cpu is not None else 0.0
+            before = cpu() if cpu is not None else {}
             started = time.perf_counter()
             results = await asyncio.wait_for(
                 asyncio.gather(*(_turns(ws, says, out) for ws in links), return_exceptions=True),
                 timeout,
             )
             out.seconds = time.perf_counter() - started
-            out.cpu_s = cpu() - cpu_before if cpu is not None else 0.0
+            if cpu is not None:
+                out.cpu_s = {key: value - before[key] for key, value in cpu().items()}
             for result in results:
                 if isinstance(result, BaseException):
                     key = f"{type(result).__name__}: {result}"[:200]

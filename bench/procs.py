@@ -38,6 +38,7 @@ __all__ = [
     "ServerError",
     "log_problems",
     "log_tail",
+    "main_thread_sched_s",
     "process_rss_mb",
     "start",
 ]
@@ -76,6 +77,16 @@ class Server:
 def process_rss_mb(process: psutil.Process) -> float:
     """A process's resident memory, in MB."""
     return float(process.memory_info().rss) / (1024 * 1024)
+
+
+def main_thread_sched_s(process: psutil.Process) -> dict[str, float]:
+    """Seconds the process's main thread (a server's event loop) has spent on a core and
+    waiting in the run queue for one, from Linux's schedstat; empty where there is none."""
+    path = Path(f"/proc/{process.pid}/task/{process.pid}/schedstat")
+    with contextlib.suppress(OSError, ValueError):
+        on_core, waiting, _ = path.read_text().split()
+        return {"loop_on_core": int(on_core) / 1e9, "loop_waiting_for_core": int(waiting) / 1e9}
+    return {}
 
 
 def free_port() -> int:

@@ -6,12 +6,13 @@ the window resumed), never timings: those are the bench's to report (bench/READM
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench import flap, flap_plot
+from bench import flap, flap_plot, procs
 from bench.flap_metrics import bounded_percentiles
 
 
@@ -101,8 +102,32 @@ def test_the_baselines_show_stillhere_per_piece_beside_the_others() -> None:
     assert report["baselines"]["stillhere_per_piece_turns_over_link_bound"] == 0.5
     rows = {line.split()[0]: line.split()[1:] for line in flap.baseline_rows(report)[1:]}
     assert rows["stillhere"][:4] == ["300.00", "0.80", "1.00", "-"]
-    assert rows["stillhere-per-piece"] == ["200.00", "0.50", "-", "-", "-", "-"]
-    assert rows["link-bound"][-2:] == ["3", "0"]
+    assert rows["stillhere-per-piece"] == ["200.00", "0.50"] + ["-"] * 8
+    assert rows["link-bound"][4:6] == ["3", "0"]
+
+
+@pytest.mark.timeout(110)
+async def test_a_timed_round_reports_each_sides_cpu_per_turn_and_the_loops_time(
+    tmp_path: Path,
+) -> None:
+    server = procs.start("stillhere", tmp_path, latency=0.0, rate=0.0)
+    try:
+        await procs.wait_ready(server)
+        with procs.RssSampler(server) as rss:
+            timed = await flap.measure_throughput(
+                server.base_url, 3, 4, 60.0, warmup=1, cpu=partial(flap.throughput_readings, server)
+            )
+    finally:
+        procs.stop(server)
+    figures = flap._throughput_figures([timed], rss)
+    assert figures["turns"] == 12 and not figures["errors"]
+    per_turn = figures["cpu_ms_per_turn"]
+    # Every side works for a turn: the server, its PostgreSQL (the say and the reply are
+    # stored), the bench (its phones).
+    assert per_turn["server"] > 0 and per_turn["postgres"] > 0 and per_turn["bench"] > 0
+    if Path("/proc/self/schedstat").exists():
+        assert 0 < figures["loop_on_core"] <= 1.05
+        assert figures["loop_waiting_for_core"] >= 0
 
 
 def test_a_round_without_turns_leaves_the_others_paired() -> None:
