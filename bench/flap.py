@@ -576,7 +576,7 @@ async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
                             args.throughput_says,
                             timeout=600.0,
                             warmup=args.throughput_warmup if n == 0 else 0,
-                            cpu=partial(throughput_readings, server),
+                            readings=partial(throughput_readings, server),
                         )
                     )
         return {label: _throughput_figures(rounds[label], rss[label]) for label in servers}
@@ -600,13 +600,14 @@ def throughput_readings(server: procs.Server) -> dict[str, float]:
 
 def _per_turn_ms(rounds: list[Throughput], key: str) -> float | None:
     return median_or_none(
-        [r.cpu_s[key] / r.turns * 1000.0 for r in rounds if r.turns and key in r.cpu_s]
+        [r.readings_s[key] / r.turns * 1000.0 for r in rounds if r.turns and key in r.readings_s]
     )
 
 
 def _share_of_wall(rounds: list[Throughput], key: str) -> float | None:
     return median_or_none(
-        [r.cpu_s[key] / r.seconds for r in rounds if r.seconds and key in r.cpu_s], digits=2
+        [r.readings_s[key] / r.seconds for r in rounds if r.seconds and key in r.readings_s],
+        digits=2,
     )
 
 

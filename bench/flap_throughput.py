@@ -30,9 +30,9 @@ class Throughput:
     turns: int = 0
     seconds: float = 0.0
     deltas: int = 0  # reply.delta frames in the timed turns
-    # What each of `measure`'s readings (CPU seconds of the server, say) grew by over the
+    # What each of `measure`'s readings (seconds: the server's CPU, say) grew by over the
     # timed turns; empty without readings.
-    cpu_s: dict[str, float] = field(default_factory=dict)
+    readings_s: dict[str, float] = field(default_factory=dict)
     turn_ms: list[float] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
 
@@ -82,12 +82,12 @@ async def measure(
     says: int,
     timeout: float,
     warmup: int = 0,
-    cpu: Callable[[], dict[str, float]] | None = None,
+    readings: Callable[[], dict[str, float]] | None = None,
 ) -> Throughput:
     """Connect M phones (hello), let each make `warmup` untimed turns (pools filled,
     statements prepared, actors started: every server warm alike), then time M x K turns
-    from the first say to the last end; `cpu`, readings such as the server's CPU seconds,
-    is taken around those turns alone."""
+    from the first say to the last end; `readings` (seconds, such as the server's CPU) are
+    taken around those turns alone."""
     out = Throughput(phones, says)
     url = base_url + "/v1/ws"
     connector = aiohttp.TCPConnector(limit=0)
@@ -99,15 +99,15 @@ async def measure(
             await asyncio.wait_for(
                 asyncio.gather(*(_turns(ws, warmup, None) for ws in links)), timeout
             )
-            before = cpu() if cpu is not None else {}
+            before = readings() if readings is not None else {}
             started = time.perf_counter()
             results = await asyncio.wait_for(
                 asyncio.gather(*(_turns(ws, says, out) for ws in links), return_exceptions=True),
                 timeout,
             )
             out.seconds = time.perf_counter() - started
-            if cpu is not None:
-                out.cpu_s = {key: value - before[key] for key, value in cpu().items()}
+            if readings is not None:
+                out.readings_s = {key: value - before[key] for key, value in readings().items()}
             for result in results:
                 if isinstance(result, BaseException):
                     key = f"{type(result).__name__}: {result}"[:200]

@@ -70,12 +70,12 @@ async def _round(server: procs.Server, args: argparse.Namespace, warmup: int) ->
         args.says,
         timeout=600.0,
         warmup=warmup,
-        cpu=lambda: {"server": process_cpu_s(process)},
+        readings=lambda: {"server": process_cpu_s(process)},
     )
 
 
 def _figures(rounds: list[Throughput]) -> dict[str, Any]:
-    per_turn = [r.cpu_s["server"] / r.turns * 1000.0 for r in rounds if r.turns]
+    per_turn = [r.readings_s["server"] / r.turns * 1000.0 for r in rounds if r.turns]
     turns = sum(r.turns for r in rounds)
     return {
         "turns": turns,

@@ -115,7 +115,12 @@ async def test_a_timed_round_reports_each_sides_cpu_per_turn_and_the_loops_time(
         await procs.wait_ready(server)
         with procs.RssSampler(server) as rss:
             timed = await flap.measure_throughput(
-                server.base_url, 3, 4, 60.0, warmup=1, cpu=partial(flap.throughput_readings, server)
+                server.base_url,
+                3,
+                4,
+                60.0,
+                warmup=1,
+                readings=partial(flap.throughput_readings, server),
             )
     finally:
         procs.stop(server)
