@@ -1,10 +1,11 @@
 """Context assembly: what the model is handed about the past before every turn.
 
-The sources (recent conversations, this conversation's memories, memories mentioned in
-recent days, a sample of the rest, the person's rules) are queried at the same time and
-each is awaited on its own with its own timeout. One that fails or is late is logged,
-counted (`stillhere_context_source_failures`) and replaced by an empty list: whatever
-answers is kept, because a context missing one source is far better than none at all.
+The sources that read the database (recent conversations, memories mentioned in recent
+days, a sample of the rest, the person's rules) are queried at the same time, each awaited
+with its own timeout; this conversation's memories come with the turn, from the actor.
+One that fails or is late is logged, counted (`stillhere_context_source_failures`) and
+replaced by an empty list: whatever answers is kept, because a context missing one source
+is far better than none at all.
 The database's answers are reused from turn to turn while the person's context generation
 stands (actors/context_cache.py).
 
@@ -48,7 +49,7 @@ class Recalled:
 # -- sources ----------------------------------------------------------------------------------
 #
 # Each takes the runtime, the turn's request and the clock's now, and answers a list.
-# They are looked up in SOURCES at every turn, so a test can replace one.
+# They are looked up in SOURCES or LOCAL_SOURCES at every turn, so a test can replace one.
 
 
 async def recent_conversations(rt: Runtime, req: TurnRequest, now: datetime) -> list[Recalled]:
@@ -62,7 +63,7 @@ async def recent_conversations(rt: Runtime, req: TurnRequest, now: datetime) -> 
     return [Recalled(past[0], turns)] + [Recalled(c) for c in past[1:]]
 
 
-async def working_memories(rt: Runtime, req: TurnRequest, now: datetime) -> list[ContextMemory]:
+def working_memories(rt: Runtime, req: TurnRequest, now: datetime) -> list[ContextMemory]:
     """This conversation's cards, as the actor holds them (a muted one is withdrawn from
     the actor at once, so it is already gone)."""
     return [
@@ -89,19 +90,20 @@ async def personal_rules(rt: Runtime, req: TurnRequest, now: datetime) -> list[s
     return [r.text for r in await rt.store.rules.of(req.person)]
 
 
+# The sources that read the database, each a task with its own timeout. Their answers are
+# kept per person while the person's context generation stands (actors/context_cache.py).
 Source = Callable[["Runtime", "TurnRequest", datetime], Awaitable[list[Any]]]
 SOURCES: dict[str, Source] = {
     "conversations": recent_conversations,
-    "working": working_memories,
     "recent": recent_memories,
     "sample": sampled_memories,
     "rules": personal_rules,
 }
 
-
-# The sources that read the database: their answers are kept per person while the person's
-# context generation stands (actors/context_cache.py). "working" comes from the actor.
-CACHED = frozenset({"conversations", "recent", "sample", "rules"})
+# The sources the turn carries (the actor's state), read in line: a task would cost the
+# turn a pass or two of the loop, milliseconds under load, with nothing to wait for.
+LocalSource = Callable[["Runtime", "TurnRequest", datetime], list[Any]]
+LOCAL_SOURCES: dict[str, LocalSource] = {"working": working_memories}
 
 
 async def _gather(rt: Runtime, req: TurnRequest, now: datetime) -> dict[str, list[Any] | None]:
@@ -114,11 +116,13 @@ async def _gather(rt: Runtime, req: TurnRequest, now: datetime) -> dict[str, lis
     problems = [f"none kept from earlier turns (generation {problem})"] if problem else []
     kept = {} if generation is None else rt.context_cache.get(req.person, generation, now)
     names = [name for name in SOURCES if name not in kept]
-    attempts = await asyncio.gather(
+    attempts = await asyncio.gather(  # with all kept, a future already done: no loop pass
         *(_attempt(SOURCES[name](rt, req, now), timeout) for name in names)
     )
+    read = list(zip(names, attempts, strict=True))
+    read += [(name, _attempt_here(local, rt, req, now)) for name, local in LOCAL_SOURCES.items()]
     answers: dict[str, list[Any] | None] = dict(kept)
-    for name, (answer, why) in zip(names, attempts, strict=True):
+    for name, (answer, why) in read:
         answers[name] = answer
         if why is not None:
             problems.append(f"{name} {why}")
@@ -126,12 +130,15 @@ async def _gather(rt: Runtime, req: TurnRequest, now: datetime) -> dict[str, lis
     if problems:
         log.warning("context sources left out: %s", "; ".join(problems))
     if generation is not None:
-        good = {n: a for n, a in answers.items() if n in CACHED and a is not None}
+        good = {n: a for n, a in answers.items() if n in SOURCES and a is not None}
         rt.context_cache.put(req.person, generation, now, good)
-    return {name: answers[name] for name in SOURCES}
+    return {name: answers[name] for name in (*SOURCES, *LOCAL_SOURCES)}
 
 
-async def _attempt(read: Awaitable[Any], timeout: float) -> tuple[Any, str | None]:
+Answer = tuple[Any, str | None]
+
+
+async def _attempt(read: Awaitable[Any], timeout: float) -> Answer:
     """(answer, None), or (None, why) if `read` failed or took longer than `timeout`."""
     try:
         async with asyncio.timeout(timeout):
@@ -139,7 +146,19 @@ async def _attempt(read: Awaitable[Any], timeout: float) -> tuple[Any, str | Non
     except TimeoutError:
         return None, f"late (over {timeout:g} s)"
     except Exception as error:  # any failure of one read: the others still go through
-        return None, f"failed ({error!r})"
+        return None, _failed(error)
+
+
+def _attempt_here(read: LocalSource, rt: Runtime, req: TurnRequest, now: datetime) -> Answer:
+    """A local source's (answer, None), or (None, why) if it failed."""
+    try:
+        return read(rt, req, now), None
+    except Exception as error:
+        return None, _failed(error)
+
+
+def _failed(error: Exception) -> str:
+    return f"failed ({error!r})"
 
 
 # -- the context ------------------------------------------------------------------------------

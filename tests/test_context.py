@@ -234,8 +234,12 @@ async def full_setup(
     return phone, markers
 
 
-@pytest.mark.parametrize("how", ["error", "late"])
-@pytest.mark.parametrize("broken", list(context.SOURCES))
+@pytest.mark.parametrize(
+    ("broken", "how"),
+    # A local source (the turn's own) does no I/O, so it can fail but not be late.
+    [(name, how) for name in context.SOURCES for how in ("error", "late")]
+    + [(name, "error") for name in context.LOCAL_SOURCES],
+)
 async def test_a_failing_or_late_source_leaves_the_others(
     harness: Harness,
     fake_llm: FakeOpenAI,
@@ -257,7 +261,13 @@ async def test_a_failing_or_late_source_leaves_the_others(
             await asyncio.sleep(5)
         raise RuntimeError("database said no")
 
-    monkeypatch.setitem(context.SOURCES, broken, failing)
+    def failing_here(*args: Any) -> list[Any]:
+        raise RuntimeError("database said no")
+
+    if broken in context.LOCAL_SOURCES:
+        monkeypatch.setitem(context.LOCAL_SOURCES, broken, failing_here)
+    else:
+        monkeypatch.setitem(context.SOURCES, broken, failing)
     fake_llm.queue(Reply("Still here."))
     await phone.say(QUESTION)
     assert (await phone.reply())["text"] == "Still here."
@@ -279,7 +289,14 @@ async def test_a_failing_or_late_source_leaves_the_others(
 
 def count_reads(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Wrap every source so the test sees how often a turn really reads it."""
-    reads = dict.fromkeys(context.SOURCES, 0)
+    reads = dict.fromkeys([*context.SOURCES, *context.LOCAL_SOURCES], 0)
+    for name, local in list(context.LOCAL_SOURCES.items()):
+
+        def counted_here(*args: Any, name: str = name, local: Any = local) -> list[Any]:
+            reads[name] += 1
+            return local(*args)
+
+        monkeypatch.setitem(context.LOCAL_SOURCES, name, counted_here)
     for name, source in list(context.SOURCES.items()):
 
         async def counted(*args: Any, name: str = name, source: Any = source) -> list[Any]:
@@ -331,7 +348,7 @@ async def test_reads_are_kept_until_what_they_read_changes(
 ) -> None:
     phone, markers, reads = counted.phone, counted.markers, counted.reads
     person = harness.person(phone)
-    everything = set(context.CACHED) | {"working"}
+    everything = set(context.SOURCES) | {"working"}
 
     assert await next_turn(phone, fake_llm, reads) == {"working"}  # from the actor, always
     handed = handed_context(fake_llm)
@@ -378,7 +395,7 @@ async def test_a_failed_read_is_not_kept(
 
     monkeypatch.setitem(context.SOURCES, "rules", once_broken)
     reads = count_reads(monkeypatch)
-    assert await next_turn(phone, fake_llm, reads) == set(context.CACHED) | {"working"}
+    assert await next_turn(phone, fake_llm, reads) == set(context.SOURCES) | {"working"}
     assert markers["rules"] not in handed_context(fake_llm)
     # The others were kept; the rules, which failed, are read again, and are back.
     assert await next_turn(phone, fake_llm, reads) == {"rules", "working"}
@@ -416,7 +433,7 @@ async def test_a_change_during_a_reply_reaches_the_turn_on_says_kept_meanwhile(
     async def remember() -> None:
         await insert_memory(db, person, "The bins go out on Tuesday.", now)
 
-    everything = set(context.CACHED) | {"working"}
+    everything = set(context.SOURCES) | {"working"}
     assert await turn_on_a_say_kept_during_a_reply(phone, fake_llm, reads, remember) == everything
     assert "The bins go out on Tuesday." in handed_context(fake_llm)
     assert await turn_on_a_say_kept_during_a_reply(phone, fake_llm, reads) == {"working"}
@@ -435,7 +452,7 @@ async def test_without_its_generation_a_turn_reads_everything_and_keeps_nothing(
         raise RuntimeError("database said no")
 
     monkeypatch.setattr(harness.server.runtime.store.context, "generation", unreadable)
-    everything = set(context.CACHED) | {"working"}
+    everything = set(context.SOURCES) | {"working"}
     for _ in range(2):  # nothing kept: the second time it reads it all again
         assert await turn_on_a_say_kept_during_a_reply(phone, fake_llm, reads) == everything
         handed = handed_context(fake_llm)
