@@ -590,8 +590,8 @@ async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 def throughput_readings(server: procs.Server) -> dict[str, float]:
     """Taken around a round's timed turns: the CPU seconds of the server, its PostgreSQL and
-    the bench, and the time the server's loop spent on a core and waiting for one. Where
-    the loop waits while the machine has cores to spare, the turns wait on something else."""
+    the bench, and the time the server's loop spent on a core and waiting for one. A loop
+    neither on a core nor waiting for one is idle: its turns wait on something else."""
     readings = cpu_seconds(server)
     with contextlib.suppress(psutil.Error):
         readings |= procs.main_thread_sched_s(server.ps())
