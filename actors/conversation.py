@@ -12,6 +12,8 @@ import logging
 import re
 import string
 from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from actors.handles import TurnHandles
@@ -32,7 +34,7 @@ from actors.messages import (
 )
 from actors.runtime import ActorFailed, Reply, Runtime
 from actors.stream import ConversationStream
-from actors.turn import SayOutcome, TurnJob, run_turn, store_say
+from actors.turn import SayOutcome, TurnJob, answer_say, run_turn, store_say
 from storage.records import ConversationRecord, Turn
 
 log = logging.getLogger("stillhere.conversation")
@@ -46,6 +48,15 @@ def is_interruption(text: str, words: tuple[str, ...]) -> bool:
     if len(said.split()) > 4:
         return False
     return any(said == w or said.startswith(w + " ") for w in words)
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A say put in the window before it was stored, what it changed, to undo if it is not."""
+
+    said: Turn
+    evicted: Turn | None  # the turn that left the window to make room for it
+    after_interrupt: bool  # whether the turn it planned was to be told of a cut reply
 
 
 class Home(Protocol):
@@ -81,6 +92,8 @@ class ConversationActor(ThreadingActor):
         self._cards = list(record.cards)
         self._last_activity = record.last_activity
         self._turn: TurnJob | None = None
+        self._storing = 0  # says handed to the loop to store, not yet reported stored
+        self._planned: _Planned | None = None  # the say an `answer_say` job is answering
         self._pending: list[Turn] = []
         self._pending_since = 0.0  # time.monotonic() when the oldest pending say was stored
         self._pending_handles: TurnHandles | None = None
@@ -152,12 +165,35 @@ class ConversationActor(ThreadingActor):
             self._speaker = self._speaker_at = None
             self._rt.run(self._rt.store.set_speaker(self._id, None, None), "resetting the speaker")
         self._last_activity = now  # before any model work: a long turn cannot expire us
+        self._storing += 1
+        if self._turn is None and self._storing == 1:
+            self._answer_at_once(say, now)
+            return
         self._rt.run(
-            store_say(self._rt, self._id, self._person, say, self._live.stream, self._live),
+            store_say(self._rt, self._id, self._person, say, now, self._live.stream, self._live),
             "storing a say",
         )
 
+    def _answer_at_once(self, say: Say, now: datetime) -> None:
+        """Nothing else to do, nor any earlier say still being stored: one job stores the
+        say and answers it. The say joins the window now, as it will be stored; should it
+        not be (a resend, or refused), `_on_turn_ended` takes it back out."""
+        said = Turn("user", say.text, now, client_id=say.client_id)
+        full = len(self._window) == self._window.maxlen
+        evicted = self._window[0] if full and self._window else None
+        self._planned = _Planned(said, evicted, self._after_interrupt)
+        plan = self._request([said], say.handles, since=0.0)  # the job sets `since`
+        self._window.append(said)
+        self._during_reply = self._after_interrupt = False
+        self._turn = TurnJob(armed=False)
+        self._rt.run(
+            answer_say(self._rt, plan, say, self._live.stream, self._live, self._turn), "a turn"
+        )
+
     def _on_stored(self, message: SayStored) -> None:
+        self._storing = max(0, self._storing - 1)  # a replacement actor may hear of older ones
+        if message.stored is None:
+            return  # a resend or a refused say: nothing new to answer
         turn = message.stored.turn
         if self._ending is not None:
             return  # stored, but the conversation is ending: the summary will include it
@@ -180,7 +216,18 @@ class ConversationActor(ThreadingActor):
         """Start a turn on `new`. `generation` is the context generation read with the say
         just stored; says kept while a reply ran pass none, as that reply may have changed
         the context since they were stored, so the turn reads it afresh."""
-        request = TurnRequest(
+        request = self._request(new, handles, since, generation)
+        self._window.extend(new)
+        self._during_reply = self._after_interrupt = False
+        self._turn = TurnJob()
+        self._rt.run(
+            run_turn(self._rt, request, self._live.stream, self._live, self._turn), "a turn"
+        )
+
+    def _request(
+        self, new: list[Turn], handles: TurnHandles, since: float, generation: int | None = None
+    ) -> TurnRequest:
+        return TurnRequest(
             conversation=self._id,
             person=self._person,
             history=list(self._window),
@@ -193,22 +240,31 @@ class ConversationActor(ThreadingActor):
             since=since,
             context_generation=generation,
         )
-        self._window.extend(new)
-        self._during_reply = self._after_interrupt = False
-        self._turn = TurnJob()
-        self._rt.run(
-            run_turn(self._rt, request, self._live.stream, self._live, self._turn), "a turn"
-        )
 
     def _on_turn_ended(self, message: TurnEnded) -> None:
-        self._window.append(message.turn)
-        self._after_interrupt = message.turn.interrupted
+        if self._planned is not None:
+            self._storing = max(0, self._storing - 1)
+            if not message.said_stored:
+                self._unplan(self._planned)
+            self._planned = None
+        if message.turn is None:
+            self._during_reply = False  # no reply was written after all
+        else:
+            self._window.append(message.turn)
+            self._after_interrupt = message.turn.interrupted
         self._turn = None
         if self._ending is not None:
             self._finish()
         elif self._pending and self._pending_handles is not None:
             pending, self._pending = self._pending, []
             self._start_turn(pending, self._pending_handles, self._pending_since)
+
+    def _unplan(self, planned: _Planned) -> None:
+        """The planned say was not stored: the turn stands as it was before it came."""
+        self._window.remove(planned.said)
+        if planned.evicted is not None:
+            self._window.appendleft(planned.evicted)
+        self._after_interrupt = planned.after_interrupt
 
     def _interrupt(self) -> None:
         if self._turn is not None:
@@ -224,8 +280,8 @@ class ConversationActor(ThreadingActor):
         self._ending = message
         if self._turn is None:
             self._finish()
-        else:
-            self._interrupt()  # the reply is cut and stored, then we finish
+        else:  # the reply is cut and stored (or never begins), then we finish
+            self._rt.call(self._turn.abandon)
 
     def _finish(self) -> None:
         """Hand over to the directory, which archives, says bye and then stops us: until
@@ -234,7 +290,7 @@ class ConversationActor(ThreadingActor):
         self._rt.run(self._live.finish(self._ending.reason, self._ending.reply), "ending")
 
     def _on_park(self, message: Park) -> None:
-        idle = self._turn is None and not self._pending and not self._leaving
+        idle = self._turn is None and not self._pending and not self._storing and not self._leaving
         self._parking = idle
         message.reply.resolve(idle)
 

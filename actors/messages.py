@@ -28,7 +28,10 @@ class Say:
 
 @dataclass(frozen=True, slots=True)
 class SayStored:
-    stored: StoredSay
+    """A say's store is over. `stored` is None if nothing new was stored (a resend, acked
+    again, or a say refused with an error)."""
+
+    stored: StoredSay | None
     handles: TurnHandles
     since: float  # time.monotonic() when stored: the turn latency metric starts here
 
@@ -55,7 +58,15 @@ class Park:
 
 @dataclass(frozen=True, slots=True)
 class TurnEnded:
-    turn: Turn
+    """The turn's job is over; `turn` is its reply, or None if it gave none (the
+    conversation ended before it began, or its say was not stored).
+
+    `said_stored` is False when the job stored its own say (`answer_say`) and that say turned
+    out a resend or was refused: the actor takes it back out of its window.
+    """
+
+    turn: Turn | None
+    said_stored: bool = True
 
 
 @dataclass(frozen=True, slots=True)

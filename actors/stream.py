@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -189,6 +190,14 @@ class ConversationStream:
         an `ack`, the say's `ack_seq` too, which a resend of that id is acked with."""
         if self._unwritten:
             await self._unwritten[-1][1]
+
+    def after_written(self, callback: Callable[[], object]) -> None:
+        """Call `callback` on the loop once every event emitted so far is written (or its
+        write has failed), without a task waiting for it."""
+        if self._unwritten:
+            self._unwritten[-1][1].add_done_callback(lambda _: callback())
+        else:
+            callback()
 
     async def close(self) -> None:
         """Flush pending events and give back the seqs reserved but unused."""

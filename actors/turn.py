@@ -1,8 +1,9 @@
 """The turn pipeline: coroutines an actor starts on the loop.
 
 `store_say` makes a say durable and acks it; `run_turn` calls the model with the window,
-streams the reply, runs tools, stores the reply and tells the actor it ended. Both report
-back to the actor by message, so the actor keeps every decision and never waits.
+streams the reply, runs tools, stores the reply and tells the actor it ended; `answer_say`
+does the one and then the other, for a say the actor was idle for. Each reports back to the
+actor by message, so the actor keeps every decision and never waits.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from uuid import UUID, uuid4
 
 from actors.context import Context, assemble
@@ -20,7 +22,7 @@ from actors.runtime import Runtime
 from actors.stream import ConversationStream
 from actors.tools import TOOLS, Mailbox, ToolContext, execute
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
-from storage.records import Turn
+from storage.records import StoredSay, Turn
 from storage.store import ConversationEnded
 
 log = logging.getLogger("stillhere.turn")
@@ -42,42 +44,104 @@ async def store_say(
     conversation: UUID,
     person: str,
     say: Say,
+    now: datetime,
     stream: ConversationStream,
     mailbox: Mailbox,
 ) -> None:
-    """Store the say, then ack it: the ack means "stored". A resent id is acked again."""
-    now = rt.clock.now()
-    async with stream.ordering:  # acks and the window keep the order says arrived in
-        try:
-            stored = await rt.store.add_say(conversation, person, say.client_id, say.text, now)
-        except ConversationEnded:
-            say.reply.resolve(SayOutcome(None, error="conversation_ended"))
-            return
-        except Exception:
-            log.exception("a say could not be stored")
-            say.reply.resolve(SayOutcome(None, error="internal_error"))
-            return
-        if stored.duplicate:
-            ack = {"type": "ack", "id": say.client_id, "seq": stored.ack_seq}
-            say.reply.resolve(SayOutcome(ack, duplicate=True))
-            return
-        ack = stream.emit("ack", id=say.client_id)
-        mailbox.tell(SayStored(stored, say.handles, time.monotonic()))
-        say.reply.resolve(SayOutcome(ack))
-        await stream.written()  # the say's ack_seq, before a resend of it can be looked up
+    """Store a say that arrived while a turn runs or is due, and tell the actor."""
+    stored = await _store(rt, conversation, person, say, now, stream)
+    mailbox.tell(SayStored(stored, say.handles, time.monotonic()))
+
+
+async def answer_say(
+    rt: Runtime,
+    plan: TurnRequest,
+    say: Say,
+    stream: ConversationStream,
+    mailbox: Mailbox,
+    job: TurnJob,
+) -> None:
+    """Store a say the actor had nothing else to do for, then answer it in the same job.
+
+    The actor planned the turn when the say came: `plan.new` is the say as it is stored,
+    already in the actor's window. So the reply starts as soon as the say is stored, with
+    no round trip to the actor in between, and the actor hears of both at the turn's end.
+    """
+    said = plan.new[0]
+    stored = await _store(rt, plan.conversation, plan.person, say, said.at, stream)
+    if stored is None or job.abandoned:
+        mailbox.tell(TurnEnded(None, said_stored=stored is not None))
+        return
+    job.arm()
+    turn = replace(plan, since=time.monotonic(), context_generation=stored.generation)
+    await run_turn(rt, turn, stream, mailbox, job)
+
+
+async def _store(
+    rt: Runtime,
+    conversation: UUID,
+    person: str,
+    say: Say,
+    now: datetime,
+    stream: ConversationStream,
+) -> StoredSay | None:
+    """Store the say, then ack it: the ack means "stored". A resent id is acked again and a
+    refused say answered with an error; both give None, as nothing new was stored."""
+    await stream.ordering.acquire()  # acks and the window keep the order says arrived in
+    stored: StoredSay | None = None
+    try:
+        stored = await rt.store.add_say(conversation, person, say.client_id, say.text, now)
+    except ConversationEnded:
+        say.reply.resolve(SayOutcome(None, error="conversation_ended"))
+    except Exception:
+        log.exception("a say could not be stored")
+        say.reply.resolve(SayOutcome(None, error="internal_error"))
+    finally:
+        if stored is None or stored.duplicate:
+            stream.ordering.release()
+    if stored is None:
+        return None
+    if stored.duplicate:
+        ack = {"type": "ack", "id": say.client_id, "seq": stored.ack_seq}
+        say.reply.resolve(SayOutcome(ack, duplicate=True))
+        return None
+    say.reply.resolve(SayOutcome(stream.emit("ack", id=say.client_id)))
+    # The next say waits for this one's ack_seq to be written, so that a resend of this
+    # one finds it; this say's turn need not.
+    stream.after_written(stream.ordering.release)
+    return stored
 
 
 class TurnJob:
-    """The actor's handle on a running turn, to cut it off. Used on the loop only."""
+    """The actor's handle on a running turn, to cut it off. Used on the loop only.
 
-    def __init__(self) -> None:
+    A turn started by `answer_say` is armed once its say is stored: before that there is
+    no reply to cut, so an interrupt does nothing (as it would a moment before the say came),
+    while an ending conversation abandons the turn before it begins.
+    """
+
+    def __init__(self, *, armed: bool = True) -> None:
         self.interrupted = False
+        self.abandoned = False
+        self._armed = armed
         self._task: asyncio.Task[None] | None = None
 
+    def arm(self) -> None:
+        self._armed = True
+
     def interrupt(self) -> None:
+        if not self._armed:
+            return
         self.interrupted = True
         if self._task is not None:
             self._task.cancel()
+
+    def abandon(self) -> None:
+        """The conversation ends: cut the reply, or give none if it has not begun."""
+        if self._armed:
+            self.interrupt()
+        else:
+            self.abandoned = True
 
 
 class ReplyWriter:
