@@ -11,7 +11,9 @@ import pytest
 from actors import tools
 from actors.turn import FALLBACK
 from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
-from tests.conftest import Harness, Phone
+from storage.records import StoredSay
+from storage.store import Store
+from tests.conftest import Harness, Phone, eventually
 from tests.fakes.openai_server import Empty, Fail, FakeOpenAI, Reply
 
 SLOW = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
@@ -255,3 +257,145 @@ async def test_a_failing_tool_ends_the_turn_and_the_conversation_goes_on(
     assert (end["error"], end["text"]) == ("internal_error", FALLBACK)
     await phone.say("hello?")
     assert (await phone.reply())["text"] == "Still here."
+
+
+# -- between a say and its ack ------------------------------------------------------------------
+#
+# A link handles its frames in order, so what comes between a say and its ack comes from
+# another link of the same conversation (a second screen, or SSE's concurrent POSTs).
+
+
+class HeldSays:
+    """Says whose store waits until released: the moments between a say and its ack."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reached: set[str] = set()
+        self._gates: dict[str, asyncio.Event] = {}
+        add_say = Store.add_say
+
+        async def held(store: Store, *args: Any) -> StoredSay:
+            text = args[3]
+            if (gate := self._gates.get(text)) is not None:
+                self.reached.add(text)
+                await gate.wait()
+            return await add_say(store, *args)
+
+        monkeypatch.setattr(Store, "add_say", held)
+
+    def hold(self, text: str) -> asyncio.Event:
+        """Hold the store of the say with this text until the event is set."""
+        return self._gates.setdefault(text, asyncio.Event())
+
+    async def reach(self, text: str) -> None:
+        await eventually(lambda: text in self.reached)
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> HeldSays:
+    return HeldSays(monkeypatch)
+
+
+async def _handled(harness: Harness, phone: Phone, told_before: int) -> None:
+    """Wait until the phone's actor was told something more and has handled all of it."""
+    live = harness.server.directory.get(harness.person(phone))
+    assert live is not None
+    await eventually(lambda: live.told > told_before and live.current_snapshot() is not None)
+    await asyncio.sleep(0.05)  # what the actor asked of the loop has run
+
+
+def _told(harness: Harness, phone: Phone) -> int:
+    live = harness.server.directory.get(harness.person(phone))
+    assert live is not None
+    return live.told
+
+
+async def test_an_interrupt_before_the_say_is_stored_cuts_nothing(
+    harness: Harness, fake_llm: FakeOpenAI, held: HeldSays
+) -> None:
+    """The stop button pressed before the reply began has no reply to stop."""
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Reply("All of it, in order."))
+    release = held.hold("Tell me everything.")
+    phone = await harness.phone()
+    other = await harness.phone(phone.device)
+    await phone.send({"type": "say", "id": "m1", "text": "Tell me everything."})
+    await held.reach("Tell me everything.")
+    told = _told(harness, phone)
+    await other.send({"type": "interrupt"})
+    await _handled(harness, phone, told)
+    release.set()
+    await phone.expect("ack")
+    end = await phone.reply()
+    assert (end["text"], end["interrupted"]) == ("All of it, in order.", False)
+
+
+async def test_leaving_while_the_say_is_stored_keeps_the_say_and_gives_no_reply(
+    harness: Harness, held: HeldSays, db: asyncpg.Connection
+) -> None:
+    await harness.start()
+    release = held.hold("Book the room.")
+    phone = await harness.phone()
+    other = await harness.phone(phone.device)
+    await phone.send({"type": "say", "id": "m1", "text": "Book the room."})
+    await held.reach("Book the room.")
+    told = _told(harness, phone)
+    await other.send({"type": "leave"})
+    await _handled(harness, phone, told)
+    release.set()
+    await phone.expect("ack")
+    assert (await phone.expect("bye"))["reason"] == "leave"
+    assert not [f for f in phone.frames if f["type"].startswith("reply.")]
+    rows = await db.fetch("SELECT role, text FROM turns ORDER BY id")
+    assert [(r["role"], r["text"]) for r in rows] == [("user", "Book the room.")]
+
+
+async def test_a_say_resent_while_idle_is_acked_again_and_leaves_the_turn_as_it_was(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    """The resend is planned into a full window before it is known to be one: the window, and
+    the note that the last reply was cut, are as they were for the next say."""
+    await harness.start(llm_url=fake_llm.url, window_turns=2)
+    fake_llm.queue(Reply(SLOW, chunk=3, delay=0.1), Reply("Go on."))
+    phone = await harness.phone()
+    first = await phone.say("Tell me everything.", "m1")
+    await _deltas_until(phone, 1)
+    await phone.send({"type": "interrupt"})
+    cut = await phone.reply()
+    assert cut["interrupted"] is True
+    again = await phone.say("Tell me everything.", "m1")
+    assert again["seq"] == first["seq"]
+    await phone.say("Only the weekend.", "m2")
+    assert (await phone.reply())["text"] == "Go on."
+    handed = _contents(fake_llm.requests[1])
+    assert handed[1:] == [
+        "Tell me everything.",
+        cut["text"] + CUT_MARK,
+        NOTE_INTERRUPTED,
+        "Only the weekend.",
+    ]
+    assert len([f for f in phone.frames if f["type"] == "reply.start"]) == 2
+
+
+async def test_a_say_after_a_reply_waits_for_one_sent_during_it_that_is_still_being_stored(
+    harness: Harness, fake_llm: FakeOpenAI, held: HeldSays
+) -> None:
+    """The conversation is idle again, but an earlier say is not stored yet: the new one
+    must not be answered first."""
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Reply(SLOW, chunk=3, delay=0.05), Reply("Owen, fine."), Reply("Hannah too."))
+    release = held.hold("Owen comes too.")
+    phone = await harness.phone()
+    other = await harness.phone(phone.device)
+    await phone.say("Plan my Saturday.", "m1")
+    await phone.expect("reply.delta")
+    await phone.send({"type": "say", "id": "m2", "text": "Owen comes too."})
+    await held.reach("Owen comes too.")
+    assert (await phone.reply())["text"] == SLOW
+    told = _told(harness, phone)
+    await other.send({"type": "say", "id": "m3", "text": "And Hannah."})
+    await _handled(harness, phone, told)
+    release.set()
+    assert (await phone.expect("reply.start"))["in_reply_to"] == ["m2"]
+    assert (await phone.reply())["text"] == "Owen, fine."
+    assert (await phone.expect("reply.start"))["in_reply_to"] == ["m3"]
+    assert (await phone.reply())["text"] == "Hannah too."
