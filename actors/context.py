@@ -106,11 +106,14 @@ LocalSource = Callable[["Runtime", "TurnRequest", datetime], list[Any]]
 LOCAL_SOURCES: dict[str, LocalSource] = {"working": working_memories}
 
 
-async def _gather(rt: Runtime, req: TurnRequest, now: datetime) -> dict[str, list[Any] | None]:
+async def _gather(
+    rt: Runtime, req: TurnRequest, now: datetime, generation: int | None
+) -> dict[str, list[Any] | None]:
     """Every source at once, or its answer kept from an earlier turn at the same context
-    generation; None for one that failed or was late. Failures make one log line."""
+    `generation` (None: read it first); None for one that failed or was late. Failures make
+    one log line."""
     timeout = rt.settings.context.source_timeout_s
-    generation, problem = req.context_generation, None
+    problem = None
     if generation is None:
         generation, problem = await _attempt(rt.store.context.generation(req.person), timeout)
     problems = [f"none kept from earlier turns (generation {problem})"] if problem else []
@@ -206,10 +209,11 @@ PRIORITY = ("rules", "conversations", "exchanges", "working", "recent", "sample"
 DISPLAY = ("conversations", "exchanges", "rules", "working", "recent", "sample")
 
 
-async def assemble(rt: Runtime, req: TurnRequest) -> Context:
-    """Gather every source at once and render what fits the budget."""
+async def assemble(rt: Runtime, req: TurnRequest, generation: int | None = None) -> Context:
+    """Gather every source at once and render what fits the budget. `generation` is the
+    person's context generation if just read (with the turn's say), else None."""
     now = rt.clock.now()
-    answers = await _gather(rt, req, now)
+    answers = await _gather(rt, req, now, generation)
     failed = tuple(name for name, answer in answers.items() if answer is None)
     sections = _sections(rt.settings.context, answers, now)
     _fit(sections, rt.settings.context.budget_chars)

@@ -182,7 +182,7 @@ class ConversationActor(ThreadingActor):
         full = len(self._window) == self._window.maxlen
         evicted = self._window[0] if full and self._window else None
         self._planned = _Planned(said, evicted, self._after_interrupt)
-        plan = self._request([said], say.handles, since=0.0)  # the job sets `since`
+        plan = self._request([said], say.handles)
         self._window.append(said)
         self._during_reply = self._after_interrupt = False
         self._turn = TurnJob(armed=False)
@@ -216,17 +216,16 @@ class ConversationActor(ThreadingActor):
         """Start a turn on `new`. `generation` is the context generation read with the say
         just stored; says kept while a reply ran pass none, as that reply may have changed
         the context since they were stored, so the turn reads it afresh."""
-        request = self._request(new, handles, since, generation)
+        request = self._request(new, handles)
         self._window.extend(new)
         self._during_reply = self._after_interrupt = False
         self._turn = TurnJob()
-        self._rt.run(
-            run_turn(self._rt, request, self._live.stream, self._live, self._turn), "a turn"
+        job = run_turn(
+            self._rt, request, self._live.stream, self._live, self._turn, since, generation
         )
+        self._rt.run(job, "a turn")
 
-    def _request(
-        self, new: list[Turn], handles: TurnHandles, since: float, generation: int | None = None
-    ) -> TurnRequest:
+    def _request(self, new: list[Turn], handles: TurnHandles) -> TurnRequest:
         return TurnRequest(
             conversation=self._id,
             person=self._person,
@@ -237,8 +236,6 @@ class ConversationActor(ThreadingActor):
             during_reply=self._during_reply,
             after_interrupt=self._after_interrupt,
             handles=handles,
-            since=since,
-            context_generation=generation,
         )
 
     def _on_turn_ended(self, message: TurnEnded) -> None:

@@ -125,5 +125,3 @@ class TurnRequest:
     during_reply: bool
     after_interrupt: bool
     handles: TurnHandles
-    since: float  # time.monotonic() when the oldest of `new` was stored
-    context_generation: int | None = None  # as read with the say; None: read it afresh

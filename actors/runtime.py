@@ -107,6 +107,10 @@ class Reply:
     def resolve(self, value: Any) -> None:
         self._loop.call_soon_threadsafe(self._set, value)
 
+    def resolve_here(self, value: Any) -> None:
+        """`resolve` for a caller on the loop itself: no hop through the loop's queue."""
+        self._set(value)
+
     def fail(self, error: BaseException) -> None:
         self._loop.call_soon_threadsafe(self._set_error, error)
 

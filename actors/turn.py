@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID, uuid4
 
@@ -73,8 +73,7 @@ async def answer_say(
         mailbox.tell(TurnEnded(None, said_stored=stored is not None))
         return
     job.arm()
-    turn = replace(plan, since=time.monotonic(), context_generation=stored.generation)
-    await run_turn(rt, turn, stream, mailbox, job)
+    await run_turn(rt, plan, stream, mailbox, job, time.monotonic(), stored.generation)
 
 
 async def _store(
@@ -92,10 +91,10 @@ async def _store(
     try:
         stored = await rt.store.add_say(conversation, person, say.client_id, say.text, now)
     except ConversationEnded:
-        say.reply.resolve(SayOutcome(None, error="conversation_ended"))
+        say.reply.resolve_here(SayOutcome(None, error="conversation_ended"))
     except Exception:
         log.exception("a say could not be stored")
-        say.reply.resolve(SayOutcome(None, error="internal_error"))
+        say.reply.resolve_here(SayOutcome(None, error="internal_error"))
     finally:
         if stored is None or stored.duplicate:
             stream.ordering.release()
@@ -103,9 +102,9 @@ async def _store(
         return None
     if stored.duplicate:
         ack = {"type": "ack", "id": say.client_id, "seq": stored.ack_seq}
-        say.reply.resolve(SayOutcome(ack, duplicate=True))
+        say.reply.resolve_here(SayOutcome(ack, duplicate=True))
         return None
-    say.reply.resolve(SayOutcome(stream.emit("ack", id=say.client_id)))
+    say.reply.resolve_here(SayOutcome(stream.emit("ack", id=say.client_id)))
     # The next say waits for this one's ack_seq to be written, so that a resend of this
     # one finds it; this say's turn need not.
     stream.after_written(stream.ordering.release)
@@ -203,11 +202,20 @@ class ReplyWriter:
 
 
 async def run_turn(
-    rt: Runtime, req: TurnRequest, stream: ConversationStream, mailbox: Mailbox, job: TurnJob
+    rt: Runtime,
+    req: TurnRequest,
+    stream: ConversationStream,
+    mailbox: Mailbox,
+    job: TurnJob,
+    since: float,
+    generation: int | None,
 ) -> None:
+    """Answer `req.new`. `since` is when the oldest of them was stored (time.monotonic(),
+    for the turn latency metric); `generation` the context generation read with it, or
+    None to read it afresh."""
     reply = uuid4()
     started = rt.clock.now()
-    context = await _context(rt, req)
+    context = await _context(rt, req, generation)
     messages, stats = build_messages(
         req.history,
         req.new,
@@ -240,15 +248,15 @@ async def run_turn(
     if error:
         end["error"] = error
     stream.emit("reply.end", **end)
-    rt.metrics.turn_seconds.observe(time.monotonic() - req.since)
+    rt.metrics.turn_seconds.observe(time.monotonic() - since)
     mailbox.tell(TurnEnded(turn))
 
 
-async def _context(rt: Runtime, req: TurnRequest) -> Context:
+async def _context(rt: Runtime, req: TurnRequest, generation: int | None) -> Context:
     """The turn's context. A failing source is already left out by `assemble`; anything
     else going wrong costs the context, never the reply."""
     try:
-        return await assemble(rt, req)
+        return await assemble(rt, req, generation)
     except Exception:
         log.exception("context assembly failed; the model gets the window alone")
         return Context("", failed=("assembly",))

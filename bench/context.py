@@ -172,7 +172,6 @@ def request(person: str) -> TurnRequest:
         during_reply=False,
         after_interrupt=False,
         handles=TurnHandles(_Nowhere(), _Nowhere()),  # type: ignore[arg-type]
-        since=0.0,
     )
 
 
