@@ -465,9 +465,12 @@ def _machine_busy() -> float:
 
 
 def cpu_seconds(server: procs.Server) -> dict[str, float]:
-    """CPU seconds (user + system) so far of the server, its PostgreSQL, and this bench."""
+    """CPU seconds (user + system) so far of the server, its PostgreSQL, and this bench;
+    `steal`: the seconds the hypervisor ran something else while this machine's cores were
+    ready to run (a virtual machine's neighbours, which no process here shows)."""
     out = {"server": 0.0, "postgres": 0.0, "bench": process_cpu_s(psutil.Process())}
     out["machine"] = _machine_busy()
+    out["steal"] = float(getattr(psutil.cpu_times(), "steal", 0.0))
     with contextlib.suppress(psutil.Error):
         server_ps = server.ps()
         out["server"] = process_cpu_s(server_ps)
@@ -630,6 +633,7 @@ def _throughput_figures(rounds: list[Throughput], rss: procs.RssSampler) -> dict
         },
         "loop_on_core": _share_of_wall(rounds, "loop_on_core"),
         "loop_waiting_for_core": _share_of_wall(rounds, "loop_waiting_for_core"),
+        "steal_cores": _share_of_wall(rounds, "steal"),
         "errors": dict(errors),
     }
 
@@ -817,6 +821,7 @@ def baseline_rows(report: dict[str, Any]) -> list[str]:
     lines = [
         f"  {'baselines':<21}{'turns/s':>9}{'ratio':>9}{'resumed':>9}{'rss peak':>10}"
         f"{'lost':>7}{'dup':>7}{'loop on core':>14}{'cpu ms/turn srv pg bench':>26}"
+        f"{'steal':>7}"
     ]
     for name in THROUGHPUT_SERVERS:
         tps = (tput.get(name) or {}).get("turns_per_s")
@@ -831,7 +836,7 @@ def baseline_rows(report: dict[str, Any]) -> list[str]:
             f"{_cell(f.get('resume_fraction'))}{_cell(f.get('server_rss_mb_peak'), 10)}"
             f"{_cell(lost, 7)}{_cell(dup, 7)}{_cell(timed.get('loop_on_core'), 14)}"
             f"{_cell(per_turn.get('server'), 10)}{_cell(per_turn.get('postgres'), 8)}"
-            f"{_cell(per_turn.get('bench'), 8)}"
+            f"{_cell(per_turn.get('bench'), 8)}{_cell(timed.get('steal_cores'), 7)}"
         )
     return lines
 

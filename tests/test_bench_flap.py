@@ -103,7 +103,7 @@ def test_the_baselines_show_stillhere_per_piece_beside_the_others() -> None:
     assert report["baselines"]["stillhere_per_piece_turns_over_link_bound"] == 0.5
     rows = {line.split()[0]: line.split()[1:] for line in flap.baseline_rows(report)[1:]}
     assert rows["stillhere"][:4] == ["300.00", "0.80", "1.00", "-"]
-    assert rows["stillhere-per-piece"] == ["200.00", "0.50"] + ["-"] * 8
+    assert rows["stillhere-per-piece"] == ["200.00", "0.50"] + ["-"] * 9
     assert rows["link-bound"][4:6] == ["3", "0"]
 
 
@@ -131,6 +131,7 @@ async def test_a_timed_round_reports_each_sides_cpu_per_turn_and_the_loops_time(
     # Every side works for a turn: the server, its PostgreSQL (the say and the reply are
     # stored), the bench (its phones).
     assert per_turn["server"] > 0 and per_turn["postgres"] > 0 and per_turn["bench"] > 0
+    assert 0 <= figures["steal_cores"] <= psutil.cpu_count()
     if procs.main_thread_sched_s(psutil.Process()):  # Linux: schedstat is there to read
         assert 0 < figures["loop_on_core"] <= 1.05
         assert figures["loop_waiting_for_core"] >= 0
