@@ -309,22 +309,31 @@ def _told(harness: Harness, phone: Phone) -> int:
     return live.told
 
 
+async def _between_say_and_ack(
+    harness: Harness, held: HeldSays, text: str, frame: dict[str, Any]
+) -> Phone:
+    """A phone says `text`; while it is being stored, another link of the conversation
+    sends `frame`, and the actor handles it; then the store goes on."""
+    release = held.hold(text)
+    phone = await harness.phone()
+    other = await harness.phone(phone.device)
+    await phone.send({"type": "say", "id": "m1", "text": text})
+    await held.reach(text)
+    told = _told(harness, phone)
+    await other.send(frame)
+    await _handled(harness, phone, told)
+    release.set()
+    await phone.expect("ack")
+    return phone
+
+
 async def test_an_interrupt_before_the_say_is_stored_cuts_nothing(
     harness: Harness, fake_llm: FakeOpenAI, held: HeldSays
 ) -> None:
     """The stop button pressed before the reply began has no reply to stop."""
     await harness.start(llm_url=fake_llm.url)
     fake_llm.queue(Reply("All of it, in order."))
-    release = held.hold("Tell me everything.")
-    phone = await harness.phone()
-    other = await harness.phone(phone.device)
-    await phone.send({"type": "say", "id": "m1", "text": "Tell me everything."})
-    await held.reach("Tell me everything.")
-    told = _told(harness, phone)
-    await other.send({"type": "interrupt"})
-    await _handled(harness, phone, told)
-    release.set()
-    await phone.expect("ack")
+    phone = await _between_say_and_ack(harness, held, "Tell me everything.", {"type": "interrupt"})
     end = await phone.reply()
     assert (end["text"], end["interrupted"]) == ("All of it, in order.", False)
 
@@ -333,16 +342,7 @@ async def test_leaving_while_the_say_is_stored_keeps_the_say_and_gives_no_reply(
     harness: Harness, held: HeldSays, db: asyncpg.Connection
 ) -> None:
     await harness.start()
-    release = held.hold("Book the room.")
-    phone = await harness.phone()
-    other = await harness.phone(phone.device)
-    await phone.send({"type": "say", "id": "m1", "text": "Book the room."})
-    await held.reach("Book the room.")
-    told = _told(harness, phone)
-    await other.send({"type": "leave"})
-    await _handled(harness, phone, told)
-    release.set()
-    await phone.expect("ack")
+    phone = await _between_say_and_ack(harness, held, "Book the room.", {"type": "leave"})
     assert (await phone.expect("bye"))["reason"] == "leave"
     assert not [f for f in phone.frames if f["type"].startswith("reply.")]
     rows = await db.fetch("SELECT role, text FROM turns ORDER BY id")
