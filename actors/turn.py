@@ -48,7 +48,8 @@ async def store_say(
     stream: ConversationStream,
     mailbox: Mailbox,
 ) -> None:
-    """Store a say that arrived while a turn runs or is due, and tell the actor."""
+    """Store a say that came while its actor was busy (a turn running, or an earlier say
+    still being stored), and tell the actor."""
     stored = await _store(rt, conversation, person, say, now, stream)
     mailbox.tell(SayStored(stored, say.handles, time.monotonic()))
 
@@ -87,28 +88,38 @@ async def _store(
     """Store the say, then ack it: the ack means "stored". A resent id is acked again and a
     refused say answered with an error; both give None, as nothing new was stored."""
     await stream.ordering.acquire()  # acks and the window keep the order says arrived in
-    stored: StoredSay | None = None
+    handed_on = False  # the lock, to the ack's write
     try:
-        stored = await rt.store.add_say(conversation, person, say.client_id, say.text, now)
+        stored = await _add(rt, conversation, person, say, now)
+        if stored is None:
+            return None
+        if stored.duplicate:
+            ack = {"type": "ack", "id": say.client_id, "seq": stored.ack_seq}
+            say.reply.resolve_here(SayOutcome(ack, duplicate=True))
+            return None
+        say.reply.resolve_here(SayOutcome(stream.emit("ack", id=say.client_id)))
+        # The next say waits until this one's ack_seq is written, so that a resend of this
+        # one finds it; this say's turn need not.
+        stream.after_written(stream.ordering.release)
+        handed_on = True
+        return stored
+    finally:
+        if not handed_on:
+            stream.ordering.release()
+
+
+async def _add(
+    rt: Runtime, conversation: UUID, person: str, say: Say, now: datetime
+) -> StoredSay | None:
+    """The say's row, or None if it was refused (and the say answered with the error)."""
+    try:
+        return await rt.store.add_say(conversation, person, say.client_id, say.text, now)
     except ConversationEnded:
         say.reply.resolve_here(SayOutcome(None, error="conversation_ended"))
     except Exception:
         log.exception("a say could not be stored")
         say.reply.resolve_here(SayOutcome(None, error="internal_error"))
-    finally:
-        if stored is None or stored.duplicate:
-            stream.ordering.release()
-    if stored is None:
-        return None
-    if stored.duplicate:
-        ack = {"type": "ack", "id": say.client_id, "seq": stored.ack_seq}
-        say.reply.resolve_here(SayOutcome(ack, duplicate=True))
-        return None
-    say.reply.resolve_here(SayOutcome(stream.emit("ack", id=say.client_id)))
-    # The next say waits for this one's ack_seq to be written, so that a resend of this
-    # one finds it; this say's turn need not.
-    stream.after_written(stream.ordering.release)
-    return stored
+    return None
 
 
 class TurnJob:
