@@ -399,3 +399,31 @@ async def test_a_say_after_a_reply_waits_for_one_sent_during_it_that_is_still_be
     assert (await phone.reply())["text"] == "Owen, fine."
     assert (await phone.expect("reply.start"))["in_reply_to"] == ["m3"]
     assert (await phone.reply())["text"] == "Hannah too."
+
+
+async def test_a_say_that_cannot_be_stored_is_refused_and_the_talk_goes_on(
+    harness: Harness, fake_llm: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, db: asyncpg.Connection
+) -> None:
+    """The refused say leaves nothing behind: not in the record, not in the next turn's window,
+    and the next say is stored and answered."""
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Reply("One or two?"), Reply("Two nights, then."))
+    add_say = Store.add_say
+
+    async def failing(store: Store, *args: Any) -> StoredSay:
+        if args[3] == "lost in a storm":
+            raise RuntimeError("injected: the disk is full")
+        return await add_say(store, *args)
+
+    monkeypatch.setattr(Store, "add_say", failing)
+    phone = await harness.phone()
+    await phone.say("Book the hotel.", "m1")
+    await phone.reply()
+    await phone.send({"type": "say", "id": "m2", "text": "lost in a storm"})
+    error = await phone.expect("error")
+    assert (error["code"], error["id"]) == ("internal_error", "m2")
+    await phone.say("two", "m3")
+    assert (await phone.reply())["text"] == "Two nights, then."
+    assert _contents(fake_llm.requests[1])[1:] == ["Book the hotel.", "One or two?", "two"]
+    rows = await db.fetch("SELECT text FROM turns WHERE role = 'user' ORDER BY id")
+    assert [r["text"] for r in rows] == ["Book the hotel.", "two"]
