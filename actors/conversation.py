@@ -92,7 +92,7 @@ class ConversationActor(ThreadingActor):
         self._cards = list(record.cards)
         self._last_activity = record.last_activity
         self._turn: TurnJob | None = None
-        self._storing = 0  # says handed to the loop to store, not yet reported stored
+        self._storing = 0  # says given to `store_say`, not yet reported back (`SayStored`)
         self._planned: _Planned | None = None  # the say an `answer_say` job is answering
         self._pending: list[Turn] = []
         self._pending_since = 0.0  # time.monotonic() when the oldest pending say was stored
@@ -165,14 +165,11 @@ class ConversationActor(ThreadingActor):
             self._speaker = self._speaker_at = None
             self._rt.run(self._rt.store.set_speaker(self._id, None, None), "resetting the speaker")
         self._last_activity = now  # before any model work: a long turn cannot expire us
-        self._storing += 1
-        if self._turn is None and self._storing == 1:
+        if self._turn is None and not self._storing:
             self._answer_at_once(say, now)
             return
-        self._rt.run(
-            store_say(self._rt, self._id, self._person, say, now, self._live.stream, self._live),
-            "storing a say",
-        )
+        self._storing += 1
+        self._rt.run(store_say(self._rt, say, now, self._live.stream, self._live), "storing a say")
 
     def _answer_at_once(self, say: Say, now: datetime) -> None:
         """Nothing else to do, nor any earlier say still being stored: one job stores the
@@ -239,11 +236,9 @@ class ConversationActor(ThreadingActor):
         )
 
     def _on_turn_ended(self, message: TurnEnded) -> None:
-        if self._planned is not None:
-            self._storing = max(0, self._storing - 1)
-            if not message.said_stored:
-                self._unplan(self._planned)
-            self._planned = None
+        if self._planned is not None and not message.said_stored:
+            self._unplan(self._planned)
+        self._planned = None
         if message.turn is None:
             self._during_reply = False  # no reply was written after all
         else:
@@ -257,8 +252,10 @@ class ConversationActor(ThreadingActor):
             self._start_turn(pending, self._pending_handles, self._pending_since)
 
     def _unplan(self, planned: _Planned) -> None:
-        """The planned say was not stored: the turn stands as it was before it came."""
-        self._window.remove(planned.said)
+        """The planned say was not stored: the turn stands as it was before it came. Nothing
+        joined the window since, so the say is its newest turn."""
+        if self._window and self._window[-1] is planned.said:
+            self._window.pop()
         if planned.evicted is not None:
             self._window.appendleft(planned.evicted)
         self._after_interrupt = planned.after_interrupt

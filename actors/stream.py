@@ -51,11 +51,11 @@ class ConversationStream:
         buffer_size: int,
     ) -> None:
         self.conversation = conversation
+        self.person = person
         self.last_seq = last_seq
         self.links: set[Link] = set()
         self.ordering = asyncio.Lock()  # says are stored and acked one at a time, in order
         self._store = store
-        self._person = person
         self._ceiling = ceiling
         self._block = block
         self._buffer = ReplayBuffer(buffer_size)
@@ -166,7 +166,7 @@ class ConversationStream:
     # -- persistence ----------------------------------------------------------------------
 
     def _write(self, frame: Frame) -> None:
-        acked_by = self._person if frame["type"] == "ack" else None
+        acked_by = self.person if frame["type"] == "ack" else None
         written = self._store.events.append(self.conversation, frame, acked_by=acked_by)
         self._unwritten.append((frame, written))
         written.add_done_callback(self._forget_written)

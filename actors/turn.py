@@ -40,17 +40,11 @@ class SayOutcome:
 
 
 async def store_say(
-    rt: Runtime,
-    conversation: UUID,
-    person: str,
-    say: Say,
-    now: datetime,
-    stream: ConversationStream,
-    mailbox: Mailbox,
+    rt: Runtime, say: Say, now: datetime, stream: ConversationStream, mailbox: Mailbox
 ) -> None:
     """Store a say that came while its actor was busy (a turn running, or an earlier say
     still being stored), and tell the actor."""
-    stored = await _store(rt, conversation, person, say, now, stream)
+    stored = await _store(rt, say, now, stream)
     mailbox.tell(SayStored(stored, say.handles, time.monotonic()))
 
 
@@ -69,7 +63,7 @@ async def answer_say(
     no round trip to the actor in between, and the actor hears of both at the turn's end.
     """
     said = plan.new[0]
-    stored = await _store(rt, plan.conversation, plan.person, say, said.at, stream)
+    stored = await _store(rt, say, said.at, stream)
     if stored is None or job.abandoned:
         mailbox.tell(TurnEnded(None, said_stored=stored is not None))
         return
@@ -78,19 +72,15 @@ async def answer_say(
 
 
 async def _store(
-    rt: Runtime,
-    conversation: UUID,
-    person: str,
-    say: Say,
-    now: datetime,
-    stream: ConversationStream,
+    rt: Runtime, say: Say, now: datetime, stream: ConversationStream
 ) -> StoredSay | None:
-    """Store the say, then ack it: the ack means "stored". A resent id is acked again and a
-    refused say answered with an error; both give None, as nothing new was stored."""
+    """Store the say in the stream's conversation, then ack it: the ack means "stored". A
+    resent id is acked again and a refused say answered with an error; both give None, as
+    nothing new was stored."""
     await stream.ordering.acquire()  # acks and the window keep the order says arrived in
     handed_on = False  # the lock, to the ack's write
     try:
-        stored = await _add(rt, conversation, person, say, now)
+        stored = await _add(rt, say, now, stream)
         if stored is None:
             return None
         if stored.duplicate:
@@ -109,11 +99,13 @@ async def _store(
 
 
 async def _add(
-    rt: Runtime, conversation: UUID, person: str, say: Say, now: datetime
+    rt: Runtime, say: Say, now: datetime, stream: ConversationStream
 ) -> StoredSay | None:
     """The say's row, or None if it was refused (and the say answered with the error)."""
     try:
-        return await rt.store.add_say(conversation, person, say.client_id, say.text, now)
+        return await rt.store.add_say(
+            stream.conversation, stream.person, say.client_id, say.text, now
+        )
     except ConversationEnded:
         say.reply.resolve_here(SayOutcome(None, error="conversation_ended"))
     except Exception:
