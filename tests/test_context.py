@@ -149,6 +149,7 @@ async def test_after_the_idle_sweep_too(
     fake_llm.queue(Reply(SUMMARY))
     harness.clock.advance(31 * 60)
     await harness.sweep()
+    await harness.server.directory.settle()  # the summary is written after the archive
 
     handed = await ask_again(harness, fake_llm, phone.device)
 
