@@ -134,53 +134,69 @@ class ScriptedLink(QueuedLink):
         self.keeping_up = True
         self.released = asyncio.Event()
         self.wire: list[int] = []
+        self.writes = 0  # how many writes carried them
 
     def write_now(self, frames: list[dict[str, Any]]) -> bool:
         if self.keeping_up:
             self.wire += [f["seq"] for f in frames]
+            self.writes += 1
         return self.keeping_up
 
     async def write(self, frames: list[dict[str, Any]]) -> None:
         await self.released.wait()
         self.wire += [f["seq"] for f in frames]
+        self.writes += 1
 
     async def close(self, code: int) -> None:
         pass
 
 
+async def test_frames_of_one_loop_step_leave_in_one_write_at_its_end() -> None:
+    link = ScriptedLink()
+    link.send({"seq": 1})
+    link.send({"seq": 2})
+    assert link.wire == []  # held to the step's end
+    await asyncio.sleep(0)
+    assert (link.wire, link.writes) == ([1, 2], 1)
+    link.send({"seq": 3})
+    await asyncio.sleep(0)
+    assert (link.wire, link.writes) == ([1, 2, 3], 2)
+
+
 async def test_a_frame_never_overtakes_those_waiting_before_it() -> None:
     link = ScriptedLink()
-    link.send({"seq": 1})  # straight out
     link.keeping_up = False
-    link.send({"seq": 2})  # queued
+    link.send({"seq": 1})
+    for _ in range(2):
+        await asyncio.sleep(0)  # cannot go at once: a writer takes it and waits on the phone
     link.keeping_up = True
-    link.send({"seq": 3})  # could go at once, but 2 waits: queued behind it
-    await asyncio.sleep(0)  # the writer sends 2 and 3 together
-    assert link.wire == [1, 2, 3]
-    link.keeping_up = False
-    link.send({"seq": 4})
-    await asyncio.sleep(0)  # the writer now waits on the phone with 4
-    link.keeping_up = True
-    link.send({"seq": 5})  # must not pass 4, still being written
+    link.send({"seq": 2})  # could go at once, but 1 waits: queued behind it
+    await asyncio.sleep(0)
+    assert link.wire == []
     link.released.set()
+    link.send({"seq": 3})
     await link.drain()
-    assert link.wire == [1, 2, 3, 4, 5]
+    assert link.wire == [1, 2, 3]
 
 
 async def test_a_link_holds_a_writer_task_only_while_a_write_must_wait() -> None:
     before = len(asyncio.all_tasks())
     link = ScriptedLink()
-    link.send({"seq": 1})  # straight out: no task
-    assert len(asyncio.all_tasks()) == before
+    link.send({"seq": 1})
+    await asyncio.sleep(0)  # straight out at the step's end: no task
+    assert link.wire == [1] and len(asyncio.all_tasks()) == before
     link.keeping_up = False
-    link.send({"seq": 2})  # must wait: a writer
+    link.send({"seq": 2})
+    await asyncio.sleep(0)  # must wait: a writer
     assert len(asyncio.all_tasks()) == before + 1
     link.keeping_up = True
+    link.released.set()
     for _ in range(3):
         await asyncio.sleep(0)  # the writer sends 2 and, the queue empty, ends
     assert link.wire == [1, 2]
     assert len(asyncio.all_tasks()) == before
     link.send({"seq": 3})
+    await asyncio.sleep(0)
     assert link.wire == [1, 2, 3]
 
 

@@ -1,12 +1,13 @@
 """A client link: the stream hands it frames (sync, on the loop); a slow phone never holds
 up the conversation or the other links.
 
-A frame goes straight into the socket's transport when nothing is queued and the phone is
-keeping up: no wake-up of another task, so a streamed delta or a welcome leaves in the loop
-step that made it. Otherwise (a phone falling behind) frames queue for a writer task, made
-only then, which writes everything queued since it last wrote as one batch, waits for the
-phone as long as it must, and ends once the queue is empty. Most links never need one,
-and a link is a few objects fewer for every one it does not hold.
+Frames sent in one loop step leave together at its end, in one write straight into the
+socket's transport when the phone is keeping up: a turn's ack and `reply.start`, or a
+reply's last delta and its `reply.end`, cost one system call and one packet, not one each,
+and no task wakes for them. Otherwise (a phone falling behind) frames queue for a writer
+task, made only then, which writes everything queued since it last wrote as one batch,
+waits for the phone as long as it must, and ends once the queue is empty. Most links never
+need one, and a link is a few objects fewer for every one it does not hold.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class QueuedLink(ABC):
     def __init__(self, transport: asyncio.BaseTransport | None) -> None:
         self.name = f"{self.kind}-{next(_numbers)}"
         self.transport = transport  # the socket's, for the writes that need not wait
-        self._frames: list[Frame] = []  # waiting for the writer, oldest first
+        self._frames: list[Frame] = []  # waiting for the step's end or the writer, oldest first
         self._close_code: int | None = None  # set by `end`: close once the frames are out
         self._dropped = False  # a write found the link gone: later frames go nowhere
         self._writer: asyncio.Task[None] | None = None  # only while there is work for it
@@ -42,10 +43,19 @@ class QueuedLink(ABC):
     def send(self, frame: Frame) -> None:
         if self._close_code is not None or self._dropped:
             return
-        if self._writer is None and self.write_now([frame]):
-            return
         self._frames.append(frame)
-        self._start_writer()
+        if len(self._frames) == 1 and self._writer is None:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """The loop step that sent frames is over: write them at once if the phone keeps
+        up, else hand them to a writer (a running one, e.g. started by `end`, has them)."""
+        if self._writer is not None or not self._frames:
+            return
+        if self.write_now(self._frames):
+            self._frames = []
+        else:
+            self._start_writer()
 
     def end(self, code: int = 1000) -> None:
         """Close the link after the frames already queued (e.g. after `bye`)."""
