@@ -239,6 +239,7 @@ class Directory:
         model call) is written meanwhile: the person who left does not wait for it; a clean
         shutdown does. If archiving fails, the conversation stays active in the
         database and the next sweep retries."""
+        await live.stream.written()  # the last reply with the rest: the summary reads them
         try:
             archived = await mark_archived(self._rt, live.id, reason)
         except Exception:
@@ -260,6 +261,9 @@ class Directory:
         return True
 
     async def _let_go(self, live: LiveConversation) -> None:
+        # Until its record is whole, a hello finds it leaving and waits (`gone`) rather than
+        # rehydrate without its last reply.
+        await live.stream.written()
         if self._live.get(live.person) is live:
             del self._live[live.person]
             self._rt.context_cache.drop(live.person)
@@ -279,6 +283,7 @@ class Directory:
     async def replace(self, live: LiveConversation) -> bool:
         """Start a fresh actor for a failed one, from the database, on the same stream."""
         rt = self._rt
+        await live.stream.written()  # its last reply may still be on its way to the record
         record = await rt.store.active_conversation(live.person, rt.settings.window_turns)
         if record is None or record.id != live.id or self._live.get(live.person) is not live:
             await self._let_go(live)

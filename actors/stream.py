@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from actors.replay import Frame, ReplayBuffer
+from storage.event_log import ReplyRow
 from storage.store import Store
 
 log = logging.getLogger("stillhere.stream")
@@ -100,6 +101,15 @@ class ConversationStream:
         for link in self.links:
             link.send(frame)
         return frame
+
+    def end_reply(self, row: ReplyRow, **fields: Any) -> Frame:
+        """Emit `reply.end` with its reply's turn queued beside it: the two are written in
+        one statement, and neither waits for the other. So the phone hears the end as soon
+        as the reply is done, and a crash before the write loses that reply whole (from the
+        record and the replay alike), the one DESIGN allows. Whatever reads this
+        conversation's record back awaits `written()` first."""
+        self._store.events.add_reply(row)
+        return self.emit("reply.end", **fields)
 
     def farewell(self, frame: Frame) -> None:
         """Send a last frame outside the numbered stream (`bye`) and close every link."""

@@ -22,6 +22,7 @@ from actors.runtime import Runtime
 from actors.stream import ConversationStream
 from actors.tools import TOOLS, Mailbox, ToolContext, execute
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
+from storage.event_log import ReplyRow
 from storage.records import StoredSay, Turn
 from storage.store import ConversationEnded
 
@@ -80,6 +81,7 @@ async def _store(
     await stream.ordering.acquire()  # acks and the window keep the order says arrived in
     handed_on = False  # the lock, to the ack's write
     try:
+        await stream.written()  # the reply before it, too: the record keeps the talk's order
         stored = await _add(rt, say, now, stream)
         if stored is None:
             return None
@@ -244,13 +246,10 @@ async def run_turn(
         writer.flush()
     text = writer.text_since(0) or (FALLBACK if error else "")
     turn = Turn("assistant", text, started, interrupted=job.interrupted)
-    if not await rt.store.add_reply(req.conversation, req.person, reply, turn, in_reply_to):
-        # Sent but not stored: said loudly (the event log said why), and the talk goes on.
-        log.error("reply %s could not be stored", reply)
     end: dict[str, object] = {"reply": str(reply), "text": text, "interrupted": turn.interrupted}
     if error:
         end["error"] = error
-    stream.emit("reply.end", **end)
+    stream.end_reply(ReplyRow(req.conversation, req.person, reply, turn, in_reply_to), **end)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
     mailbox.tell(TurnEnded(turn))
 

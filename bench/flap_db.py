@@ -1,11 +1,14 @@
 """The end-of-run database check: every say stored once, under the right person.
 
 It reads the server's own PostgreSQL (the embedded one in the server's data dir, reached
-through the unix socket that `postmaster.pid` names) while the server still runs.
+through the unix socket that `postmaster.pid` names) while the server still runs. A reply's
+`reply.end` leaves beside its reply's write, not after it, so the last replies of the run
+may land a moment after their phones have them: the read is repeated until it holds still.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from collections import Counter
@@ -13,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+
+STILL_PAUSE_S = 0.2  # between two reads that must agree
+STILL_READS = 50  # at most: 10 s for the last writes to land
 
 
 @dataclass
@@ -69,9 +75,15 @@ async def stillhere_stored(pgdata: Path, data_dir: Path, said: dict[str, str]) -
     """`said`: say id -> device secret of the phone that said it."""
     secret = (data_dir / "secret").read_text().strip()
     persons = {d: stillhere_person(secret, d) for d in set(said.values())}
-    return await _read(
-        dsn_of(pgdata), "turns", {i: persons[d] for i, d in said.items()}, with_answers=True
-    )
+    said_by = {i: persons[d] for i, d in said.items()}
+    stored = await _read(dsn_of(pgdata), "turns", said_by, with_answers=True)
+    for _ in range(STILL_READS):
+        await asyncio.sleep(STILL_PAUSE_S)
+        again = await _read(dsn_of(pgdata), "turns", said_by, with_answers=True)
+        if again == stored:
+            break
+        stored = again
+    return stored
 
 
 async def stateless_stored(pgdata: Path, said: dict[str, str]) -> Stored:

@@ -15,7 +15,7 @@ import asyncpg
 import orjson
 
 from storage.context import ContextReads
-from storage.event_log import EventLog, ReplyRow
+from storage.event_log import EventLog
 from storage.migrate import migrate
 from storage.pool import open_pool
 from storage.records import Card, ConversationRecord, Reminder, StoredSay, Turn
@@ -184,19 +184,6 @@ class Store:
             "SELECT * FROM turns WHERE person = $1 AND client_id = $2", person, client_id
         )
         return StoredSay(_turn(row), duplicate=True, ack_seq=row["ack_seq"])
-
-    async def add_reply(
-        self,
-        conversation: UUID,
-        person: str,
-        reply_id: UUID,
-        turn: Turn,
-        in_reply_to: list[str],
-    ) -> bool:
-        """Store a reply's turn. It rides in the event log's next statement, with the
-        events and replies of other turns; False if that write failed (logged there)."""
-        row = ReplyRow(conversation, person, reply_id, turn, in_reply_to)
-        return await asyncio.shield(self.events.add_reply(row))
 
     # -- stream -------------------------------------------------------------------------
 

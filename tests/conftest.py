@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestServer
 from actors.clock import ManualClock
 from actors.memory.keeper import MemoryKeeper
 from storage.embedded import EmbeddedPostgres
+from storage.event_log import EventLog
 from storage.store import Store
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.fakes.openai_server import FakeOpenAI
@@ -109,6 +110,29 @@ async def eventually(predicate: Any, timeout: float = 10.0) -> None:
             await asyncio.sleep(0.005)
 
 
+class HeldReplies:
+    """The first write that carries a reply waits until released, and so do the event
+    log's writes after it (they go in order): a reply ended, not yet in the record."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reached = asyncio.Event()
+        self.release = asyncio.Event()
+        execute = EventLog._execute
+
+        async def held(log: EventLog, events: list[Any], replies: list[Any]) -> bool:
+            if replies and not self.release.is_set():
+                self.reached.set()
+                await self.release.wait()
+            return await execute(log, events, replies)
+
+        monkeypatch.setattr(EventLog, "_execute", held)
+
+
+@pytest.fixture
+def held_replies(monkeypatch: pytest.MonkeyPatch) -> HeldReplies:
+    return HeldReplies(monkeypatch)
+
+
 class Harness:
     """A running stillhere server (in this process) and ways to talk to it."""
 
@@ -157,6 +181,12 @@ class Harness:
         """How many links the server has attached to this phone's conversation."""
         live = self.server.directory.get(self.person(phone))
         return 0 if live is None else len(live.stream.links)
+
+    async def recorded(self) -> None:
+        """Wait until every live conversation's record holds all its phones were sent: a
+        `reply.end` goes out beside its reply's write, not after it."""
+        for live in self.server.directory.lives():
+            await live.stream.written()
 
     async def sweep(self) -> dict[str, Any] | None:
         from actors.runtime import Reply

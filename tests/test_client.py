@@ -208,7 +208,11 @@ async def test_a_silent_tunnel_times_out_each_attempt(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_say_made_in_a_tunnel_is_sent_when_the_link_returns(
-    proxied: StartProxy, phones: list[Phone], db: asyncpg.Connection, transport: str
+    harness: Harness,
+    proxied: StartProxy,
+    phones: list[Phone],
+    db: asyncpg.Connection,
+    transport: str,
 ) -> None:
     proxy = await proxied()
     phone = Phone(proxy.url(), transport=transport, backoff=FAST)
@@ -223,12 +227,17 @@ async def test_a_say_made_in_a_tunnel_is_sent_when_the_link_returns(
     await phone.wait_until(lambda: answered(phone, id_), 15)
     assert_exactly_once_in_order(phone, [id_])
     assert phone.welcome is not None and phone.welcome["resumed"] is True
+    await harness.recorded()
     assert (await stored(db, id_), await answers(db, id_)) == (1, 1)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_say_stored_whose_ack_was_lost_is_resent_and_acked_once(
-    proxied: StartProxy, phones: list[Phone], db: asyncpg.Connection, transport: str
+    harness: Harness,
+    proxied: StartProxy,
+    phones: list[Phone],
+    db: asyncpg.Connection,
+    transport: str,
 ) -> None:
     proxy = await proxied()
     phone = Phone(proxy.url(), transport=transport, backoff=FAST)
@@ -247,6 +256,7 @@ async def test_a_say_stored_whose_ack_was_lost_is_resent_and_acked_once(
     await phone.wait_until(lambda: answered(phone, id_), 15)
     assert_exactly_once_in_order(phone, [first, id_])
     assert await stored(db, id_) == 1
+    await harness.recorded()
     assert await answers(db, id_) == 1
 
 

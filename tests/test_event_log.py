@@ -77,5 +77,5 @@ async def test_a_reply_in_a_refused_batch_is_reported_not_stored(
 ) -> None:
     reply = Turn("assistant", "Lost.", NOW)
     with caplog.at_level(logging.ERROR, logger="stillhere.events"):
-        assert await store.add_reply(uuid4(), "pf", uuid4(), reply, []) is False
+        assert await store.events.add_reply(ReplyRow(uuid4(), "pf", uuid4(), reply, [])) is False
     assert "0 stream events and 1 replies could not be written" in caplog.text

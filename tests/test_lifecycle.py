@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import asyncpg
 import pytest
 
+from actors import archive
 from actors.conversation import ConversationActor
 from actors.messages import TurnEnded
-from tests.conftest import Harness, Phone, eventually
+from storage.records import Turn
+from tests.conftest import Harness, HeldReplies, Phone, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 
@@ -93,6 +96,30 @@ async def test_leave_says_bye_without_waiting_for_the_summary(
     (row,) = await _conversations(db)
     assert row["status"] == "archived" and row["summary"] is None  # the model is still at it
     assert await _summary(db) == "We talked about the dentist."
+
+
+async def test_the_summary_waits_for_the_last_reply_to_be_written(
+    harness: Harness, held_replies: HeldReplies, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summarised: list[list[Turn]] = []
+    summarise = archive.summarise
+
+    async def seen(rt: Any, turns: list[Turn]) -> str:
+        summarised.append(turns)
+        return await summarise(rt, turns)
+
+    monkeypatch.setattr(archive, "summarise", seen)
+    await harness.start()
+    phone = await harness.phone()
+    await phone.say("My dentist appointment is on Tuesday.")
+    await phone.reply()
+    await asyncio.wait_for(held_replies.reached.wait(), 10)  # the phone has it; the record not
+    await phone.send({"type": "leave"})
+    await asyncio.sleep(0.3)  # long enough for the summary to begin, were it not to wait
+    held_replies.release.set()
+    assert (await phone.expect("bye"))["reason"] == "leave"
+    await eventually(lambda: summarised)
+    assert [t.role for t in summarised[0]] == ["user", "assistant"]
 
 
 async def test_the_sweep_archives_idle_conversations_live_or_left_behind(

@@ -212,6 +212,7 @@ async def test_a_resent_say_is_stored_once_and_acked_the_same(
     assert await db.fetchval("SELECT count(*) FROM turns WHERE client_id = $1", "resend-me") == 1
     starts = [f["in_reply_to"] for f in phone.frames if f["type"] == "reply.start"]
     assert starts == [["resend-me"], ["next"]]
+    await harness.recorded()
     replies = await db.fetchval("SELECT count(*) FROM turns WHERE role = 'assistant'")
     assert replies == 2
 

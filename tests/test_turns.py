@@ -13,7 +13,7 @@ from actors.turn import FALLBACK
 from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
 from storage.records import StoredSay
 from storage.store import Store
-from tests.conftest import Harness, Phone, eventually
+from tests.conftest import Harness, HeldReplies, Phone, eventually
 from tests.fakes.openai_server import Empty, Fail, FakeOpenAI, Reply
 
 SLOW = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
@@ -48,6 +48,7 @@ async def test_pieces_close_together_share_one_delta(
     end = await phone.reply()
     assert _deltas_of(phone, end) == [SLOW[:3], SLOW[3:]]
     assert end["text"] == SLOW
+    await harness.recorded()
     assert await db.fetchval("SELECT text FROM turns WHERE role = 'assistant'") == SLOW
 
 
@@ -90,6 +91,7 @@ async def test_pieces_held_when_a_reply_is_cut_off_are_neither_sent_nor_stored(
     end = await phone.reply()
     assert end["interrupted"] is True
     assert _deltas_of(phone, end) == [first["text"]] == [end["text"]]
+    await harness.recorded()
     stored = await db.fetchval("SELECT text FROM turns WHERE role = 'assistant'")
     assert stored == first["text"]
 
@@ -127,6 +129,7 @@ async def test_interrupt_frame_cuts_the_reply_and_the_next_call_knows(
     end = await phone.reply()
     assert end["interrupted"] is True
     assert end["text"].startswith(seen) and len(end["text"]) < len(SLOW)
+    await harness.recorded()
     stored = await db.fetchrow("SELECT text, interrupted FROM turns WHERE role = 'assistant'")
     assert (stored["text"], stored["interrupted"]) == (end["text"], True)
     await phone.say("What I meant was: only the weekend.")
@@ -198,6 +201,7 @@ async def test_only_once_then_the_fallback_is_stored(
     end = await phone.reply()
     assert (end["text"], end["error"]) == (FALLBACK, "http_503")
     assert len(fake_llm.requests) == 2
+    await harness.recorded()
     assert await db.fetchval("SELECT text FROM turns WHERE role = 'assistant'") == FALLBACK
 
 
@@ -427,3 +431,29 @@ async def test_a_say_that_cannot_be_stored_is_refused_and_the_talk_goes_on(
     assert _contents(fake_llm.requests[1])[1:] == ["Book the hotel.", "One or two?", "two"]
     rows = await db.fetch("SELECT text FROM turns WHERE role = 'user' ORDER BY id")
     assert [r["text"] for r in rows] == ["Book the hotel.", "two"]
+
+
+async def test_a_reply_ends_before_its_write_and_the_next_say_is_stored_after_it(
+    harness: Harness, held_replies: HeldReplies, db: asyncpg.Connection
+) -> None:
+    """`reply.end` leaves beside its reply's write, not after it; a say that follows waits
+    for that write, so the record keeps the order things were said."""
+    await harness.start()
+    phone = await harness.phone()
+    await phone.say("Book the hotel.", "m1")
+    await phone.reply()
+    await asyncio.wait_for(held_replies.reached.wait(), 10)
+    assert await db.fetchval("SELECT count(*) FROM turns WHERE role = 'assistant'") == 0
+    await phone.send({"type": "say", "id": "m2", "text": "two"})
+    await asyncio.sleep(0.3)  # long enough for the say to be stored, were it not to wait
+    held_replies.release.set()
+    assert (await phone.expect("ack"))["id"] == "m2"
+    await phone.reply()
+    await harness.recorded()
+    rows = await db.fetch("SELECT role, client_id FROM turns ORDER BY id")
+    assert [(r["role"], r["client_id"]) for r in rows] == [
+        ("user", "m1"),
+        ("assistant", None),
+        ("user", "m2"),
+        ("assistant", None),
+    ]
