@@ -36,6 +36,9 @@ class Link(Protocol):
 
     def send(self, frame: Frame) -> None: ...
 
+    def flush(self) -> None:
+        """Write now what was sent so far, rather than with the rest of the loop step's."""
+
     def end(self, code: int = 1000) -> None: ...
 
 
@@ -144,6 +147,7 @@ class ConversationStream:
         replay = [] if after is None else stored + self._buffer.after(after)
         for frame in replay:
             link.send(frame)
+        link.flush()  # the phone waits on its welcome; the loop step may have more to do
         self.links.add(link)
         return len(replay)
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from aiohttp import web
 
+from actors.stream import ConversationStream
 from providers.event_loop import run
+from storage.store import Store
 from tests.conftest import Harness, eventually
 from tests.sse_client import SseClient
 from transport.link import QueuedLink
@@ -161,6 +165,20 @@ async def test_frames_of_one_loop_step_leave_in_one_write_at_its_end() -> None:
     link.send({"seq": 3})
     await asyncio.sleep(0)
     assert (link.wire, link.writes) == ([1, 2, 3], 2)
+
+
+async def test_a_welcome_leaves_at_once_and_live_events_at_the_step_end(store: Store) -> None:
+    person = "person-" + uuid.uuid4().hex
+    conversation = await store.create_conversation(person, datetime.now(UTC))
+    stream = await ConversationStream.open(store, conversation, person)
+    link = ScriptedLink()
+    await stream.attach(link, {"type": "welcome"}, None)
+    assert link.wire == [stream.last_seq]  # a resume is timed to it: no waiting
+    start = stream.emit("reply.start", reply="r", in_reply_to=[])
+    assert link.wire == [start["seq"] - 1]
+    await asyncio.sleep(0)
+    assert link.wire == [start["seq"] - 1, start["seq"]]
+    await stream.close()
 
 
 async def test_a_frame_never_overtakes_those_waiting_before_it() -> None:

@@ -45,11 +45,12 @@ class QueuedLink(ABC):
             return
         self._frames.append(frame)
         if len(self._frames) == 1 and self._writer is None:
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self.flush)
 
-    def _flush(self) -> None:
-        """The loop step that sent frames is over: write them at once if the phone keeps
-        up, else hand them to a writer (a running one, e.g. started by `end`, has them)."""
+    def flush(self) -> None:
+        """Write the frames sent so far: at the end of the loop step that sent them, or now
+        for those that must not wait for it (a welcome: a resume is timed to it). At once if
+        the phone keeps up, else by a writer (a running one, e.g. started by `end`, has them)."""
         if self._writer is not None or not self._frames:
             return
         if self.write_now(self._frames):

@@ -163,6 +163,9 @@ class _NoLink:
     def send(self, frame: dict[str, Any]) -> None:
         raise AssertionError("a POST session never attaches to the stream")
 
+    def flush(self) -> None:
+        raise AssertionError("a POST session never attaches to the stream")
+
     def end(self, code: int = 1000) -> None:
         raise AssertionError("a POST session never attaches to the stream")
 
