@@ -141,7 +141,7 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 async def test_kill_9_and_restart_resumes_the_conversation(
-    dsn: str, tmp_path: Path, http: aiohttp.ClientSession
+    dsn: str, tmp_path: Path, http: aiohttp.ClientSession, db: asyncpg.Connection
 ) -> None:
     device = "device-" + uuid.uuid4().hex
     first = ServerProcess(dsn, tmp_path / "data", tmp_path / "first.log")
@@ -162,6 +162,12 @@ async def test_kill_9_and_restart_resumes_the_conversation(
             assert response.status == 400
         highest = max(before.seqs)
         assert before.seqs == sorted(before.seqs)
+        # A reply is written just after its reply.end leaves; a crash in between loses it
+        # (docs/protocol.md). Kill once both are in the record.
+        replied = "SELECT count(*) FROM turns WHERE role = 'assistant' AND conversation = $1"
+        async with asyncio.timeout(10):
+            while await db.fetchval(replied, uuid.UUID(conversation)) < len(said):
+                await asyncio.sleep(0.01)
 
         await first.kill()
         assert first.proc is not None and first.proc.returncode == -signal.SIGKILL
