@@ -13,19 +13,26 @@ in stops 15 to 17 (bench/README.md). A lower first threshold (3,000) made the co
 shorter but more frequent, with no clear change to resume p99 (stop 17).
 
 So by default the server paces the collector itself (`paced_collector`), on the loop:
-- every `young_every_s` (0.5 s) it collects generation 0, the objects made since the last
-  tick: some 12,000 to 17,000 at 2,000 phones, 9 to 10 ms at the median, 25 to 26 at p95;
-- then it freezes the survivors (`gc.freeze`): no later collection walks them again, and
-  they are still freed as soon as nothing refers to them;
+- every `young_every_s` (0.5 s) it freezes the objects made since the last tick
+  (`gc.freeze`): no later collection walks them again, and they are still freed as soon
+  as nothing refers to them;
+- before freezing, it collects those young objects first, but only on sampled ticks. A
+  young collection at 2,000 phones walks some 12,000 to 17,000 objects, 10 to 13 ms with
+  the loop stopped, and frees next to nothing: in a 90 s run at 2,000 flapping phones
+  (stop 22), none of them freed anything once the phones were connected. So each one that
+  frees fewer than `busy_objects` doubles the gap to the next, up to `max_gap` ticks (8 s
+  at the defaults), and one that frees more brings back a collection every tick;
 - every `full_every_s` (10 min) it unfreezes everything and collects all of it, so cycles
   among older objects are freed too: at 2,000 phones some 380,000 objects, 400 to 550 ms.
 This leans on the server making next to no cyclic garbage: since stop 17 a link that ends
 leaves none (`transport/websocket.py`); of four full collections 30 s apart at 2,000
 phones, the first freed 433 objects and the others none.
-A cycle that forms among frozen objects waits for the next full collection; that is what
-`full_every_s` bounds. The young collections take more of the time than CPython's (2.0
-to 2.2% against 1.0 to 1.2% at 2,000 phones), but the longest takes under 60 ms instead
-of up to 500.
+A cycle frozen uncollected (made between samples, or among frozen objects) waits for the
+next full collection; that is what `full_every_s` bounds. Should the server start making
+cyclic garbage at `busy_objects` or more a tick (an error path, say), the next sample finds
+it, at most `max_gap` ticks later, and collections come every tick again: what waits is that
+gap's worth. Garbage made more slowly can wait throughout: at most `busy_objects` a tick,
+some 120,000 objects in 10 min at the defaults.
 Over 300 s at 2,000 phones, resume p99 was 45.58 to 70.14 ms in four runs paced (stop 18),
 96.92 ms at stop 17.
 """
@@ -76,10 +83,33 @@ class Pace:
 
     young_every_s: float = 0.5
     full_every_s: float = 600.0
+    busy_objects: int = 100  # a young collection freeing this many keeps them every tick
+    max_gap: int = 16  # ticks between young collections at most, while they free nothing
 
     def __post_init__(self) -> None:
-        if self.young_every_s < 0 or self.full_every_s <= 0:
+        if self.young_every_s < 0 or self.full_every_s <= 0 or self.max_gap < 1:
             raise ValueError(f"collector pace needs young >= 0 s and full > 0 s, not {self}")
+
+
+class YoungSampler:
+    """Which ticks collect the young objects before freezing them: every tick while
+    collections free something, ever fewer (down to one in `max_gap`) while they do not."""
+
+    def __init__(self, pace: Pace) -> None:
+        self._pace = pace
+        self.gap = 1  # ticks from one young collection to the next
+        self._waited = 0
+
+    def due(self) -> bool:
+        """A tick has come: whether it collects."""
+        self._waited += 1
+        return self._waited >= self.gap
+
+    def freed(self, objects: int) -> None:
+        """What the collection of a due tick freed (a full collection counts too)."""
+        self._waited = 0
+        busy = objects >= self._pace.busy_objects
+        self.gap = 1 if busy else min(self.gap * 2, self._pace.max_gap)
 
 
 @contextlib.asynccontextmanager
@@ -106,14 +136,15 @@ async def paced_collector(pace: Pace) -> AsyncIterator[None]:
 
 async def _pace(pace: Pace) -> None:
     last_full = time.monotonic()
+    sampler = YoungSampler(pace)
     while True:
         await asyncio.sleep(pace.young_every_s)
         if time.monotonic() - last_full >= pace.full_every_s:
             gc.unfreeze()
             gc.collect()
             last_full = time.monotonic()
-        else:
-            gc.collect(0)
+        elif sampler.due():
+            sampler.freed(gc.collect(0))
         gc.freeze()
 
 

@@ -13,7 +13,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from providers.collector import DEFAULT, Pace, paced_collector, timed_collections, tune_collector
+from providers import collector
+from providers.collector import (
+    DEFAULT,
+    Pace,
+    YoungSampler,
+    paced_collector,
+    timed_collections,
+    tune_collector,
+)
 from tests.conftest import Harness, eventually
 
 
@@ -78,6 +86,62 @@ async def test_paced_young_collections_free_young_cycles_and_freeze_the_rest() -
     assert gc.isenabled() and gc.get_freeze_count() == 0
     gc.collect()
     assert frozen() is None
+
+
+def test_young_collections_thin_out_while_they_free_nothing_and_return_when_they_do() -> None:
+    sampler = YoungSampler(Pace(busy_objects=10, max_gap=8))
+    collected_on: list[int] = []
+    for tick in range(1, 41):
+        if sampler.due():
+            collected_on.append(tick)
+            sampler.freed(9 if tick < 30 else 10)  # under busy_objects until tick 30
+    # gaps of 2, 4, 8, 8, 8, then the busy collection on tick 31 brings back every tick
+    assert collected_on == [1, 3, 7, 15, 23, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40]
+    assert sampler.gap == 1
+
+
+class _CountedFreezes:
+    """The gc module as the pacer sees it, counting its ticks (one freeze each)."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+
+    def freeze(self) -> None:
+        self.ticks += 1
+        gc.freeze()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(gc, name)
+
+
+async def test_cyclic_garbage_brings_back_a_young_collection_every_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counted = _CountedFreezes()
+    monkeypatch.setattr(collector, "gc", counted)
+    young: list[int] = []
+    pace = Pace(young_every_s=0.005, full_every_s=3600, busy_objects=50, max_gap=8)
+    with timed_collections(lambda g, s: young.append(g) if g == 0 else None, math.inf):
+        async with paced_collector(pace):
+            await eventually(lambda: counted.ticks >= 40, timeout=30)
+            quiet = len(young)
+            assert quiet <= 12, f"{quiet} young collections in 40 quiet ticks"
+
+            async def litter() -> None:
+                while True:
+                    for _ in range(100):
+                        _Cycle()
+                    await asyncio.sleep(0.001)
+
+            littering = asyncio.ensure_future(litter())
+            try:
+                start, collected = counted.ticks, len(young)
+                await eventually(lambda: counted.ticks >= start + 40, timeout=30)
+                busy_ticks, busy = counted.ticks - start, len(young) - collected
+            finally:
+                littering.cancel()
+    # At most a gap of max_gap ticks passes before a sample sees the garbage.
+    assert busy >= busy_ticks - pace.max_gap, f"{busy} young collections in {busy_ticks} ticks"
 
 
 async def test_a_paced_full_collection_frees_cycles_among_frozen_objects() -> None:

@@ -139,7 +139,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
     (
         "gc-young-every",
         parse_duration,
-        "collect the young objects this often, then freeze them (0: CPython decides)",
+        "freeze the young objects this often, sampled ones collected first (0: CPython decides)",
     ),
     ("gc-full-every", _longer_than_zero, "collect all objects, frozen too, this often"),
     (
