@@ -104,7 +104,6 @@ class ConversationActor(ThreadingActor):
         self._handled = 0  # messages received, published with each snapshot
 
     def on_start(self) -> None:
-        super().on_start()
         self._live.snapshot = self._snapshot()
 
     def on_receive(self, message: Any) -> None:

@@ -59,7 +59,6 @@ class Supervisor(ThreadingActor):
         self.failures = 0
 
     def on_start(self) -> None:
-        super().on_start()
         self._directory.on_failure = lambda live, error: self.actor_ref.tell(
             ActorFailed(live, error)
         )

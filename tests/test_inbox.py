@@ -1,11 +1,9 @@
 """Our actors' inbox (a `queue.SimpleQueue` in place of pykka's `queue.Queue`) keeps what
 pykka promises: messages handled one at a time in the order told, and a message still
-waiting when the actor stops answered with `ActorDeadError`, never left hanging. And their
-threads are scheduled as batch work, the loop's thread not."""
+waiting when the actor stops answered with `ActorDeadError`, never left hanging."""
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
@@ -13,9 +11,6 @@ import pykka
 import pytest
 
 from actors.inbox import ThreadingActor
-from tests.conftest import Harness
-
-BATCH = getattr(os, "SCHED_BATCH", None)
 
 
 class _Recorder(ThreadingActor):
@@ -60,23 +55,3 @@ def test_a_message_left_when_the_actor_stops_fails_instead_of_hanging() -> None:
     stopping.get(timeout=10)
     with pytest.raises(pykka.ActorDeadError):
         late.get(timeout=10)
-
-
-def _policy(thread: threading.Thread) -> int:
-    assert thread.native_id is not None
-    return os.sched_getscheduler(thread.native_id)
-
-
-@pytest.mark.skipif(BATCH is None, reason="SCHED_BATCH is Linux's")
-async def test_conversation_actors_run_as_batch_work_and_the_loop_does_not(
-    harness: Harness,
-) -> None:
-    await harness.start()
-    phone = await harness.phone()
-    await phone.say("hello")
-    await phone.reply()
-    actors = [t for t in threading.enumerate() if t.name.startswith("ConversationActor-")]
-    supervisors = [t for t in threading.enumerate() if t.name.startswith("Supervisor-")]
-    assert actors and supervisors
-    assert {_policy(t) for t in actors + supervisors} == {BATCH}
-    assert _policy(threading.main_thread()) == os.SCHED_OTHER
