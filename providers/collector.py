@@ -88,12 +88,15 @@ class Pace:
 
     def __post_init__(self) -> None:
         if self.young_every_s < 0 or self.full_every_s <= 0 or self.max_gap < 1:
-            raise ValueError(f"collector pace needs young >= 0 s and full > 0 s, not {self}")
+            raise ValueError(
+                f"collector pace needs young >= 0 s, full > 0 s and a gap >= 1 tick, not {self}"
+            )
 
 
 class YoungSampler:
     """Which ticks collect the young objects before freezing them: every tick while
-    collections free something, ever fewer (down to one in `max_gap`) while they do not."""
+    collections free `busy_objects` or more, ever fewer (down to one in `max_gap`) while
+    they free less."""
 
     def __init__(self, pace: Pace) -> None:
         self._pace = pace
@@ -106,7 +109,7 @@ class YoungSampler:
         return self._waited >= self.gap
 
     def freed(self, objects: int) -> None:
-        """What the collection of a due tick freed (a full collection counts too)."""
+        """What the young collection of a due tick freed."""
         self._waited = 0
         busy = objects >= self._pace.busy_objects
         self.gap = 1 if busy else min(self.gap * 2, self._pace.max_gap)

@@ -164,9 +164,9 @@ async def test_a_young_pace_of_zero_leaves_the_collector_to_cpython(restored: No
 
 
 def test_a_pace_out_of_range_is_refused() -> None:
-    for young, full in ((-1, 600), (0.5, 0), (0.5, -3)):
+    for young, full, gap in ((-1, 600, 16), (0.5, 0, 16), (0.5, -3, 16), (0.5, 600, 0)):
         with pytest.raises(ValueError, match="collector pace"):
-            Pace(young, full)
+            Pace(young, full, max_gap=gap)
 
 
 async def test_a_running_server_paces_the_collector_and_sets_the_switch_interval(
