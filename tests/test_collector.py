@@ -164,9 +164,15 @@ async def test_a_young_pace_of_zero_leaves_the_collector_to_cpython(restored: No
 
 
 def test_a_pace_out_of_range_is_refused() -> None:
-    for young, full, gap in ((-1, 600, 16), (0.5, 0, 16), (0.5, -3, 16), (0.5, 600, 0)):
+    for young, full, busy, gap in (
+        (-1, 600, 100, 16),
+        (0.5, 0, 100, 16),
+        (0.5, -3, 100, 16),
+        (0.5, 600, -1, 16),
+        (0.5, 600, 100, 0),
+    ):
         with pytest.raises(ValueError, match="collector pace"):
-            Pace(young, full, max_gap=gap)
+            Pace(young, full, busy_objects=busy, max_gap=gap)
 
 
 async def test_a_running_server_paces_the_collector_and_sets_the_switch_interval(
