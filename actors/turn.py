@@ -23,7 +23,7 @@ from actors.stream import ConversationStream
 from actors.tools import TOOLS, Mailbox, ToolContext, execute
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
 from storage.event_log import ReplyRow
-from storage.records import StoredSay, Turn
+from storage.records import StoredSay, Turn, reply_place, say_place
 from storage.store import ConversationEnded
 
 log = logging.getLogger("stillhere.turn")
@@ -81,7 +81,9 @@ async def _store(
     await stream.ordering.acquire()  # acks and the window keep the order says arrived in
     handed_on = False  # the lock, to the ack's write
     try:
-        await stream.written()  # the reply before it, too: the record keeps the talk's order
+        # The reply before it, too: a crash never leaves the record with a say and without
+        # the reply it followed.
+        await stream.written()
         stored = await _add(rt, say, now, stream)
         if stored is None:
             return None
@@ -106,7 +108,12 @@ async def _add(
     """The say's row, or None if it was refused (and the say answered with the error)."""
     try:
         return await rt.store.add_say(
-            stream.conversation, stream.person, say.client_id, say.text, now
+            stream.conversation,
+            stream.person,
+            say.client_id,
+            say.text,
+            now,
+            say_place(stream.last_seq),
         )
     except ConversationEnded:
         say.reply.resolve_here(SayOutcome(None, error="conversation_ended"))
@@ -232,7 +239,7 @@ async def run_turn(
     )
     log.info("turn in conversation %s: handing the model %s", str(req.conversation)[:8], stats)
     in_reply_to = [t.client_id for t in req.new if t.client_id]
-    stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
+    start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
     writer = ReplyWriter(stream, reply, rt.settings.delta_window_s)
     tools = ToolContext(rt, req.conversation, req.person, req.handles, mailbox)
     try:
@@ -249,7 +256,10 @@ async def run_turn(
     end: dict[str, object] = {"reply": str(reply), "text": text, "interrupted": turn.interrupted}
     if error:
         end["error"] = error
-    stream.end_reply(ReplyRow(req.conversation, req.person, reply, turn, in_reply_to), **end)
+    row = ReplyRow(
+        req.conversation, req.person, reply, turn, in_reply_to, reply_place(start["seq"])
+    )
+    stream.end_reply(row, **end)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
     mailbox.tell(TurnEnded(turn))
 

@@ -14,7 +14,7 @@ from uuid import UUID
 
 import asyncpg
 
-from storage.records import Turn
+from storage.records import LAST_FIRST, TALK_ORDER, Turn
 
 # The memory columns a context line needs; never the fingerprint (it is large).
 _MEMORY_COLUMNS = "id, kind, text, mention_count, last_mentioned"
@@ -78,7 +78,7 @@ class ContextReads:
         """The last `limit` turns of a conversation, in the order they were said."""
         rows = await self._pool.fetch(
             "SELECT role, text, at, interrupted FROM (SELECT * FROM turns "
-            "WHERE conversation = $1 ORDER BY id DESC LIMIT $2) t ORDER BY id",
+            f"WHERE conversation = $1 ORDER BY {LAST_FIRST} LIMIT $2) t ORDER BY {TALK_ORDER}",
             conversation,
             limit,
         )

@@ -30,10 +30,11 @@ WITH written AS (
     SELECT c, s, f::jsonb FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS e (c, s, f)
     ON CONFLICT DO NOTHING
 ), replies AS (
-    INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, in_reply_to)
-    SELECT c, p, 'assistant', r, t, a, i, ARRAY(SELECT jsonb_array_elements_text(irt::jsonb))
+    INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, in_reply_to,
+                       place)
+    SELECT c, p, 'assistant', r, t, a, i, ARRAY(SELECT jsonb_array_elements_text(irt::jsonb)), pl
     FROM unnest($7::uuid[], $8::text[], $9::uuid[], $10::text[], $11::timestamptz[],
-                $12::bool[], $13::text[]) AS r (c, p, r, t, a, i, irt)
+                $12::bool[], $13::text[], $14::bigint[]) AS r (c, p, r, t, a, i, irt, pl)
 )
 UPDATE turns SET ack_seq = a.seq
 FROM unnest($4::text[], $5::text[], $6::bigint[]) AS a (person, client_id, seq)
@@ -57,6 +58,7 @@ class ReplyRow:
     reply: UUID
     turn: Turn
     in_reply_to: list[str]
+    place: int  # in the talk: `records.reply_place`
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +125,7 @@ class EventLog(GroupCommit[_Batch]):
                 [r.turn.at for r in replies],
                 [r.turn.interrupted for r in replies],
                 [orjson.dumps(r.in_reply_to).decode() for r in replies],
+                [r.place for r in replies],
             )
         except Exception:
             log.exception(

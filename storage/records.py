@@ -20,6 +20,25 @@ class Turn:
         return {"role": self.role, "text": self.text, "at": self.at.isoformat()}
 
 
+# A turn's place in the talk (turns.place, migration 007), from its conversation's stream:
+# a reply takes the place of its reply.start, and a say the place just after the last event
+# sent before it was stored. So a message sent while a reply streams comes after that reply,
+# as the model and the phone had it, though the reply is written after it.
+
+
+# Rows from before places have none: they come first, in the order they were written.
+TALK_ORDER = "place NULLS FIRST, id"
+LAST_FIRST = "place DESC NULLS LAST, id DESC"
+
+
+def reply_place(start_seq: int) -> int:
+    return 2 * start_seq
+
+
+def say_place(last_seq: int) -> int:
+    return 2 * last_seq + 1
+
+
 @dataclass(frozen=True, slots=True)
 class Card:
     id: UUID

@@ -21,8 +21,9 @@ from storage.group_commit import GroupCommit
 # came again). The person's context generation rides along: the say's turn needs it next.
 _ADD_SAYS = """
 WITH s AS (
-    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[])
-        WITH ORDINALITY AS s (conversation, at, person, client_id, text, n)
+    SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[],
+                         $6::bigint[])
+        WITH ORDINALITY AS s (conversation, at, person, client_id, text, place, n)
 ), first AS (
     SELECT DISTINCT ON (person, client_id) * FROM s ORDER BY person, client_id, n
 ), live AS (
@@ -31,8 +32,8 @@ WITH s AS (
     WHERE c.id = m.conversation AND c.status = 'active'
     RETURNING c.id
 ), added AS (
-    INSERT INTO turns (conversation, person, role, client_id, text, at)
-    SELECT f.conversation, f.person, 'user', f.client_id, f.text, f.at
+    INSERT INTO turns (conversation, person, role, client_id, text, at, place)
+    SELECT f.conversation, f.person, 'user', f.client_id, f.text, f.at, f.place
     FROM first f JOIN live ON live.id = f.conversation ORDER BY f.n
     ON CONFLICT (person, client_id) WHERE client_id IS NOT NULL DO NOTHING
     RETURNING *
@@ -54,6 +55,7 @@ class _Say:
     client_id: str
     text: str
     at: datetime
+    place: int
     stored: asyncio.Future[asyncpg.Record]
 
 
@@ -64,12 +66,12 @@ class SayLog(GroupCommit[list[_Say]]):
         self._queue: list[_Say] = []
 
     def add(
-        self, conversation: UUID, person: str, client_id: str, text: str, at: datetime
+        self, conversation: UUID, person: str, client_id: str, text: str, at: datetime, place: int
     ) -> asyncio.Future[asyncpg.Record]:
-        """Queue a say; the future holds its row once its batch is written, or the error
-        that refused the batch."""
+        """Queue a say (`place`: `records.say_place`); the future holds its
+        row once its batch is written, or the error that refused the batch."""
         stored: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Say(conversation, person, client_id, text, at, stored))
+        self._queue.append(_Say(conversation, person, client_id, text, at, place, stored))
         self._kick()
         return stored
 
@@ -88,6 +90,7 @@ class SayLog(GroupCommit[list[_Say]]):
                 [s.person for s in batch],
                 [s.client_id for s in batch],
                 [s.text for s in batch],
+                [s.place for s in batch],
             )
             if len(rows) != len(batch):
                 raise RuntimeError(f"{len(rows)} rows back for {len(batch)} says")

@@ -18,7 +18,15 @@ from storage.context import ContextReads
 from storage.event_log import EventLog
 from storage.migrate import migrate
 from storage.pool import open_pool
-from storage.records import Card, ConversationRecord, Reminder, StoredSay, Turn
+from storage.records import (
+    LAST_FIRST,
+    TALK_ORDER,
+    Card,
+    ConversationRecord,
+    Reminder,
+    StoredSay,
+    Turn,
+)
 from storage.rules import RuleStore
 from storage.say_log import SayLog
 
@@ -83,8 +91,8 @@ class Store:
             if row is None:
                 return None
             turns = await conn.fetch(
-                "SELECT * FROM (SELECT * FROM turns WHERE conversation = $1 "
-                "ORDER BY id DESC LIMIT $2) t ORDER BY id",
+                f"SELECT * FROM (SELECT * FROM turns WHERE conversation = $1 "
+                f"ORDER BY {LAST_FIRST} LIMIT $2) t ORDER BY {TALK_ORDER}",
                 row["id"],
                 window,
             )
@@ -150,7 +158,7 @@ class Store:
 
     async def all_turns(self, conversation: UUID) -> list[Turn]:
         rows = await self._pool.fetch(
-            "SELECT * FROM turns WHERE conversation = $1 ORDER BY id", conversation
+            f"SELECT * FROM turns WHERE conversation = $1 ORDER BY {TALK_ORDER}", conversation
         )
         return [_turn(r) for r in rows]
 
@@ -167,14 +175,15 @@ class Store:
     # -- turns --------------------------------------------------------------------------
 
     async def add_say(
-        self, conversation: UUID, person: str, client_id: str, text: str, now: datetime
+        self, conversation: UUID, person: str, client_id: str, text: str, now: datetime, place: int
     ) -> StoredSay:
-        """Store a say once per (person, id), and refresh the conversation's last activity.
+        """Store a say once per (person, id) at `place` in the talk (`records.say_place`),
+        and refresh the conversation's last activity.
 
         A say resent with an id already stored is not stored again; the caller answers it
         with the ack it had before.
         """
-        row = await asyncio.shield(self.says.add(conversation, person, client_id, text, now))
+        row = await asyncio.shield(self.says.add(conversation, person, client_id, text, now, place))
         if not row["live"]:
             raise ConversationEnded(str(conversation))
         if row["id"] is not None:

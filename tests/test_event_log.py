@@ -20,7 +20,7 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 async def test_events_of_many_conversations_share_one_write(store: Store) -> None:
     a = await store.create_conversation("pa", NOW)
     b = await store.create_conversation("pb", NOW)
-    await store.add_say(a, "pa", "say-1", "one night or two?", NOW)
+    await store.add_say(a, "pa", "say-1", "one night or two?", NOW, 1)
     first = store.events.append(a, {"type": "ack", "id": "say-1", "seq": 5}, acked_by="pa")
     second = store.events.append(b, {"type": "reply.start", "seq": 9, "reply": "r"})
     assert first is second  # queued in the same step: one batch, one statement
@@ -32,7 +32,7 @@ async def test_events_of_many_conversations_share_one_write(store: Store) -> Non
         {"type": "reply.end", "seq": 6, "text": "Two."},
     ]
     assert [f["seq"] for f in await store.events_between(b, 0, 100)] == [9]
-    again = await store.add_say(a, "pa", "say-1", "one night or two?", NOW)
+    again = await store.add_say(a, "pa", "say-1", "one night or two?", NOW, 1)
     assert again.duplicate and again.ack_seq == 5  # the ack's seq rode in the same write
 
 
@@ -58,10 +58,10 @@ async def test_a_failed_write_is_logged_and_the_next_one_goes_through(
 
 async def test_a_reply_rides_in_the_events_statement(store: Store, db: asyncpg.Connection) -> None:
     a = await store.create_conversation("pe", NOW)
-    await store.add_say(a, "pe", "say-1", "one night or two?", NOW)
+    await store.add_say(a, "pe", "say-1", "one night or two?", NOW, 1)
     event = store.events.append(a, {"type": "reply.start", "seq": 4, "reply": "r"})
     reply = Turn("assistant", "Two nights, then.", NOW, interrupted=True)
-    stored = store.events.add_reply(ReplyRow(a, "pe", uuid4(), reply, ["say-1", "say-2"]))
+    stored = store.events.add_reply(ReplyRow(a, "pe", uuid4(), reply, ["say-1", "say-2"], 2))
     assert stored is event and await stored  # one batch, one statement
     turns = await store.all_turns(a)
     assert [(t.role, t.text, t.interrupted) for t in turns] == [
@@ -77,5 +77,5 @@ async def test_a_reply_in_a_refused_batch_is_reported_not_stored(
 ) -> None:
     reply = Turn("assistant", "Lost.", NOW)
     with caplog.at_level(logging.ERROR, logger="stillhere.events"):
-        assert await store.events.add_reply(ReplyRow(uuid4(), "pf", uuid4(), reply, [])) is False
+        assert await store.events.add_reply(ReplyRow(uuid4(), "pf", uuid4(), reply, [], 2)) is False
     assert "0 stream events and 1 replies could not be written" in caplog.text

@@ -20,13 +20,13 @@ async def test_says_of_many_conversations_share_a_batch_and_each_gets_its_answer
     ended = await store.create_conversation("pb", NOW)
     await store.archive(ended, "leave", NOW)
     c = await store.create_conversation("pc", NOW)
-    await store.add_say(c, "pc", "old", "stored before", NOW)
+    await store.add_say(c, "pc", "old", "stored before", NOW, 1)
     later = NOW + timedelta(minutes=5)
     queued = [
-        store.says.add(a, "pa", "new", "one night or two?", later),
-        store.says.add(ended, "pb", "late", "too late", later),
-        store.says.add(c, "pc", "old", "stored before", later),
-        store.says.add(a, "pa", "new", "one night or two?", later),  # its id, again
+        store.says.add(a, "pa", "new", "one night or two?", later, 1),
+        store.says.add(ended, "pb", "late", "too late", later, 1),
+        store.says.add(c, "pc", "old", "stored before", later, 1),
+        store.says.add(a, "pa", "new", "one night or two?", later, 1),  # its id, again
     ]
     new, late, old, again = await asyncio.gather(*queued)
     assert (new["live"], new["text"], new["client_id"]) == (True, "one night or two?", "new")
@@ -41,21 +41,21 @@ async def test_says_of_many_conversations_share_a_batch_and_each_gets_its_answer
 
 async def test_store_says_answers_as_before(store: Store) -> None:
     a = await store.create_conversation("pd", NOW)
-    first = await store.add_say(a, "pd", "s1", "hello", NOW)
+    first = await store.add_say(a, "pd", "s1", "hello", NOW, 1)
     assert not first.duplicate and first.turn.text == "hello" and first.generation == 0
-    again = await store.add_say(a, "pd", "s1", "hello", NOW)
+    again = await store.add_say(a, "pd", "s1", "hello", NOW, 1)
     assert again.duplicate and again.turn.text == "hello"
     await store.archive(a, "leave", NOW)
     with pytest.raises(ConversationEnded):
-        await store.add_say(a, "pd", "s2", "anyone?", NOW)
+        await store.add_say(a, "pd", "s2", "anyone?", NOW, 1)
 
 
 async def test_a_refused_batch_fails_its_says_and_the_next_goes_through(store: Store) -> None:
     a = await store.create_conversation("pe", NOW)
-    bad = store.says.add(a, "pe", "nul", "a NUL \x00 PostgreSQL refuses", NOW)
-    with_it = store.says.add(a, "pe", "fine", "queued in the same step", NOW)
+    bad = store.says.add(a, "pe", "nul", "a NUL \x00 PostgreSQL refuses", NOW, 1)
+    with_it = store.says.add(a, "pe", "fine", "queued in the same step", NOW, 1)
     for refused in (bad, with_it):
         with pytest.raises(asyncpg.PostgresError):
             await refused
-    after = await store.add_say(a, "pe", "fine", "queued in the same step", NOW)
+    after = await store.add_say(a, "pe", "fine", "queued in the same step", NOW, 1)
     assert not after.duplicate  # nothing of the refused batch was stored

@@ -4,12 +4,14 @@ memory candidates a restatement is compared with."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from uuid import uuid4
 
 import pytest
 
+from storage.event_log import ReplyRow
 from storage.fingerprints import encode
 from storage.memories import MemoryStore
-from storage.records import MemoryDraft
+from storage.records import MemoryDraft, Turn, reply_place, say_place
 from storage.store import ConversationEnded, Store
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -25,12 +27,12 @@ async def _says(store: Store, person: str) -> list[str]:
 async def test_a_say_is_stored_once_and_refreshes_last_activity(store: Store) -> None:
     conversation = await store.create_conversation("p1", NOW)
     later = NOW + timedelta(minutes=3)
-    first = await store.add_say(conversation, "p1", "s-1", "two nights", later)
+    first = await store.add_say(conversation, "p1", "s-1", "two nights", later, 1)
     assert not first.duplicate and first.turn.text == "two nights"
     assert await store.events.append(
         conversation, {"type": "ack", "id": "s-1", "seq": 7}, acked_by="p1"
     )
-    again = await store.add_say(conversation, "p1", "s-1", "two nights", later)
+    again = await store.add_say(conversation, "p1", "s-1", "two nights", later, 1)
     assert again.duplicate and again.ack_seq == 7
     assert await _says(store, "p1") == ["s-1"]
     activity = await store._pool.fetchval(
@@ -41,13 +43,42 @@ async def test_a_say_is_stored_once_and_refreshes_last_activity(store: Store) ->
 
 async def test_a_say_to_an_ended_conversation_is_refused_and_not_stored(store: Store) -> None:
     conversation = await store.create_conversation("p2", NOW)
-    await store.add_say(conversation, "p2", "s-1", "hello", NOW)
+    await store.add_say(conversation, "p2", "s-1", "hello", NOW, 1)
     assert await store.archive(conversation, "leave", NOW)
     with pytest.raises(ConversationEnded):
-        await store.add_say(conversation, "p2", "s-2", "still there?", NOW)
+        await store.add_say(conversation, "p2", "s-2", "still there?", NOW, 1)
     with pytest.raises(ConversationEnded):  # a resend after the end is refused too
-        await store.add_say(conversation, "p2", "s-1", "hello", NOW)
+        await store.add_say(conversation, "p2", "s-1", "hello", NOW, 1)
     assert await _says(store, "p2") == ["s-1"]
+
+
+async def test_turns_are_read_back_by_place_and_those_without_one_first(store: Store) -> None:
+    """A reply written after a say can take its place before it; rows from before places
+    existed (migration 007) keep their order, ahead of the rest, in a window cut short too."""
+    conversation = await store.create_conversation("p5", NOW)
+    await store._pool.execute(
+        "INSERT INTO turns (conversation, person, role, client_id, text, at) "
+        "VALUES ($1, 'p5', 'user', 'old', 'from before places', $2)",
+        conversation,
+        NOW,
+    )
+    await store.add_say(conversation, "p5", "s-1", "plan my Saturday", NOW, say_place(3))
+    await store.add_say(conversation, "p5", "s-2", "Owen comes too", NOW, say_place(5))
+    for text, start_seq in (("Here is a plan.", 4), ("Sure.", 7)):  # each written last
+        turn = Turn("assistant", text, NOW)
+        row = ReplyRow(conversation, "p5", uuid4(), turn, [], reply_place(start_seq))
+        assert await store.events.add_reply(row)
+    texts = [t.text for t in await store.all_turns(conversation)]
+    assert texts == [
+        "from before places",
+        "plan my Saturday",
+        "Here is a plan.",
+        "Owen comes too",
+        "Sure.",
+    ]
+    record = await store.active_conversation("p5", 4)
+    assert record is not None and [t.text for t in record.window] == texts[1:]
+    assert [t.text for t in await store.context.last_turns(conversation, 2)] == texts[3:]
 
 
 async def test_verbatim_candidates_ignore_case_and_punctuation_and_nothing_else(

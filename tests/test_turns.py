@@ -116,6 +116,34 @@ async def test_messages_during_a_reply_are_answered_together(
     assert len(fake_llm.requests) == 2
 
 
+async def test_messages_during_a_reply_are_recorded_after_it(
+    harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection
+) -> None:
+    """A message sent mid-reply is stored at once, yet its place in the record is after
+    the reply in progress, as in the window the model was handed: so the history a phone
+    gets back after a restart reads as the talk went."""
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Reply(SLOW, chunk=3, delay=0.05), Reply("Both answered."))
+    phone = await harness.phone()
+    await phone.say("Plan my Saturday.", "m1")
+    await phone.expect("reply.delta")
+    await phone.say("Owen comes too.", "m2")
+    assert await db.fetchval("SELECT count(*) FROM turns WHERE client_id = 'm2'") == 1
+    await phone.reply()
+    await phone.reply()
+    await harness.recorded()
+    await harness.stop()
+    await harness.start(llm_url=fake_llm.url)
+    again = await harness.phone(phone.device)
+    assert again.welcome["resumed"] is True
+    assert [t["text"] for t in again.welcome["history"]] == [
+        "Plan my Saturday.",
+        SLOW,
+        "Owen comes too.",
+        "Both answered.",
+    ]
+
+
 async def test_interrupt_frame_cuts_the_reply_and_the_next_call_knows(
     harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection
 ) -> None:
