@@ -21,14 +21,12 @@ class Turn:
 
 
 # A turn's place in the talk (turns.place, migration 007), from its conversation's stream:
-# a reply takes the place of its reply.start, and a say the place just after the last event
-# sent before it was stored. So a message sent while a reply streams comes after that reply,
-# as the model and the phone had it, though the reply is written after it.
-
-
-# Rows from before places have none: they come first, in the order they were written.
+# a reply takes the place of its reply.start, a say the place just after the last event
+# sent before it was stored. So a message sent while a reply streams comes after that
+# reply, as the model and the phone had it, though the reply is written after it. Rows
+# from before places have none: they come first, in the order they were written.
 TALK_ORDER = "place NULLS FIRST, id"
-LAST_FIRST = "place DESC NULLS LAST, id DESC"
+LAST_FIRST = "place DESC NULLS LAST, id DESC"  # newest first, to cut a window at the end
 
 
 def reply_place(start_seq: int) -> int:

@@ -68,8 +68,8 @@ class SayLog(GroupCommit[list[_Say]]):
     def add(
         self, conversation: UUID, person: str, client_id: str, text: str, at: datetime, place: int
     ) -> asyncio.Future[asyncpg.Record]:
-        """Queue a say (`place`: `records.say_place`); the future holds its
-        row once its batch is written, or the error that refused the batch."""
+        """Queue a say (`place`: `records.say_place`); the future holds its row once its
+        batch is written, or the error that refused the batch."""
         stored: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
         self._queue.append(_Say(conversation, person, client_id, text, at, place, stored))
         self._kick()
