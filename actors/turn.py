@@ -227,6 +227,10 @@ async def run_turn(
     None to read it afresh."""
     reply = uuid4()
     started = rt.clock.now()
+    in_reply_to = [t.client_id for t in req.new if t.client_id]
+    # Before anything is awaited: a say stored from here on is one the actor keeps for the
+    # next turn, and its place in the record is after this reply (`records.say_place`).
+    start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
     context = await _context(rt, req, generation)
     messages, stats = build_messages(
         req.history,
@@ -238,8 +242,6 @@ async def run_turn(
         context=context,
     )
     log.info("turn in conversation %s: handing the model %s", str(req.conversation)[:8], stats)
-    in_reply_to = [t.client_id for t in req.new if t.client_id]
-    start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
     writer = ReplyWriter(stream, reply, rt.settings.delta_window_s)
     tools = ToolContext(rt, req.conversation, req.person, req.handles, mailbox)
     try:
