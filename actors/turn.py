@@ -88,7 +88,8 @@ async def _store(
         if stored is None:
             return None
         if stored.duplicate:
-            ack = {"type": "ack", "id": say.client_id, "seq": stored.ack_seq}
+            # Marked, for its seq may be another conversation's: not an event of this stream.
+            ack = {"type": "ack", "id": say.client_id, "seq": stored.ack_seq, "repeat": True}
             say.reply.resolve_here(SayOutcome(ack, duplicate=True))
             return None
         say.reply.resolve_here(SayOutcome(stream.emit("ack", id=say.client_id)))

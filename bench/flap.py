@@ -71,6 +71,7 @@ CORRECTNESS_KEYS = (
     "not_stored",
     "stored_twice",
     "stored_wrong_person",
+    "answered_in_db_twice",
 )
 
 

@@ -3,7 +3,7 @@
 The bench records what happened on the phones' side; `verdict()` then checks, end to end,
 what the protocol promises:
 
-- every say is acked (an ack with its id, once: repeated acks carry the same seq), stored
+- every say is acked (an ack with its id, once; a resend's repeated ack is marked), stored
   once (the server's PostgreSQL, checked by the caller and handed in) and answered by
   exactly one reply;
 - every reply reaches its phone whole exactly once: one `reply.start`, one `reply.end`,
@@ -59,7 +59,6 @@ class ConversationRecord:
     top: int = -1
     seqs: Counter[int] = field(default_factory=Counter)
     out_of_order: int = 0
-    acks: dict[int, str] = field(default_factory=dict)  # seq -> say id
 
 
 @dataclass
@@ -79,7 +78,8 @@ class Ledger:
         self.replies: dict[str, ReplyRecord] = {}
         self.conversations: dict[tuple[int, str], ConversationRecord] = {}
         self.welcomes: list[Welcome] = []
-        self.acks: dict[str, set[tuple[str, int | None]]] = defaultdict(set)
+        self.acks: dict[str, set[tuple[str, int | None]]] = defaultdict(set)  # (conv, seq)
+        self.repeated_acks: set[str] = set()  # ids acked again for a resend
         self.unknown_frames: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.byes: Counter[str] = Counter()
@@ -137,10 +137,10 @@ class Ledger:
         seq = frame.get("seq")
         if kind == "ack":
             id_ = str(frame.get("id"))
+            if frame.get("repeat") is True:
+                self.repeated_acks.add(id_)
+                return  # outside the stream: its seq may be another conversation's
             self.acks[id_].add((conversation, seq if isinstance(seq, int) else None))
-            if not isinstance(seq, int) or record.acks.get(seq) == id_:
-                return  # a repeated ack: outside the stream, never a duplicate
-            record.acks[seq] = id_
         if isinstance(seq, int):
             if seq < record.top and record.seqs[seq] == 0:
                 record.out_of_order += 1
@@ -201,10 +201,10 @@ class Ledger:
             for id_ in reply.in_reply_to:
                 answering[id_].add(reply.id)
         lost_says = dup_says = lost_replies = dup_replies = not_stored = dup_stored = 0
+        dup_answered = 0
         for id_, say in self.says.items():
-            acks = self.acks.get(id_, set())
-            acked_seqs = {a for a in acks if a[1] is not None}
-            if not acks:
+            acked_seqs = self.acks.get(id_, set())
+            if not acked_seqs and id_ not in self.repeated_acks:
                 lost_says += 1
                 note("lost_says", f"phone {say.phone} say {id_}: never acked")
             elif len(acked_seqs) > 1:
@@ -221,6 +221,9 @@ class Ledger:
                 elif rows > 1:
                     dup_stored += 1
                     note("stored_twice", f"phone {say.phone} say {id_}: {rows} rows")
+            if answered_db is not None and (replies := answered_db.get(id_, 0)) > 1:
+                dup_answered += 1
+                note("answered_in_db_twice", f"phone {say.phone} say {id_}: {replies} replies")
             whole = [r for r in answering.get(id_, ()) if self.replies[r].ends > 0]
             if not whole:
                 lost_replies += 1
@@ -275,13 +278,12 @@ class Ledger:
             "broken_replies": broken,
             "not_stored": not_stored if stored is not None else None,
             "stored_twice": dup_stored if stored is not None else None,
+            "answered_in_db_twice": dup_answered if answered_db is not None else None,
             "error_frames": dict(self.errors),
             "byes": dict(self.byes),
             "unexpected_frames": dict(self.unknown_frames),
             "examples": dict(examples),
         }
-        if answered_db is not None:
-            out["answered_in_db_twice"] = sum(1 for i in self.says if answered_db.get(i, 0) > 1)
         return out
 
     def resume_ms(self) -> list[tuple[float, float]]:

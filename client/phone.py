@@ -129,7 +129,6 @@ class Phone:
         # For the live link's writer: say ids to send, and seqs to confirm (ints).
         self._queue: asyncio.Queue[str | int] | None = None
         self._resend_task: asyncio.Task[None] | None = None
-        self._sent_in: dict[str, str | None] = {}  # say id -> conversation of its first send
         self._started = False
         self._stopping = False
         self._leaving = False
@@ -331,7 +330,6 @@ class Phone:
                     await link.confirm(id_)
                 continue
             while id_ in self.outbox:
-                self._sent_in.setdefault(id_, self.conversation)
                 try:
                     answer = await link.say(id_, self.outbox[id_])
                 except Transient as failed:
@@ -370,10 +368,11 @@ class Phone:
         kind = frame["type"]
         seq = frame.get("seq")
         if kind == "ack":
-            repeated = self._repeated_ack(frame)
             self._acked(frame)
-            if repeated:
-                return  # the link's own copy of an old ack: not a stream event
+            if frame.get("repeat") is True:
+                # An old ack repeated for a resent id: its seq may be an earlier
+                # conversation's, or null. "Stored", not an event of this stream.
+                return
         if isinstance(seq, int) and kind != "welcome":
             if seq <= self.last_seq:
                 log.debug("already delivered: %s %d", kind, seq)
@@ -395,23 +394,9 @@ class Phone:
         elif kind != "pong":
             self._deliver(frame)
 
-    def _repeated_ack(self, frame: Frame) -> bool:
-        """An ack repeated for a resent id carries the seq of the first one.
-
-        In the same conversation that seq was delivered already (the replay comes before
-        it), so the seq check drops it. If the say was first sent in an earlier
-        conversation, its seq belongs to that one and must not move our `last_seq`; if the
-        server died before recording the first ack, the repeat has no seq at all."""
-        seq = frame.get("seq")
-        if not isinstance(seq, int):
-            return True
-        first = self._sent_in.get(frame.get("id", ""), self.conversation)
-        return first != self.conversation and seq != self.last_seq + 1
-
     def _acked(self, frame: Frame) -> None:
         id_ = frame.get("id")
         if isinstance(id_, str) and self.outbox.pop(id_, None) is not None:
-            self._sent_in.pop(id_, None)
             self._notify()
 
     def _on_error(self, frame: Frame, link: Link) -> None:
@@ -424,7 +409,6 @@ class Phone:
         elif isinstance(id_, str) and id_ in self.outbox:
             log.debug("say %s refused for good: %s", id_, code)
             del self.outbox[id_]
-            self._sent_in.pop(id_, None)
         self._deliver(frame)
 
     def _resend_later(self, link: Link) -> None:

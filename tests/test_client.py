@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -338,7 +339,7 @@ async def test_the_phone_drops_what_it_already_has_whatever_the_server_resends(
             {"type": "reply.delta", "seq": 3, "text": "Hel", **reply},
             {"type": "reply.delta", "seq": 4, "text": "lo", **reply},
             {"type": "reply.end", "seq": 5, "text": "Hello", "interrupted": False, **reply},
-            {"type": "ack", "id": "a", "seq": None},  # repeated after a crash: no seq
+            {"type": "ack", "id": "a", "seq": None, "repeat": True},  # after a crash: no seq
             {"type": "bye", "reason": "idle"},
         ],
         [
@@ -391,6 +392,30 @@ async def test_the_phone_drops_what_it_already_has_whatever_the_server_resends(
     ]
     kinds = [f["type"] for f in phone.delivered]
     assert kinds.count("welcome") == 3 and kinds.count("bye") == 1
+
+
+async def test_a_repeated_ack_from_an_ended_conversation_is_not_an_event_of_the_next(
+    harness: Harness, phones: list[Phone]
+) -> None:
+    """A say stored as event 1 of a conversation that has ended since, resent in the next
+    one: its repeated ack carries that old seq 1, which is also the new conversation's
+    first. The app gets the new conversation's event 1, and the say leaves the outbox."""
+    await harness.start()
+    device = "device-" + uuid.uuid4().hex
+    earlier = await harness.phone(device)
+    assert (await earlier.say("Note that Owen arrives Friday", "kept"))["seq"] == 1
+    await earlier.reply()
+    await earlier.send({"type": "leave"})
+    await earlier.expect("bye")
+    phone = Phone(harness.url("/"), device=device, backoff=FAST)
+    phones.append(phone)
+    phone.say("Note that Owen arrives Friday", id="kept")  # its ack never reached this phone
+    await phone.start()
+    await phone.wait_until(lambda: not phone.outbox, 10)
+    new = phone.say("and Mia comes on Sunday")
+    await phone.wait_until(lambda: answered(phone, new), 10)
+    assert [(e["id"], e["seq"]) for e in phone.events if e["type"] == "ack"] == [(new, 1)]
+    assert_exactly_once_in_order(phone, [new])
 
 
 # -- link state, leave, close, bye ---------------------------------------------------------

@@ -204,6 +204,8 @@ async def test_credentials_by_query_header_or_bearer(harness: Harness) -> None:
         assert status == 200 and ack["id"] == "d-1"
         assert (await stream.expect("ack")).data == ack
         await stream.expect("reply.end")
+        status, again = await device.post("/v1/say", {"id": "d-1", "text": "hello"}, how="header")
+        assert status == 200 and again == {**ack, "repeat": True}  # a resend's, marked
 
         # An account: the stream by Authorization: Bearer, the say by Bearer too.
         theirs_stream = await account.open()

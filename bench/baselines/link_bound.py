@@ -90,7 +90,7 @@ class LinkConversation:
     async def say(self, frame: dict[str, Any]) -> None:
         id_, text = say_fields(frame)
         if id_ in self.acked:  # a resend on the same link: ack again, answer once
-            await send(self.ws, {"type": "ack", "id": id_, "seq": self.acked[id_]})
+            await send(self.ws, {"type": "ack", "id": id_, "seq": self.acked[id_], "repeat": True})
             return
         self.acked[id_] = (await self.emit("ack", id=id_))["seq"]
         self.waiting.append((id_, text))

@@ -210,7 +210,8 @@ class Stateless:
                 "SELECT ack_seq FROM sl_turns WHERE person = $1 AND client_id = $2", person, id_
             )
             if seen is not None:  # a resend: the same ack again, to this link only
-                await send(link.ws, {"type": "ack", "id": id_, "seq": seen["ack_seq"]})
+                repeat = {"type": "ack", "id": id_, "seq": seen["ack_seq"], "repeat": True}
+                await send(link.ws, repeat)
                 return
             seq = row["seq"] + 1
             ack = {"type": "ack", "seq": seq, "id": id_}
