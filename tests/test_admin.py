@@ -61,6 +61,12 @@ async def test_a_missing_or_wrong_token_is_refused(
     assert status == 401  # refused before routing: nothing can be probed
     status, _ = await _get(harness, url + "/admin/actors")
     assert status == 200
+    status, body = await _get(harness, url + "/admin/no-such-page")
+    assert (status, body["code"]) == (404, "not_found")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with harness.http.post(url + "/admin/actors", headers=auth) as response:
+        body = await response.json()
+        assert (response.status, body["code"]) == (405, "method_not_allowed")
     assert "admin API listening" in caplog.text
     assert TOKEN not in caplog.text
 
@@ -276,3 +282,16 @@ async def test_inspect_explains_what_went_wrong(
     assert "connection refused" in await fails("--admin-url", closed, "--admin-token", TOKEN)
     main_port = harness.url("/").rstrip("/")
     assert "not found (404)" in await fails("--admin-url", main_port, "--admin-token", TOKEN)
+    for bad in ("ftp://127.0.0.1:8766", "http://127.0.0.1:port", "http://"):
+        assert "--admin-url must be an address" in await fails(
+            "--admin-url", bad, "--admin-token", TOKEN
+        )
+
+
+async def test_inspect_takes_an_admin_url_without_its_scheme(
+    harness: Harness, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = await _start(harness)
+    bare = ["inspect", "--admin-url", url.removeprefix("http://"), "--admin-token", TOKEN]
+    assert await asyncio.to_thread(main, bare) == 0
+    assert capsys.readouterr().out.strip() == "no live actors"

@@ -82,7 +82,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def build_admin_app(server: Server, token: str) -> web.Application:
-    app = web.Application(middlewares=[_bearer(token)])
+    app = web.Application(middlewares=[_bearer(token), _json_errors])
     app[SERVER_KEY] = server
     app.router.add_get("/admin/actors", actors_handler)
     app.router.add_get("/admin/actors/{person}", actor_handler)
@@ -107,6 +107,18 @@ def _bearer(token: str) -> Any:
         return await handler(request)
 
     return check
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """An unknown path or method is answered like every other error: a JSON error object."""
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return _error(404, "not_found", f"no admin endpoint {request.path}; try /admin/actors")
+    except web.HTTPMethodNotAllowed as refused:
+        allow = {"Allow": ", ".join(sorted(refused.allowed_methods))}
+        return _error(405, "method_not_allowed", "the admin API is read-only: use GET", allow)
 
 
 # -- endpoints ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import UTC, datetime
 from typing import Any
@@ -70,9 +71,22 @@ def inspect(url: str, token: str | None, person: str | None, *, raw: bool = Fals
     return _pretty(actor) if raw else actor_text(actor)
 
 
+def _base_url(url: str) -> str:
+    """The admin API's address; a bare host:port is taken as http, as people type it."""
+    full = url if "://" in url else "http://" + url
+    parts = urllib.parse.urlsplit(full)
+    try:
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number
+        valid = False
+    if not valid:
+        raise InspectError(f"--admin-url must be an address such as {DEFAULT_URL}, not {url!r}")
+    return full.rstrip("/")
+
+
 class AdminClient:
     def __init__(self, url: str, token: str, timeout: float = 10.0) -> None:
-        self.url = url.rstrip("/")
+        self.url = _base_url(url)
         self._token = token
         self._timeout = timeout
         # The admin API is usually on loopback: an http_proxy from the environment must
