@@ -112,3 +112,18 @@ def test_the_context_cache_defaults_to_a_minute_and_zero_turns_it_off() -> None:
     assert _parse([]).context_cache == 60
     assert _parse(["--context-cache", "0"]).context_cache == 0
     assert _parse(["--context-cache", "5m"]).context_cache == 300
+
+
+def test_secrets_never_show_in_the_settings_repr() -> None:
+    secrets = ["s3cret-signing", "sk-model-key", "embed-key", "admin-token", "pg-password"]
+    dsn = f"postgresql://me:{secrets[4]}@db/stillhere"
+    settings = _parse(
+        [
+            "--secret", secrets[0], "--llm-key", secrets[1], "--embed-key", secrets[2],
+            "--admin-token", secrets[3], "--db", dsn,
+        ]
+    )  # fmt: skip
+    assert settings.llm_key == secrets[1]
+    shown = repr(settings)
+    assert "admin_host" in shown
+    assert not [s for s in secrets if s in shown]

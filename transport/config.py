@@ -59,10 +59,10 @@ class Settings:
     # back at once, aiohttp's default 128 overflows and the rest retry SYN after 1 s, 3 s...
     backlog: int = 4096
     data_dir: Path = Path(".stillhere")
-    db: str | None = None
+    db: str | None = field(default=None, repr=False)  # a DSN may hold a password
     llm_url: str | None = None
     llm_model: str = "gpt-4o-mini"
-    llm_key: str | None = None
+    llm_key: str | None = field(default=None, repr=False)  # a secret: never shown
     llm_timeout: float = 60.0
     rehearsal_latency: float = 0.0
     rehearsal_rate: float = 0.0
@@ -76,7 +76,7 @@ class Settings:
     context_timeout: float = 0.5
     context_cache: float = 60.0
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
-    secret: str | None = None
+    secret: str | None = field(default=None, repr=False)  # a secret: never shown
     log_format: str = "text"
     embed_url: str | None = None
     embed_model: str | None = None
