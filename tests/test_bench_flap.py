@@ -62,6 +62,41 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str, tmp_pa
     assert stop["exit_code"] == 0 and not stop["killed"] and stop["log_problems"] == 0
 
 
+@pytest.mark.timeout(240)
+async def test_a_storm_and_the_baselines_run_end_to_end() -> None:
+    """The whole run, small: the throughput rounds on all four servers, stillhere flapped and
+    then stormed, each baseline flapped. The baselines behave as the designs they stand for:
+    link-bound resumes nothing, stateless reload resumes from its database."""
+    args = flap.parse_args(
+        [
+            "--clients", "12", "--duration", "6s", "--baseline-duration", "6s", "--storm",
+            "--transport", "ws", "--rss-settle", "0.5s", "--seed", "5", "--think", "1s",
+            "--flap-every", "2s", "--rehearsal-latency", "50ms", "--rehearsal-rate", "80",
+            "--throughput-phones", "4", "--throughput-says", "5", "--throughput-rounds", "1",
+            "--throughput-warmup", "1", "--no-progress", "--settle-timeout", "60s",
+            "--storm-timeout", "60s", "--timeout", "220s",
+        ]
+    )  # fmt: skip
+    report = await flap.measure(args)
+
+    assert report["storm_s"] is not None and report["storm_not_resumed"] == 0
+    assert report["storm"]["reconnect_ms"]["n"] == 12, "every phone came back after the storm"
+    for key in flap.CORRECTNESS_KEYS:
+        assert report[key] == 0, (key, report["examples"])
+    baselines = report["baselines"]
+    for server in ("stillhere", "stillhere-per-piece", "link-bound", "stateless"):
+        assert baselines["turns_per_s"][server] > 0, server
+    assert baselines["stillhere_turns_over_link_bound"] > 0
+    resumed = baselines["resume_fraction"]
+    assert resumed["stillhere"] == 1.0 and resumed["stateless"] == 1.0
+    assert baselines["flap"]["link-bound"]["reconnects"] > 0 and resumed["link-bound"] == 0.0
+    for server, rss in baselines["rss_peak_mb"].items():
+        assert rss > 0, server
+    stateless = baselines["flap"]["stateless"]
+    assert stateless["lost_says"] == stateless["stored_twice"] == 0
+    assert "storm" in flap.table(report)
+
+
 def test_hello_percentiles_are_bounded_by_the_buckets_of_the_window() -> None:
     before = {0.001: 10.0, 0.01: 10.0, 0.1: 10.0, float("inf"): 10.0}  # the ramp's hellos
     after = {0.001: 60.0, 0.01: 105.0, 0.1: 109.0, float("inf"): 110.0}
