@@ -44,7 +44,7 @@ from typing import Any
 import aiohttp
 
 from bench.flap_ledger import Ledger
-from client import Backoff, LinkState, Phone
+from client import Backoff, HeldConnection, LinkState, Phone
 
 KINDS: dict[str, float] = {  # relative weights of the link events
     "tunnel": 0.20,
@@ -55,6 +55,9 @@ KINDS: dict[str, float] = {  # relative weights of the link events
     "leave": 0.05,
 }
 TUNNEL_S = (5.0, 60.0)
+# After a tunnel, until the phone's stack resets the connection the phone dropped in it:
+# the server's next packet on it (an event, a ping) gets the reset.
+HELD_AFTER_S = (0.0, 10.0)
 IDLE_WAIT_S = 20.0  # how long an event waits for the phone to be idle before giving up
 START_TIMEOUT_S = 60.0
 LEAVE_TIMEOUT_S = 30.0
@@ -192,6 +195,7 @@ class Fleet:
         self.resume_series: list[tuple[float, float]] = []  # (at, ms), flap phase only
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
+        self._held: set[HeldConnection] = set()  # tunnels' connections, open and silent
         self.client_log: ClientLogRing | None = None
 
     # -- phones -----------------------------------------------------------------------------
@@ -364,6 +368,8 @@ class Fleet:
         for run in self.runs:
             run.gate.shut = False
             run.cut_hello = run.cut_reply = False
+        for held in list(self._held):
+            self._reset(held)
 
     async def _script(
         self, run: PhoneRun, end: float, kinds: list[str], weights: list[float]
@@ -408,10 +414,19 @@ class Fleet:
             await asyncio.sleep(0.1)
         return True
 
-    def _drop(self, run: PhoneRun) -> None:
+    def _drop(self, run: PhoneRun, *, hold: bool = False) -> HeldConnection | None:
         assert run.phone is not None
         self.ledger.dropped(run.index)
-        run.phone.drop()
+        held = run.phone.drop(hold=hold)
+        if held is not None:
+            self._held.add(held)
+            self.cuts["tunnel_held_open"] += 1
+        return held
+
+    def _reset(self, held: HeldConnection) -> None:
+        if held in self._held:
+            self._held.discard(held)
+            held.reset()
 
     async def _flap(self, run: PhoneRun, kind: str, end: float) -> None:
         phone = run.phone
@@ -419,11 +434,14 @@ class Fleet:
         self.kinds[kind] += 1
         if kind == "tunnel":
             run.gate.shut = True
-            self._drop(run)
+            held = self._drop(run, hold=True)  # the server is not told: it keeps the link
             try:
                 await self._pause(min(run.rng.uniform(*TUNNEL_S), end - now()))
             finally:
                 run.gate.shut = False
+                if held is not None:
+                    after = run.rng.uniform(*HELD_AFTER_S)
+                    asyncio.get_running_loop().call_later(after, self._reset, held)
         elif kind == "handover":
             self._drop(run)
         elif kind == "nat":

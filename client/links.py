@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+import struct
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterator
@@ -83,15 +86,41 @@ def _loads(raw: str | bytes) -> Frame | None:
     return frame if isinstance(frame, dict) and isinstance(frame.get("type"), str) else None
 
 
+def _transport(response: aiohttp.ClientResponse | None) -> asyncio.Transport | None:
+    connection = response.connection if response is not None else None
+    return connection.transport if connection is not None else None
+
+
 def _abort(response: aiohttp.ClientResponse | None) -> None:
     """Drop the TCP connection under a response at once: no close handshake, no FIN."""
     if response is None:
         return
-    connection = response.connection
-    transport = connection.transport if connection is not None else None
+    transport = _transport(response)
     if transport is not None:
         transport.abort()
     response.close()
+
+
+class HeldConnection:
+    """A link's TCP connection, kept open after the link was dropped: as in a real tunnel,
+    the server hears nothing (no FIN, no reset, no pong) until `reset()`."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    @classmethod
+    def of(cls, response: aiohttp.ClientResponse | None) -> HeldConnection | None:
+        """A second handle on the connection under `response`: aborting the link then
+        closes only the link's own, and the connection stays up, unread and unwritten."""
+        transport = _transport(response)
+        raw = transport.get_extra_info("socket") if transport is not None else None
+        return None if raw is None else cls(socket.socket(fileno=os.dup(raw.fileno())))
+
+    def reset(self) -> None:
+        """End it with a reset, as the phone's stack answers the server's next packet once
+        the tunnel is over (the app forgot the connection when it dropped it)."""
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self._sock.close()
 
 
 class Posts:
@@ -184,8 +213,16 @@ class Link(ABC):
         """Ask to end the conversation: the bye if the answer is immediate, else None."""
 
     @abstractmethod
+    def _response(self) -> aiohttp.ClientResponse | None:
+        """The response whose connection carries the link (the stream, for SSE)."""
+
     def abort(self) -> None:
-        """Cut the connection under the link now, as a tunnel does (no close handshake)."""
+        """Cut the connection under the link now (no close handshake)."""
+        _abort(self._response())
+
+    def hold(self) -> HeldConnection | None:
+        """Keep the connection under the link open past an `abort`, silent, as a tunnel."""
+        return HeldConnection.of(self._response())
 
     @abstractmethod
     async def close(self) -> None:
@@ -273,9 +310,9 @@ class WebSocketLink(Link):
         await self._send({"type": "leave"})
         return None
 
-    def abort(self) -> None:
-        if self._ws is not None:
-            _abort(self._ws._response)  # aiohttp keeps the upgraded connection there
+    def _response(self) -> aiohttp.ClientResponse | None:
+        # aiohttp keeps the upgraded connection on the handshake's response
+        return self._ws._response if self._ws is not None else None
 
     async def close(self) -> None:
         if self._ws is None:
@@ -307,7 +344,7 @@ class EventStreamLink(Link):
         super().__init__(http, base_url, creds)
         self.posts = Posts(http, base_url, creds)
         self._read_timeout = read_timeout  # the server pings every 15 s: silence is death
-        self._response: aiohttp.ClientResponse | None = None
+        self._stream: aiohttp.ClientResponse | None = None
         self._parser = SseParser()
         self._pending: deque[Frame] = deque()
 
@@ -318,7 +355,7 @@ class EventStreamLink(Link):
         if conversation is not None:
             params["conversation"] = conversation
             headers["Last-Event-ID"] = str(last_seq)
-        self._response = response = await self.http.get(
+        self._stream = response = await self.http.get(
             endpoint(self.base_url, "/v1/events"),
             headers=headers,
             params=params,
@@ -339,9 +376,9 @@ class EventStreamLink(Link):
         return first
 
     async def _next(self) -> Frame | None:
-        assert self._response is not None
+        assert self._stream is not None
         while not self._pending:
-            chunk = await self._response.content.readany()
+            chunk = await self._stream.content.readany()
             if not chunk:
                 return None
             for event in self._parser.feed(chunk):
@@ -367,10 +404,10 @@ class EventStreamLink(Link):
     async def leave(self) -> Frame | None:
         return await self.posts.leave()
 
-    def abort(self) -> None:
-        _abort(self._response)
+    def _response(self) -> aiohttp.ClientResponse | None:
+        return self._stream
 
     async def close(self) -> None:
         # An event stream has no close handshake: closing the connection is the goodbye.
-        if self._response is not None:
-            self._response.close()
+        if self._stream is not None:
+            self._stream.close()

@@ -33,6 +33,7 @@ from client.links import (
     Credentials,
     EventStreamLink,
     Frame,
+    HeldConnection,
     Link,
     Posts,
     Refused,
@@ -211,11 +212,18 @@ class Phone:
         """Stop without leaving (the app was killed): the conversation stays resumable."""
         await self._stop(polite=True)
 
-    def drop(self) -> None:
-        """Cut the current link as a tunnel would; the phone reconnects with backoff."""
-        if self._link is not None:
-            log.debug("dropping the %s link", self.transport)
-            self._link.abort()
+    def drop(self, *, hold: bool = False) -> HeldConnection | None:
+        """Cut the current link; the phone reconnects with backoff.
+
+        The server sees the connection end at once, unless `hold`: then it stays open and
+        silent, as a real tunnel leaves it, until the returned connection is `reset()`. The
+        server keeps the link attached meanwhile, as it would until its heartbeat fails."""
+        if self._link is None:
+            return None
+        log.debug("dropping the %s link%s", self.transport, " (held open)" if hold else "")
+        held = self._link.hold() if hold else None
+        self._link.abort()
+        return held
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> None:
         """Return once `predicate()` holds; TimeoutError after `timeout` seconds."""

@@ -33,6 +33,7 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str, tmp_pa
     assert report["ramp_failed"] == 0
     assert report["live_conversations"] == 20
     assert report["says"] > 20 and report["link_events"], "the phones talked and flapped"
+    assert report["cuts"]["tunnel_held_open"] > 0, "tunnels left the server silent links"
     assert report["reconnects"] > 0
     assert report["resumed"] == report["reconnects"], report["examples"]
     for key in flap.CORRECTNESS_KEYS:
