@@ -9,7 +9,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import asyncpg
@@ -174,10 +174,10 @@ class Harness:
         await phone.connect(**hello)
         return phone
 
-    def person(self, phone: Phone) -> str:
+    def person(self, phone: HasDevice) -> str:
         return self.server.identity.person(device=phone.device)
 
-    def links(self, phone: Phone) -> int:
+    def links(self, phone: HasDevice) -> int:
         """How many links the server has attached to this phone's conversation."""
         live = self.server.directory.get(self.person(phone))
         return 0 if live is None else len(live.stream.links)
@@ -195,6 +195,13 @@ class Harness:
         reply = Reply(asyncio.get_running_loop())
         self.server.supervisor.tell(Sweep(reply))
         return await reply.wait()
+
+
+class HasDevice(Protocol):
+    """A test's raw phone or the reference client's: either says which device it is."""
+
+    @property
+    def device(self) -> str | None: ...
 
 
 class Phone:

@@ -214,21 +214,15 @@ async def test_a_held_drop_leaves_the_server_a_silent_link_until_it_is_reset(
     phone = Phone(harness.url("/"), transport=transport, backoff=FAST)
     phones.append(phone)
     await phone.start()
-    person = harness.server.identity.person(device=phone.device)
-
-    def links() -> int:
-        live = harness.server.directory.get(person)
-        return 0 if live is None else len(live.stream.links)
-
     held = phone.drop(hold=True)
     assert held is not None
     await phone.wait_until(lambda: phone.reconnects == 1 and phone.state is LinkState.UP, 10)
     id_ = phone.say("Note that Owen arrives Friday evening")
     await phone.wait_until(lambda: answered(phone, id_), 10)
-    assert links() == 2, "the server never heard of the drop"
+    assert harness.links(phone) == 2, "the server never heard of the drop"
     held.reset()
     async with asyncio.timeout(10):
-        while links() != 1:
+        while harness.links(phone) != 1:
             await asyncio.sleep(0.01)
     assert_exactly_once_in_order(phone, [id_])
     assert phone.welcome is not None and phone.welcome["resumed"] is True
