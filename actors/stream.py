@@ -93,7 +93,7 @@ class ConversationStream:
 
     def emit(self, type_: str, **fields: Any) -> Frame:
         """Number an event, keep it for replay, send it to every attached link. Turn-level
-        events go to the event log (an `ack` with its say's `ack_seq`: see `written`)."""
+        events go to the event log."""
         self.last_seq += 1
         frame: Frame = {"type": type_, "seq": self.last_seq, **fields}
         self._buffer.append(frame)
@@ -180,8 +180,7 @@ class ConversationStream:
     # -- persistence ----------------------------------------------------------------------
 
     def _write(self, frame: Frame) -> None:
-        acked_by = self.person if frame["type"] == "ack" else None
-        written = self._store.events.append(self.conversation, frame, acked_by=acked_by)
+        written = self._store.events.append(self.conversation, frame)
         self._unwritten.append((frame, written))
         written.add_done_callback(self._forget_written)
 
@@ -201,7 +200,7 @@ class ConversationStream:
 
     async def written(self) -> None:
         """Wait until every event emitted so far is written (or its write has failed): after
-        an `ack`, the say's `ack_seq` too, which a resend of that id is acked with."""
+        an `ack`, the ack itself, which a resend of that id is acked with again."""
         if self._unwritten:
             await self._unwritten[-1][1]
 

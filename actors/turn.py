@@ -93,8 +93,8 @@ async def _store(
             say.reply.resolve_here(SayOutcome(ack, duplicate=True))
             return None
         say.reply.resolve_here(SayOutcome(stream.emit("ack", id=say.client_id)))
-        # The next say waits until this one's ack_seq is written, so that a resend of this
-        # one finds it; this say's turn need not.
+        # The next say waits until this one's ack is written, so that a resend of this one
+        # finds it; this say's turn need not.
         stream.after_written(stream.ordering.release)
         handed_on = True
         return stored

@@ -3,9 +3,8 @@
 A turn emits a few turn-level events (ack, reply.start, reply.end...) and stores its reply,
 and each used to be a round trip of its own. Here they queue, and one writer task writes
 whatever queued while the previous write was in flight: under load the events and replies
-of many conversations share one statement; on a quiet server a write goes at once. An `ack`
-carries the say it acknowledges, so the say's `ack_seq` (what a resend of it is acked with)
-rides in the same statement.
+of many conversations share one statement; on a quiet server a write goes at once. A
+resent say's repeated ack is read back from its first `ack` here (`Store.add_say`).
 """
 
 from __future__ import annotations
@@ -29,16 +28,11 @@ WITH written AS (
     INSERT INTO events (conversation, seq, frame)
     SELECT c, s, f::jsonb FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS e (c, s, f)
     ON CONFLICT DO NOTHING
-), replies AS (
-    INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, in_reply_to,
-                       place)
-    SELECT c, p, 'assistant', r, t, a, i, ARRAY(SELECT jsonb_array_elements_text(irt::jsonb)), pl
-    FROM unnest($7::uuid[], $8::text[], $9::uuid[], $10::text[], $11::timestamptz[],
-                $12::bool[], $13::text[], $14::bigint[]) AS r (c, p, r, t, a, i, irt, pl)
 )
-UPDATE turns SET ack_seq = a.seq
-FROM unnest($4::text[], $5::text[], $6::bigint[]) AS a (person, client_id, seq)
-WHERE turns.person = a.person AND turns.client_id = a.client_id
+INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, in_reply_to, place)
+SELECT c, p, 'assistant', r, t, a, i, ARRAY(SELECT jsonb_array_elements_text(irt::jsonb)), pl
+FROM unnest($4::uuid[], $5::text[], $6::uuid[], $7::text[], $8::timestamptz[],
+            $9::bool[], $10::text[], $11::bigint[]) AS r (c, p, r, t, a, i, irt, pl)
 """
 
 
@@ -46,7 +40,6 @@ WHERE turns.person = a.person AND turns.client_id = a.client_id
 class _Entry:
     conversation: UUID
     frame: dict[str, Any]
-    person: str | None  # set on an ack: the say's owner, whose ack_seq is recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +69,10 @@ class EventLog(GroupCommit[_Batch]):
         self._replies: list[ReplyRow] = []
         self._batch: asyncio.Future[bool] | None = None
 
-    def append(
-        self, conversation: UUID, frame: dict[str, Any], *, acked_by: str | None = None
-    ) -> asyncio.Future[bool]:
+    def append(self, conversation: UUID, frame: dict[str, Any]) -> asyncio.Future[bool]:
         """Queue one event. The future says, once its batch is written, whether the write
         went through (a failure is logged here, once for the batch)."""
-        self._events.append(_Entry(conversation, frame, acked_by))
+        self._events.append(_Entry(conversation, frame))
         return self._queued()
 
     def add_reply(self, row: ReplyRow) -> asyncio.Future[bool]:
@@ -108,16 +99,12 @@ class EventLog(GroupCommit[_Batch]):
             batch.written.set_result(written)
 
     async def _execute(self, events: list[_Entry], replies: list[ReplyRow]) -> bool:
-        acks = [e for e in events if e.person is not None]
         try:
             await self._pool.execute(
                 _WRITE,
                 [e.conversation for e in events],
                 [e.frame["seq"] for e in events],
                 [orjson.dumps(e.frame).decode() for e in events],
-                [e.person for e in acks],
-                [e.frame["id"] for e in acks],
-                [e.frame["seq"] for e in acks],
                 [r.conversation for r in replies],
                 [r.person for r in replies],
                 [r.reply for r in replies],

@@ -30,6 +30,19 @@ from storage.records import (
 from storage.rules import RuleStore
 from storage.say_log import SayLog
 
+# A stored say's row, with the seq its first ack had. The ack was sent after the say was
+# stored, so it is the first event of its id after the say's place (`records.say_place`);
+# a row from before places has none, and its conversation is read from the start.
+_FIRST_ACK = """
+SELECT t.*, (
+    SELECT e.seq FROM events e
+    WHERE e.conversation = t.conversation AND e.seq > coalesce(t.place / 2, 0)
+      AND e.frame->>'type' = 'ack' AND e.frame->>'id' = t.client_id
+    ORDER BY e.seq LIMIT 1
+) AS ack_seq
+FROM turns t WHERE t.person = $1 AND t.client_id = $2
+"""
+
 
 class ConversationEnded(Exception):
     """A write aimed at a conversation that is no longer in progress."""
@@ -189,9 +202,7 @@ class Store:
         if row["id"] is not None:
             generation = int(row["context_generation"] or 0)
             return StoredSay(_turn(row), duplicate=False, ack_seq=None, generation=generation)
-        row = await self._pool.fetchrow(
-            "SELECT * FROM turns WHERE person = $1 AND client_id = $2", person, client_id
-        )
+        row = await self._pool.fetchrow(_FIRST_ACK, person, client_id)
         return StoredSay(_turn(row), duplicate=True, ack_seq=row["ack_seq"])
 
     # -- stream -------------------------------------------------------------------------

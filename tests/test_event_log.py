@@ -21,7 +21,7 @@ async def test_events_of_many_conversations_share_one_write(store: Store) -> Non
     a = await store.create_conversation("pa", NOW)
     b = await store.create_conversation("pb", NOW)
     await store.add_say(a, "pa", "say-1", "one night or two?", NOW, 1)
-    first = store.events.append(a, {"type": "ack", "id": "say-1", "seq": 5}, acked_by="pa")
+    first = store.events.append(a, {"type": "ack", "id": "say-1", "seq": 5})
     second = store.events.append(b, {"type": "reply.start", "seq": 9, "reply": "r"})
     assert first is second  # queued in the same step: one batch, one statement
     assert await first
@@ -33,7 +33,7 @@ async def test_events_of_many_conversations_share_one_write(store: Store) -> Non
     ]
     assert [f["seq"] for f in await store.events_between(b, 0, 100)] == [9]
     again = await store.add_say(a, "pa", "say-1", "one night or two?", NOW, 1)
-    assert again.duplicate and again.ack_seq == 5  # the ack's seq rode in the same write
+    assert again.duplicate and again.ack_seq == 5  # read back from the written ack
 
 
 async def test_an_event_written_twice_is_kept_once(store: Store) -> None:

@@ -29,9 +29,7 @@ async def test_a_say_is_stored_once_and_refreshes_last_activity(store: Store) ->
     later = NOW + timedelta(minutes=3)
     first = await store.add_say(conversation, "p1", "s-1", "two nights", later, 1)
     assert not first.duplicate and first.turn.text == "two nights"
-    assert await store.events.append(
-        conversation, {"type": "ack", "id": "s-1", "seq": 7}, acked_by="p1"
-    )
+    assert await store.events.append(conversation, {"type": "ack", "id": "s-1", "seq": 7})
     again = await store.add_say(conversation, "p1", "s-1", "two nights", later, 1)
     assert again.duplicate and again.ack_seq == 7
     assert await _says(store, "p1") == ["s-1"]
@@ -39,6 +37,35 @@ async def test_a_say_is_stored_once_and_refreshes_last_activity(store: Store) ->
         "SELECT last_activity FROM conversations WHERE id = $1", conversation
     )
     assert activity == later
+
+
+async def test_a_resent_say_is_acked_with_its_own_first_ack(store: Store) -> None:
+    """The repeated ack's seq is read from the events: its id's ack after the say's place.
+    A say whose ack was never written gets none; a row from before places is found too."""
+    conversation = await store.create_conversation("p6", NOW)
+    await store.add_say(conversation, "p6", "s-1", "one night?", NOW, say_place(0))
+    await store.add_say(conversation, "p6", "s-2", "two", NOW, say_place(3))
+    await store.add_say(conversation, "p6", "s-3", "lost ack", NOW, say_place(4))
+    await store._pool.execute(
+        "INSERT INTO turns (conversation, person, role, client_id, text, at) "
+        "VALUES ($1, 'p6', 'user', 's-0', 'from before places', $2)",
+        conversation,
+        NOW,
+    )
+    frames = [
+        {"type": "ack", "id": "s-0", "seq": 1},
+        {"type": "ack", "id": "s-1", "seq": 2},
+        {"type": "reply.start", "seq": 3, "reply": "r"},
+        {"type": "ack", "id": "s-2", "seq": 4},
+        {"type": "reply.end", "seq": 5, "reply": "r", "text": "Two nights."},
+    ]
+    for frame in frames:
+        assert await store.events.append(conversation, frame)
+    acks = {
+        say: (await store.add_say(conversation, "p6", say, "again", NOW, say_place(5))).ack_seq
+        for say in ("s-0", "s-1", "s-2", "s-3")
+    }
+    assert acks == {"s-0": 1, "s-1": 2, "s-2": 4, "s-3": None}
 
 
 async def test_a_say_to_an_ended_conversation_is_refused_and_not_stored(store: Store) -> None:
