@@ -20,9 +20,9 @@ Link events, per phone, drawn from the phone's own `random.Random` (seeded from 
 
 | kind | what the bench does |
 |---|---|
-| tunnel | shut the gate, `drop()` (no close handshake), keep the gate shut 5 to 60 s |
-| handover | `drop()`: the link is replaced at once (the phone reconnects on its backoff) |
-| nat | wait until the phone is idle (no reply pending), then `drop()` |
+| tunnel | shut the gate, `drop(hold=True)` (the server is not told), gate shut 5 to 60 s |
+| handover | `drop(hold=True)`: the link is replaced at once (the phone reconnects on its backoff) |
+| nat | wait until the phone is idle (no reply pending), then `drop(hold=True)` |
 | mid_reply | make sure a reply is coming, `drop()` at its first `reply.delta` |
 | mid_hello | `drop()`, and cut the reconnect's link right after its hello went out |
 | leave | wait until idle, `leave()` for real, then a new Phone (same device) starts afresh |
@@ -58,6 +58,10 @@ TUNNEL_S = (5.0, 60.0)
 # After a tunnel, until the phone's stack resets the connection the phone dropped in it:
 # the server's next packet on it (an event, a ping) gets the reset.
 HELD_AFTER_S = (0.0, 10.0)
+# A handover or a NAT's idle close leaves the old connection as silent, and nothing on the
+# old path ever answers: the server's heartbeat finds a WebSocket (a ping after 30 s, then
+# 15 s for its pong). An SSE stream has no pong; the bench resets both by then.
+SILENT_S = 45.0
 IDLE_WAIT_S = 20.0  # how long an event waits for the phone to be idle before giving up
 START_TIMEOUT_S = 60.0
 LEAVE_TIMEOUT_S = 30.0
@@ -195,7 +199,7 @@ class Fleet:
         self.resume_series: list[tuple[float, float]] = []  # (at, ms), flap phase only
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
-        self._held: set[HeldConnection] = set()  # tunnels' connections, open and silent
+        self._held: set[HeldConnection] = set()  # dropped links' connections, still open
         self.client_log: ClientLogRing | None = None
 
     # -- phones -----------------------------------------------------------------------------
@@ -414,14 +418,21 @@ class Fleet:
             await asyncio.sleep(0.1)
         return True
 
-    def _drop(self, run: PhoneRun, *, hold: bool = False) -> HeldConnection | None:
+    def _drop(self, run: PhoneRun, *, held_by: str | None = None) -> HeldConnection | None:
+        """Drop the phone's link; `held_by` (a kind of link event) keeps its connection open
+        and silent, as that event leaves it, until `_reset`."""
         assert run.phone is not None
         self.ledger.dropped(run.index)
-        held = run.phone.drop(hold=hold)
+        held = run.phone.drop(hold=held_by is not None)
         if held is not None:
             self._held.add(held)
-            self.cuts["tunnel_held_open"] += 1
+            self.cuts[f"{held_by}_held_open"] += 1
         return held
+
+    def _drop_silently(self, run: PhoneRun, kind: str) -> None:
+        held = self._drop(run, held_by=kind)
+        if held is not None:
+            asyncio.get_running_loop().call_later(SILENT_S, self._reset, held)
 
     def _reset(self, held: HeldConnection) -> None:
         if held in self._held:
@@ -434,7 +445,7 @@ class Fleet:
         self.kinds[kind] += 1
         if kind == "tunnel":
             run.gate.shut = True
-            held = self._drop(run, hold=True)  # the server is not told: it keeps the link
+            held = self._drop(run, held_by=kind)  # the server is not told: it keeps the link
             try:
                 await self._pause(min(run.rng.uniform(*TUNNEL_S), end - now()))
             finally:
@@ -443,10 +454,10 @@ class Fleet:
                     after = run.rng.uniform(*HELD_AFTER_S)
                     asyncio.get_running_loop().call_later(after, self._reset, held)
         elif kind == "handover":
-            self._drop(run)
+            self._drop_silently(run, kind)
         elif kind == "nat":
             if await self._wait(lambda: self.idle(run), IDLE_WAIT_S, end):
-                self._drop(run)
+                self._drop_silently(run, kind)
             else:
                 self.kinds["nat_skipped"] += 1
         elif kind == "mid_reply":

@@ -33,7 +33,8 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str, tmp_pa
     assert report["ramp_failed"] == 0
     assert report["live_conversations"] == 20
     assert report["says"] > 20 and report["link_events"], "the phones talked and flapped"
-    assert report["cuts"]["tunnel_held_open"] > 0, "tunnels left the server silent links"
+    for kind in ("tunnel", "handover"):  # the server is not told of these drops
+        assert report["cuts"][f"{kind}_held_open"] > 0, kind
     assert report["reconnects"] > 0
     assert report["resumed"] == report["reconnects"], report["examples"]
     for key in flap.CORRECTNESS_KEYS:
