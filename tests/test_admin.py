@@ -288,10 +288,13 @@ async def test_inspect_explains_what_went_wrong(
         )
 
 
-async def test_inspect_takes_an_admin_url_without_its_scheme(
-    harness: Harness, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("form", ["bare", "as logged"])
+async def test_inspect_takes_the_admin_url_as_typed_or_as_logged(
+    harness: Harness, capsys: pytest.CaptureFixture[str], form: str
 ) -> None:
+    """A bare host:port, or the `http://host:port/admin/` the server logs at start-up."""
     url = await _start(harness)
-    bare = ["inspect", "--admin-url", url.removeprefix("http://"), "--admin-token", TOKEN]
-    assert await asyncio.to_thread(main, bare) == 0
+    given = url.removeprefix("http://") if form == "bare" else f"{url}/admin/"
+    argv = ["inspect", "--admin-url", given, "--admin-token", TOKEN]
+    assert await asyncio.to_thread(main, argv) == 0
     assert capsys.readouterr().out.strip() == "no live actors"

@@ -72,7 +72,8 @@ def inspect(url: str, token: str | None, person: str | None, *, raw: bool = Fals
 
 
 def _base_url(url: str) -> str:
-    """The admin API's address; a bare host:port is taken as http, as people type it."""
+    """The admin API's address; a bare host:port is taken as http, as people type it, and
+    the `/admin/` the server logs at start-up may be pasted with it."""
     full = url if "://" in url else "http://" + url
     parts = urllib.parse.urlsplit(full)
     try:
@@ -81,7 +82,7 @@ def _base_url(url: str) -> str:
         valid = False
     if not valid:
         raise InspectError(f"--admin-url must be an address such as {DEFAULT_URL}, not {url!r}")
-    return full.rstrip("/")
+    return full.rstrip("/").removesuffix("/admin")
 
 
 class AdminClient:
