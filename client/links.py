@@ -156,11 +156,20 @@ class Posts:
             answer = {"type": "error", "code": f"http_{status}", "message": text}
         return status, answer
 
-    async def say(self, id_: str, text: str) -> Frame:
-        """The ack, or an error frame the say can never get past (kept: Transient)."""
-        status, answer = await self.post("/v1/say", {"id": id_, "text": text})
+    async def say(self, id_: str, text: str, conversation: str | None = None) -> Frame:
+        """The ack, or an error frame the say can never get past as sent (kept: Transient).
+
+        Naming the `conversation` the stream is attached to keeps the say out of any other:
+        if it has ended, the answer is `conversation_ended`, for the stream to be reopened
+        (a say without one would open a new conversation the stream is not attached to)."""
+        body = {"id": id_, "text": text}
+        if conversation is not None:
+            body["conversation"] = conversation
+        status, answer = await self.post("/v1/say", body)
         if status == 200 and answer.get("type") == "ack":
             return answer
+        if status == 409 and conversation is not None:
+            return {**answer, "id": id_}  # conversation_ended: the link must go
         if status in SAY_FAILURES_TO_KEEP or status >= 500:
             raise Transient(f"say {id_}: HTTP {status} {answer.get('code')}")
         return {**answer, "id": answer.get("id", id_)}  # 400, 413: this say is refused
@@ -347,6 +356,7 @@ class EventStreamLink(Link):
         self._stream: aiohttp.ClientResponse | None = None
         self._parser = SseParser()
         self._pending: deque[Frame] = deque()
+        self._conversation: str | None = None  # the welcome's: every say is for it
 
     async def open(self, conversation: str | None, last_seq: int) -> Frame:
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
@@ -373,6 +383,7 @@ class EventStreamLink(Link):
             raise LinkFailed("the event stream ended before welcome")
         if first["type"] != "welcome":
             raise LinkFailed(f"the event stream began with {first['type']}, not welcome")
+        self._conversation = first.get("conversation")
         return first
 
     async def _next(self) -> Frame | None:
@@ -393,7 +404,7 @@ class EventStreamLink(Link):
         log.debug("the event stream ended")
 
     async def say(self, id_: str, text: str) -> Frame | None:
-        return await self.posts.say(id_, text)
+        return await self.posts.say(id_, text, self._conversation)
 
     async def interrupt(self) -> None:
         await self.posts.interrupt()

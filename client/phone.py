@@ -47,6 +47,10 @@ log = logging.getLogger("stillhere.client")
 # about a say means the say itself is refused (too long, blank) and it leaves the outbox.
 RESEND_CODES = frozenset({"rate_limited", "internal_error", "conversation_ended", "hello_first"})
 POLL_S = 0.05  # wait_until also re-checks predicates that depend on things we cannot see
+# The server's default limits (docs/protocol.md): a say over them is refused before it is read,
+# by an error that cannot name it, so it would stay in the outbox and be refused forever.
+MAX_TEXT_CHARS = 4000
+MAX_ID_CHARS = 128
 LEAVE_POSTS = 3
 DEFAULT_BACKOFF = Backoff()  # frozen: one shared default is safe
 
@@ -69,6 +73,8 @@ class Phone:
     that says nothing is noticed by the WebSocket `heartbeat` (ping every N s) or, for SSE,
     by `read_timeout` (the server pings every 15 s). With `record=False` the phone keeps no
     `events`/`delivered` lists (a long load run counts in `on_event` instead).
+    `max_text_chars` and `max_id_chars` are the server's limits (its defaults here): `say`
+    refuses a say over them at once rather than keep sending one the server cannot read.
     """
 
     def __init__(
@@ -90,6 +96,8 @@ class Phone:
         heartbeat: float | None = 20.0,
         read_timeout: float | None = 45.0,
         record: bool = True,
+        max_text_chars: int = MAX_TEXT_CHARS,
+        max_id_chars: int = MAX_ID_CHARS,
     ) -> None:
         if transport not in ("ws", "sse"):
             raise ValueError(f"transport is 'ws' or 'sse', not {transport!r}")
@@ -108,6 +116,8 @@ class Phone:
         self.heartbeat = heartbeat
         self.read_timeout = read_timeout
         self.record = record
+        self.max_text_chars = max_text_chars
+        self.max_id_chars = max_id_chars
         self._sleep = sleep
         self._clock = clock
 
@@ -162,8 +172,15 @@ class Phone:
             raise self.refused or ConnectionError("the phone stopped before its first link")
 
     def say(self, text: str, id: str | None = None) -> str:
-        """Put a say in the outbox and send it if the link is up; it stays until acked."""
+        """Put a say in the outbox and send it if the link is up; it stays until acked.
+
+        ValueError for a text over `max_text_chars`, or an id that is not 1 to
+        `max_id_chars` characters: the server could never take it."""
         id_ = id if id is not None else uuid.uuid4().hex
+        if not 0 < len(id_) <= self.max_id_chars or "\x00" in id_:
+            raise ValueError(f"a say's id is 1 to {self.max_id_chars} characters, without NUL")
+        if len(text) > self.max_text_chars:
+            raise ValueError(f"a say's text is limited to {self.max_text_chars} characters")
         self.outbox[id_] = text
         if self.state is LinkState.UP and self._queue is not None:
             self._queue.put_nowait(id_)
@@ -190,10 +207,14 @@ class Phone:
         dies before the bye, `POST /v1/leave` finishes the job (it never starts a
         conversation, so sending it after a leave frame that did get through is harmless).
         No reconnection happens once leaving began: a hello could start a new conversation.
+        A hello already sent may still start one, so an attempt under way is let finish
+        first, and the leave goes to whatever conversation it reached.
         """
         self._leaving = True
-        link = self._link
         try:
+            with contextlib.suppress(TimeoutError):
+                await self.wait_until(self._not_connecting, self.connect_timeout)
+            link = self._link
             if self.transport == "ws" and self.state is LinkState.UP and link is not None:
                 with contextlib.suppress(Transient, TimeoutError):
                     await link.leave()
@@ -459,6 +480,9 @@ class Phone:
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+    def _not_connecting(self) -> bool:
+        return self.state is not LinkState.CONNECTING
 
     def _task_done(self) -> bool:
         return self._task is not None and self._task.done()

@@ -209,10 +209,15 @@ class SseClient:
         ) as response:
             return response.status, orjson.loads(await response.read())
 
-    async def say(self, text: str, id_: str | None = None) -> dict[str, Any]:
-        """Say something; the ack the POST answers with."""
+    async def say(
+        self, text: str, id_: str | None = None, *, conversation: str | None = None
+    ) -> dict[str, Any]:
+        """Say something (to `conversation` only, if named); the ack the POST answers with."""
         id_ = id_ or uuid.uuid4().hex
-        status, answer = await self.post("/v1/say", {"id": id_, "text": text})
+        body = {"id": id_, "text": text}
+        if conversation is not None:
+            body["conversation"] = conversation
+        status, answer = await self.post("/v1/say", body)
         assert status == 200, (status, answer)
         return answer
 

@@ -22,6 +22,7 @@ from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from client import Backoff, LinkState, Phone, Refused
+from client.links import Credentials, EventStreamLink
 from tests.conftest import Harness
 from tests.fakes.cutting_proxy import CuttingProxy
 
@@ -596,3 +597,98 @@ async def test_a_whole_reply_is_confirmed_so_the_server_lets_it_go(
         await phone.wait_until(lambda: live.stream.buffered == 0, 10)
     else:  # no frame for it over SSE: the buffer is kept until the next hello
         assert live.stream.buffered > 0
+
+
+async def test_a_say_the_server_could_never_read_is_refused_by_say(
+    harness: Harness, phones: list[Phone]
+) -> None:
+    """Over the server's limits a say gets an error that cannot name it (or the link is
+    closed), so it would stay in the outbox for ever: `say` refuses it at once."""
+    await harness.start()
+    phone = Phone(harness.url("/"))
+    phones.append(phone)
+    await phone.start()
+    for text, id_ in [("x" * 4001, None), ("fine", ""), ("fine", "i" * 129), ("fine", "a\x00b")]:
+        with pytest.raises(ValueError):
+            phone.say(text, id=id_)
+    assert phone.outbox == {}
+    at_limits = phone.say("x" * 4000, id="i" * 128)
+    await phone.wait_until(lambda: answered(phone, at_limits), 10)
+    roomy = Phone(harness.url("/"), max_text_chars=10_000)  # for a server configured so
+    assert roomy.say("x" * 10_000) in roomy.outbox
+
+
+async def test_an_sse_say_is_not_stored_past_the_end_of_its_stream_s_conversation(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    """Ended by the idle sweep while the stream has not yet read its bye, the conversation
+    gets no say from the link: the POST names it, and the answer tells the link to go."""
+    await harness.start()
+    link = EventStreamLink(harness.http, harness.url("/"), Credentials(device="d" * 32))
+    try:
+        welcome = await link.open(None, 0)
+        harness.clock.advance(31 * 60)
+        report = await harness.sweep()
+        assert report is not None and report["archived"] == 1
+        answer = await link.say("late-1", "two")
+        assert answer is not None and (answer["code"], answer["id"]) == (
+            "conversation_ended",
+            "late-1",
+        )
+    finally:
+        link.abort()
+    assert welcome["conversation"]
+    assert await db.fetchval("SELECT count(*) FROM conversations WHERE status = 'active'") == 0
+    assert await db.fetchval("SELECT count(*) FROM turns") == 0
+
+
+async def test_a_leave_while_a_hello_is_unanswered_ends_the_conversation_it_reaches(
+    phones: list[Phone],
+) -> None:
+    """A hello on the wire cannot be taken back, so a leave waits for its answer and ends
+    the conversation it reached; sent before, it would find none and the hello would then
+    start one that nobody ends."""
+    seen: list[str] = []
+    answer_second = asyncio.Event()
+
+    async def scripted(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.receive_json()
+        n = sum(1 for s in seen if s.startswith("hello")) + 1
+        seen.append(f"hello {n}")
+        if n == 2:
+            await answer_second.wait()
+        await ws.send_json({"type": "welcome", "conversation": f"c{n}", "resumed": False, "seq": 0})
+        seen.append(f"welcome {n}")
+        async for message in ws:
+            if message.json().get("type") == "leave":
+                seen.append(f"leave on {n}")
+                await ws.send_json({"type": "bye", "reason": "leave"})
+                await ws.close()
+        return ws
+
+    async def post_leave(request: web.Request) -> web.Response:
+        seen.append("POST leave")
+        return web.json_response({"type": "bye", "reason": "leave"})
+
+    app = web.Application()
+    app.router.add_get("/v1/ws", scripted)
+    app.router.add_post("/v1/leave", post_leave)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        phone = Phone(str(server.make_url("/")), backoff=FAST)
+        phones.append(phone)
+        await phone.start()
+        phone.drop()
+        await phone.wait_until(lambda: "hello 2" in seen, 10)
+        assert phone.state is LinkState.CONNECTING
+        leaving = asyncio.get_running_loop().create_task(phone.leave())
+        await asyncio.sleep(0.1)  # the leave is under way, the hello still unanswered
+        answer_second.set()
+        await leaving
+    finally:
+        await server.close()
+    assert seen == ["hello 1", "welcome 1", "hello 2", "welcome 2", "leave on 2"]
+    assert phone.conversation == "c2" and phone.state is LinkState.DOWN

@@ -383,3 +383,28 @@ async def test_a_resuming_stream_logs_one_line_and_posts_none(
     lines = [r.getMessage() for r in caplog.records if "resumed conversation" in r.getMessage()]
     assert len(lines) == 1, lines
     assert lines[0].startswith("sse-") and conversation[:8] in lines[0], lines
+
+
+async def test_a_say_naming_its_conversation_goes_there_or_nowhere(
+    harness: Harness, client: SseClient, db: asyncpg.Connection
+) -> None:
+    """A POSTed say may name the conversation its client's stream is attached to: once that
+    has ended it is refused (409), and no other conversation is opened for it behind the
+    stream's back."""
+    await harness.start()
+    stream = await client.open()
+    conversation = (await welcome_of(stream)).data["conversation"]
+    ack = await client.say("one night or two?", "n-1", conversation=conversation)
+    assert (await stream.expect("ack")).data == ack
+
+    status, answer = await client.post("/v1/say", {"id": "n-2", "text": "two", "conversation": 7})
+    assert (status, answer["code"]) == (400, "invalid_field")
+
+    harness.clock.advance(31 * 60)
+    report = await harness.sweep()
+    assert report is not None and report["archived"] == 1
+    said = {"id": "n-3", "text": "two", "conversation": conversation}
+    status, answer = await client.post("/v1/say", said)
+    assert (status, answer["code"], answer["id"]) == (409, "conversation_ended", "n-3")
+    assert await db.fetchval("SELECT count(*) FROM conversations WHERE status = 'active'") == 0
+    assert await db.fetchval("SELECT count(*) FROM turns WHERE client_id <> 'n-1'") == 0

@@ -73,12 +73,17 @@ def _check_hello(frame: dict[str, Any]) -> None:
     version = frame.get("v")
     if type(version) is not int or version != 1:
         raise ProtocolError("unsupported_version", "this server speaks protocol v 1")
-    conversation = frame.get("conversation")
-    if conversation is not None and not isinstance(conversation, str):
-        raise ProtocolError("invalid_field", "`conversation` must be a string")
+    check_conversation(frame)
     last_seq = frame.get("last_seq")
     if last_seq is not None and not _is_seq(last_seq):
         raise ProtocolError("invalid_field", "`last_seq` must be a non-negative integer")
+
+
+def check_conversation(frame: dict[str, Any]) -> None:
+    """A hello's, or a POSTed say's: the conversation the client is in, if it names one."""
+    conversation = frame.get("conversation")
+    if conversation is not None and not isinstance(conversation, str):
+        raise ProtocolError("invalid_field", "`conversation` must be a string")
 
 
 def _storable(value: object) -> bool:

@@ -18,7 +18,13 @@ from aiohttp_sse import EventSourceResponse
 
 from transport.identity import Unauthorized
 from transport.link import Frame, QueuedLink
-from transport.protocol import ProtocolError, error_frame, rate_limited, validate
+from transport.protocol import (
+    ProtocolError,
+    check_conversation,
+    error_frame,
+    rate_limited,
+    validate,
+)
 from transport.server import SERVER_KEY, Server
 from transport.session import Session
 
@@ -193,6 +199,8 @@ async def _post(request: web.Request, kind: str) -> web.Response:
         body = await _body(request, server)
         frame = validate({**body, "type": kind}, server.settings.limits)
         id_ = frame.get("id")
+        if kind == "say":
+            check_conversation(frame)
         person = server.identity.person(**credentials(request, body))
         if not server.post_rates.allow(person):
             raise rate_limited()
@@ -218,9 +226,16 @@ async def _body(request: web.Request, server: Server) -> dict[str, Any]:
 
 
 async def _perform(server: Server, person: str, kind: str, frame: dict[str, Any]) -> dict[str, Any]:
-    """A say opens the conversation if needed; interrupt and leave never start one."""
+    """A say opens the conversation if needed, unless it names the one it is for (its
+    client's event stream's): then it goes there or nowhere. Interrupt and leave never
+    start one."""
     directory = server.directory
-    opened = await (directory.open(person) if kind == "say" else directory.resume(person))
+    named = frame.get("conversation") if kind == "say" else None
+    opens = kind == "say" and named is None
+    opened = await (directory.open(person) if opens else directory.resume(person))
+    if named is not None and (opened is None or str(opened.live.id) != named):
+        ended = "this conversation has ended; reopen the event stream"
+        raise ProtocolError("conversation_ended", ended, frame["id"])
     if opened is None:
         return {"type": "ack"} if kind == "interrupt" else {"type": "bye", "reason": "leave"}
     session = Session(server, _NoLink())
