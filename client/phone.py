@@ -140,6 +140,7 @@ class Phone:
         # For the live link's writer: say ids to send, and seqs to confirm (ints).
         self._queue: asyncio.Queue[str | int] | None = None
         self._resend_task: asyncio.Task[None] | None = None
+        self._resend_link: Link | None = None  # the link the pending resend is for
         self._started = False
         self._stopping = False
         self._leaving = False
@@ -441,9 +442,13 @@ class Phone:
         self._deliver(frame)
 
     def _resend_later(self, link: Link) -> None:
-        """After a rate limit (the frame was dropped unread), resend what is not acked."""
+        """After a rate limit (the frame was dropped unread), resend what is not acked:
+        once per link, whatever it refused meanwhile. One pending for an earlier link would
+        do nothing on waking, so it gives way."""
         if self._resend_task is not None and not self._resend_task.done():
-            return
+            if self._resend_link is link:
+                return
+            self._resend_task.cancel()
 
         async def resend() -> None:
             await self._sleep(self.backoff.first)
@@ -451,6 +456,7 @@ class Phone:
                 for id_ in self.outbox:
                     self._queue.put_nowait(id_)
 
+        self._resend_link = link
         self._resend_task = asyncio.get_running_loop().create_task(resend())
 
     # -- plumbing ---------------------------------------------------------------------------

@@ -101,6 +101,10 @@ def deltas(phone: Phone) -> int:
     return sum(e["type"] == "reply.delta" for e in phone.events)
 
 
+def refusals(phone: Phone) -> int:
+    return [f.get("code") for f in phone.delivered].count("rate_limited")
+
+
 async def stored(db: asyncpg.Connection, id_: str) -> int:
     """How many times the say with this client id is stored."""
     return int(await db.fetchval("SELECT count(*) FROM turns WHERE client_id = $1", id_))
@@ -692,3 +696,57 @@ async def test_a_leave_while_a_hello_is_unanswered_ends_the_conversation_it_reac
         await server.close()
     assert seen == ["hello 1", "welcome 1", "hello 2", "welcome 2", "leave on 2"]
     assert phone.conversation == "c2" and phone.state is LinkState.DOWN
+
+
+async def test_a_say_rate_limited_on_two_links_is_resent_on_the_second(
+    phones: list[Phone],
+) -> None:
+    """Refused for its rate on one link, then on the next before the first link's resend
+    woke: the resend is the second link's, and the say gets there."""
+    got: list[tuple[int, str]] = []
+    links = 0
+
+    async def scripted(request: web.Request) -> web.WebSocketResponse:
+        nonlocal links
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.receive_json()
+        links += 1
+        n = links
+        await ws.send_json({"type": "welcome", "conversation": "c1", "resumed": n > 1, "seq": 0})
+        async for message in ws:
+            frame = message.json()
+            if frame.get("type") != "say":
+                continue
+            got.append((n, frame["id"]))
+            if n == 1 or got.count((2, frame["id"])) == 1:
+                await ws.send_json({"type": "error", "code": "rate_limited", "message": "slow"})
+                if n == 1:
+                    await ws.close()
+            else:
+                await ws.send_json({"type": "ack", "id": frame["id"], "seq": 1})
+        return ws
+
+    waking = asyncio.Event()
+
+    async def sleep(seconds: float) -> None:
+        task = asyncio.current_task()
+        if task is None or task.get_name() != "phone":  # a resend waits for the test
+            await waking.wait()
+
+    app = web.Application()
+    app.router.add_get("/v1/ws", scripted)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        phone = Phone(str(server.make_url("/")), backoff=FAST, sleep=sleep)
+        phones.append(phone)
+        await phone.start()
+        phone.say("one night or two?", id="a")
+        await phone.wait_until(lambda: refusals(phone) == 2, 10)
+        waking.set()
+        await phone.wait_until(lambda: not phone.outbox, 10)
+    finally:
+        await phone.close()
+        await server.close()
+    assert got == [(1, "a"), (2, "a"), (2, "a")]
