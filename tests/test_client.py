@@ -9,6 +9,7 @@ shortened so that reconnecting takes milliseconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import uuid
 from collections import Counter
@@ -99,6 +100,26 @@ def answered(phone: Phone, id_: str) -> bool:
 
 def deltas(phone: Phone) -> int:
     return sum(e["type"] == "reply.delta" for e in phone.events)
+
+
+@contextlib.asynccontextmanager
+async def scripted_server(
+    ws: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    *,
+    leave: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None,
+) -> AsyncIterator[str]:
+    """A scripted server: `ws` answers `/v1/ws`, `leave` (if given) `POST /v1/leave`.
+    Its base URL; it stops on the way out."""
+    app = web.Application()
+    app.router.add_get("/v1/ws", ws)
+    if leave is not None:
+        app.router.add_post("/v1/leave", leave)
+    server = TestServer(app)
+    await server.start_server()
+    try:
+        yield str(server.make_url("/"))
+    finally:
+        await server.close()
 
 
 def refusals(phone: Phone) -> int:
@@ -391,20 +412,14 @@ async def test_the_phone_drops_what_it_already_has_whatever_the_server_resends(
         await ws.close()
         return ws
 
-    app = web.Application()
-    app.router.add_get("/v1/ws", scripted)
-    server = TestServer(app)
-    await server.start_server()
-    try:
-        phone = Phone(str(server.make_url("/")), backoff=FAST)
+    async with scripted_server(scripted) as url:
+        phone = Phone(url, backoff=FAST)
         phones.append(phone)
         phone.say("hi", id="a")
         phone.say("and you?", id="b")  # acked only in the next conversation
         await phone.start()
         await phone.wait_until(lambda: len(hellos) == 4 and not phone.outbox, 10)
-    finally:
         await phone.close()
-        await server.close()
     assert [(e["type"], e["seq"]) for e in phone.events] == [
         ("ack", 1),
         ("reply.start", 2),
@@ -676,13 +691,8 @@ async def test_a_leave_while_a_hello_is_unanswered_ends_the_conversation_it_reac
         seen.append("POST leave")
         return web.json_response({"type": "bye", "reason": "leave"})
 
-    app = web.Application()
-    app.router.add_get("/v1/ws", scripted)
-    app.router.add_post("/v1/leave", post_leave)
-    server = TestServer(app)
-    await server.start_server()
-    try:
-        phone = Phone(str(server.make_url("/")), backoff=FAST)
+    async with scripted_server(scripted, leave=post_leave) as url:
+        phone = Phone(url, backoff=FAST)
         phones.append(phone)
         await phone.start()
         phone.drop()
@@ -692,8 +702,6 @@ async def test_a_leave_while_a_hello_is_unanswered_ends_the_conversation_it_reac
         await asyncio.sleep(0.1)  # the leave is under way, the hello still unanswered
         answer_second.set()
         await leaving
-    finally:
-        await server.close()
     assert seen == ["hello 1", "welcome 1", "hello 2", "welcome 2", "leave on 2"]
     assert phone.conversation == "c2" and phone.state is LinkState.DOWN
 
@@ -734,19 +742,13 @@ async def test_a_say_rate_limited_on_two_links_is_resent_on_the_second(
         if task is None or task.get_name() != "phone":  # a resend waits for the test
             await waking.wait()
 
-    app = web.Application()
-    app.router.add_get("/v1/ws", scripted)
-    server = TestServer(app)
-    await server.start_server()
-    try:
-        phone = Phone(str(server.make_url("/")), backoff=FAST, sleep=sleep)
+    async with scripted_server(scripted) as url:
+        phone = Phone(url, backoff=FAST, sleep=sleep)
         phones.append(phone)
         await phone.start()
         phone.say("one night or two?", id="a")
         await phone.wait_until(lambda: refusals(phone) == 2, 10)
         waking.set()
         await phone.wait_until(lambda: not phone.outbox, 10)
-    finally:
         await phone.close()
-        await server.close()
     assert got == [(1, "a"), (2, "a"), (2, "a")]
