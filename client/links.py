@@ -29,7 +29,7 @@ Frame = dict[str, Any]
 
 CLOSE_TIMEOUT_S = 2.0
 POST_TIMEOUT_S = 10.0
-SAY_FAILURES_TO_KEEP = frozenset({401, 409, 429})  # retried; so is any 5xx or network error
+SAY_FAILURES_TO_KEEP = frozenset({401, 429})  # retried; so is any 5xx or network error
 
 
 class Refused(Exception):
@@ -156,23 +156,19 @@ class Posts:
             answer = {"type": "error", "code": f"http_{status}", "message": text}
         return status, answer
 
-    async def say(self, id_: str, text: str, conversation: str | None = None) -> Frame:
+    async def say(self, id_: str, text: str, conversation: str | None) -> Frame:
         """The ack, or an error frame the say can never get past as sent (kept: Transient).
 
-        Naming the `conversation` the stream is attached to keeps the say out of any other:
-        if it has ended, the answer is `conversation_ended`, for the stream to be reopened
-        (a say without one would open a new conversation the stream is not attached to)."""
-        body = {"id": id_, "text": text}
-        if conversation is not None:
-            body["conversation"] = conversation
+        The say names the `conversation` its stream is attached to, and goes there or
+        nowhere: once that has ended the answer is 409 `conversation_ended`, and the stream
+        must be reopened (a retry would open a conversation the stream is not attached to)."""
+        body = {"id": id_, "text": text, "conversation": conversation}
         status, answer = await self.post("/v1/say", body)
         if status == 200 and answer.get("type") == "ack":
             return answer
-        if status == 409 and conversation is not None:
-            return {**answer, "id": id_}  # conversation_ended: the link must go
         if status in SAY_FAILURES_TO_KEEP or status >= 500:
             raise Transient(f"say {id_}: HTTP {status} {answer.get('code')}")
-        return {**answer, "id": answer.get("id", id_)}  # 400, 413: this say is refused
+        return {**answer, "id": answer.get("id", id_)}  # 409: the link must go; 400, 413: refused
 
     async def interrupt(self) -> None:
         status, answer = await self.post("/v1/interrupt", {})

@@ -627,6 +627,9 @@ async def test_a_say_the_server_could_never_read_is_refused_by_say(
     phone = Phone(harness.url("/"))
     phones.append(phone)
     await phone.start()
+    limits = harness.server.settings.limits  # the server's defaults are the client's
+    assert phone.max_text_chars == limits.max_text_chars
+    assert phone.max_id_chars == limits.max_id_chars
     for text, id_ in [("x" * 4001, None), ("fine", ""), ("fine", "i" * 129), ("fine", "a\x00b")]:
         with pytest.raises(ValueError):
             phone.say(text, id=id_)

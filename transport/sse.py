@@ -230,7 +230,7 @@ async def _perform(server: Server, person: str, kind: str, frame: dict[str, Any]
     client's event stream's): then it goes there or nowhere. Interrupt and leave never
     start one."""
     directory = server.directory
-    named = frame.get("conversation") if kind == "say" else None
+    named = frame.get("conversation") if kind == "say" else None  # only a say names one
     opens = kind == "say" and named is None
     opened = await (directory.open(person) if opens else directory.resume(person))
     if named is not None and (opened is None or str(opened.live.id) != named):
