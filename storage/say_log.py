@@ -19,6 +19,9 @@ from storage.group_commit import GroupCommit
 # Each say's row, in the order given: `live` is false when its conversation has ended (then
 # nothing is stored); a null `id` with `live` true means the say was stored before (its id
 # came again). The person's context generation rides along: the say's turn needs it next.
+# `FOR SHARE` holds an archive back until the says are in: a say is never stored into a
+# conversation that has ended, and an ending waits for no more than one batch. The
+# conversation's row is locked, not updated: its last activity is its last turn's (`Store`).
 _ADD_SAYS = """
 WITH s AS (
     SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[],
@@ -27,10 +30,9 @@ WITH s AS (
 ), first AS (
     SELECT DISTINCT ON (person, client_id) * FROM s ORDER BY person, client_id, n
 ), live AS (
-    UPDATE conversations c SET last_activity = m.at
-    FROM (SELECT conversation, max(at) AS at FROM s GROUP BY conversation) AS m
-    WHERE c.id = m.conversation AND c.status = 'active'
-    RETURNING c.id
+    SELECT c.id FROM conversations c
+    WHERE c.id IN (SELECT conversation FROM s) AND c.status = 'active'
+    FOR SHARE
 ), added AS (
     INSERT INTO turns (conversation, person, role, client_id, text, at, place)
     SELECT f.conversation, f.person, 'user', f.client_id, f.text, f.at, f.place

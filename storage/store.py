@@ -44,6 +44,13 @@ FROM turns t WHERE t.person = $1 AND t.client_id = $2
 """
 
 
+# A conversation's last activity is its last turn's time. Says only lock the conversation's
+# row (`say_log`), so its `last_activity` holds the start until the archive writes this.
+_ACTIVITY = f"""greatest(c.last_activity, (
+    SELECT t.at FROM turns t WHERE t.conversation = c.id ORDER BY {LAST_FIRST} LIMIT 1
+))"""
+
+
 class ConversationEnded(Exception):
     """A write aimed at a conversation that is no longer in progress."""
 
@@ -99,7 +106,9 @@ class Store:
         """The person's conversation in progress, with its last `window` turns and cards."""
         async with self._pool.acquire() as conn:
             row = await conn.fetchrow(
-                "SELECT * FROM conversations WHERE person = $1 AND status = 'active'", person
+                f"SELECT *, {_ACTIVITY} AS activity FROM conversations c "
+                "WHERE person = $1 AND status = 'active'",
+                person,
             )
             if row is None:
                 return None
@@ -121,7 +130,7 @@ class Store:
             id=row["id"],
             person=row["person"],
             started_at=row["started_at"],
-            last_activity=row["last_activity"],
+            last_activity=row["activity"],
             speaker=row["speaker"],
             speaker_at=row["speaker_at"],
             seq_ceiling=row["seq_ceiling"],
@@ -141,15 +150,25 @@ class Store:
         return conversation
 
     async def archive(self, conversation: UUID, reason: str, now: datetime) -> bool:
-        """Mark the conversation archived; False if it already was."""
-        result = await self._pool.execute(
-            "UPDATE conversations SET status = 'archived', archived_at = $2, archive_reason = $3 "
-            "WHERE id = $1 AND status = 'active'",
-            conversation,
-            now,
-            reason,
-        )
-        return result.endswith(" 1")
+        """Mark the conversation archived, with its last activity; False if it already was.
+
+        The row is locked first, in a statement of its own: a batch of says being stored
+        holds it (`say_log`), and only a statement begun after that batch sees its turns."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            locked = await conn.fetchval(
+                "SELECT true FROM conversations WHERE id = $1 AND status = 'active' FOR UPDATE",
+                conversation,
+            )
+            if not locked:
+                return False
+            await conn.execute(
+                "UPDATE conversations c SET status = 'archived', archived_at = $2, "
+                f"archive_reason = $3, last_activity = {_ACTIVITY} WHERE id = $1",
+                conversation,
+                now,
+                reason,
+            )
+        return True
 
     async def set_summary(self, conversation: UUID, summary: str) -> None:
         await self._pool.execute(
@@ -163,8 +182,9 @@ class Store:
 
     async def idle_conversations(self, before: datetime) -> list[tuple[UUID, str]]:
         rows = await self._pool.fetch(
-            "SELECT id, person FROM conversations "
-            "WHERE status = 'active' AND last_activity < $1 ORDER BY last_activity",
+            f"SELECT id, person FROM (SELECT c.id, c.person, {_ACTIVITY} AS activity "
+            "FROM conversations c WHERE c.status = 'active' AND c.last_activity < $1) a "
+            "WHERE activity < $1 ORDER BY activity",
             before,
         )
         return [(r["id"], r["person"]) for r in rows]
@@ -190,8 +210,7 @@ class Store:
     async def add_say(
         self, conversation: UUID, person: str, client_id: str, text: str, now: datetime, place: int
     ) -> StoredSay:
-        """Store a say once per (person, id) at `place` in the talk (`records.say_place`),
-        and refresh the conversation's last activity.
+        """Store a say once per (person, id) at `place` in the talk (`records.say_place`).
 
         A say resent with an id already stored is not stored again; the caller answers it
         with the ack it had before.

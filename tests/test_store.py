@@ -3,15 +3,18 @@ memory candidates a restatement is compared with."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
+import asyncpg
 import pytest
 
 from storage.event_log import ReplyRow
 from storage.fingerprints import encode
 from storage.memories import MemoryStore
 from storage.records import MemoryDraft, Turn, reply_place, say_place
+from storage.say_log import _ADD_SAYS
 from storage.store import ConversationEnded, Store
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -24,19 +27,60 @@ async def _says(store: Store, person: str) -> list[str]:
     return [r["client_id"] for r in rows]
 
 
-async def test_a_say_is_stored_once_and_refreshes_last_activity(store: Store) -> None:
+async def test_a_say_is_stored_once(store: Store) -> None:
     conversation = await store.create_conversation("p1", NOW)
-    later = NOW + timedelta(minutes=3)
-    first = await store.add_say(conversation, "p1", "s-1", "two nights", later, 1)
+    first = await store.add_say(conversation, "p1", "s-1", "two nights", NOW, 1)
     assert not first.duplicate and first.turn.text == "two nights"
     assert await store.events.append(conversation, {"type": "ack", "id": "s-1", "seq": 7})
-    again = await store.add_say(conversation, "p1", "s-1", "two nights", later, 1)
+    again = await store.add_say(conversation, "p1", "s-1", "two nights", NOW, 1)
     assert again.duplicate and again.ack_seq == 7
     assert await _says(store, "p1") == ["s-1"]
-    activity = await store._pool.fetchval(
-        "SELECT last_activity FROM conversations WHERE id = $1", conversation
-    )
-    assert activity == later
+
+
+async def test_last_activity_is_the_last_turns_and_the_archive_keeps_it(store: Store) -> None:
+    """Says do not update the conversation's row; its activity is read from its turns, by
+    the idle sweep and on resume, and written onto the row when it is archived."""
+    quiet = await store.create_conversation("p7", NOW)
+    talking = await store.create_conversation("p8", NOW)
+    later = NOW + timedelta(minutes=20)
+    await store.add_say(talking, "p8", "s-1", "two nights", later, 1)
+    record = await store.active_conversation("p8", 5)
+    assert record is not None and record.last_activity == later
+    idle = await store.idle_conversations(NOW + timedelta(minutes=30))
+    assert idle == [(quiet, "p7"), (talking, "p8")]  # the longest idle first
+    assert await store.idle_conversations(NOW + timedelta(minutes=15)) == [(quiet, "p7")]
+    assert await store.archive(talking, "leave", later + timedelta(minutes=1))
+    activity = "SELECT last_activity FROM conversations WHERE id = $1"
+    assert await store._pool.fetchval(activity, talking) == later
+    assert await store.idle_conversations(NOW + timedelta(minutes=30)) == [(quiet, "p7")]
+
+
+async def test_an_archive_waits_for_the_says_being_stored(
+    store: Store, db: asyncpg.Connection
+) -> None:
+    """A batch of says locks its conversations' rows: an ending that comes meanwhile waits,
+    then sees them, so no say is stored into a conversation that has ended."""
+    conversation = await store.create_conversation("p9", NOW)
+    later = NOW + timedelta(minutes=2)
+    batch = db.transaction()
+    await batch.start()
+    row = await db.fetchrow(_ADD_SAYS, [conversation], [later], ["p9"], ["s-1"], ["hi"], [1])
+    assert row["live"]
+    archived = asyncio.ensure_future(store.archive(conversation, "leave", later))
+    await _until_one_waits_for_a_lock(db)
+    assert not archived.done()
+    await batch.commit()
+    assert await archived
+    activity = "SELECT last_activity FROM conversations WHERE id = $1"
+    assert await db.fetchval(activity, conversation) == later
+    assert await _says(store, "p9") == ["s-1"]
+
+
+async def _until_one_waits_for_a_lock(db: asyncpg.Connection) -> None:
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    async with asyncio.timeout(10.0):
+        while not await db.fetchval(waiting):
+            await asyncio.sleep(0.005)
 
 
 async def test_a_resent_say_is_acked_with_its_own_first_ack(store: Store) -> None:
