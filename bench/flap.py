@@ -285,36 +285,39 @@ async def _sample_loop(
         await asyncio.sleep(1.0)
 
 
-SERIES_CORES = ("cores_server", "cores_bench", "cores_other")
+SERIES_CORES = ("cores_server", "cores_bench", "cores_other", "cores_steal")
 
 
 class _CoresUsed:
-    """Cores busy since the last reading: the server, this bench, and the rest of the
-    machine (mostly the server's PostgreSQL). Cheap enough for every tick: three reads of
-    /proc, where `cpu_seconds` walks the process table for PostgreSQL."""
+    """Cores busy since the last reading: the server, this bench, the rest of the machine
+    (mostly the server's PostgreSQL), and the cores the hypervisor took (`steal`): a slow
+    stretch with none of ours busier is the machine's. Cheap enough for every tick: three
+    reads of /proc, where `cpu_seconds` walks the process table for PostgreSQL."""
 
     def __init__(self, server: procs.Server) -> None:
         self._server = server.ps()
         self._bench = psutil.Process()
         self._last = self._read()
 
-    def _read(self) -> tuple[float, float, float, float]:
+    def _read(self) -> tuple[float, float, float, float, float]:
         return (
             time.perf_counter(),
             process_cpu_s(self._server),
             process_cpu_s(self._bench),
             _machine_busy(),
+            _stolen(),
         )
 
     def since_last(self) -> dict[str, float]:
         now = self._read()
-        wall, server, bench, busy = (b - a for a, b in zip(self._last, now, strict=True))
+        wall, server, bench, busy, steal = (b - a for a, b in zip(self._last, now, strict=True))
         self._last = now
         wall = max(wall, 1e-9)
         return {
             "server": round(server / wall, 2),
             "bench": round(bench / wall, 2),
             "other": round(max(0.0, busy - server - bench) / wall, 2),
+            "steal": round(steal / wall, 2),
         }
 
 
@@ -465,13 +468,19 @@ def _machine_busy() -> float:
     return float(machine.user + machine.system + getattr(machine, "nice", 0.0))
 
 
+def _stolen() -> float:
+    """Seconds the hypervisor has run something else so far while this machine's cores were
+    ready to run (a virtual machine's neighbours, which no process here shows); 0 where the
+    kernel does not count it."""
+    return float(getattr(psutil.cpu_times(), "steal", 0.0))
+
+
 def cpu_seconds(server: procs.Server) -> dict[str, float]:
     """CPU seconds (user + system) so far of the server, its PostgreSQL, and this bench;
-    `steal`: the seconds the hypervisor ran something else while this machine's cores were
-    ready to run (a virtual machine's neighbours, which no process here shows)."""
+    `machine`, all cores busy; `steal` (`_stolen`)."""
     out = {"server": 0.0, "postgres": 0.0, "bench": process_cpu_s(psutil.Process())}
     out["machine"] = _machine_busy()
-    out["steal"] = float(getattr(psutil.cpu_times(), "steal", 0.0))
+    out["steal"] = _stolen()
     with contextlib.suppress(psutil.Error):
         server_ps = server.ps()
         out["server"] = process_cpu_s(server_ps)

@@ -30,8 +30,14 @@ def plot(path: Path, report: dict[str, Any], resume_points: list[tuple[float, fl
     axes[1].set_ylabel("live conversations\n(phones with a link up)")
     axes[2].plot(series["t"], series["rss_mb"], color="tab:purple")
     axes[2].set_ylabel("server RSS (MB)")
-    for key, color in (("server", "tab:blue"), ("bench", "tab:orange"), ("other", "tab:gray")):
-        axes[3].plot(series["t"], series[f"cores_{key}"], color=color, label=key)
+    lines = (
+        ("server", "tab:blue", "server"),
+        ("bench", "tab:orange", "bench"),
+        ("other", "tab:gray", "other"),
+        ("steal", "tab:red", "hypervisor (steal)"),
+    )
+    for key, color, label in lines:
+        axes[3].plot(series["t"], series[f"cores_{key}"], color=color, label=label)
     axes[3].set_ylabel("cores busy")
     axes[3].legend(loc="upper right", fontsize=8)
     axes[3].set_xlabel("seconds since the flapping began")

@@ -56,7 +56,8 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str, tmp_pa
     series = report["series"]
     for key in flap.SERIES_CORES:  # each tick says how busy the server, bench and rest were
         assert len(series[key]) == len(series["t"]) > 0
-        assert min(series[key]) >= 0 and max(series[key]) > 0, key
+        assert min(series[key]) >= 0, key
+        assert key == "cores_steal" or max(series[key]) > 0, key  # a machine may have no steal
     png = tmp_path / "flap.png"
     flap_plot.plot(png, report, report["_resume_points"])
     assert png.read_bytes().startswith(b"\x89PNG"), "the plot is drawn, cores panel and all"
