@@ -304,8 +304,7 @@ class _CoresUsed:
             time.perf_counter(),
             process_cpu_s(self._server),
             process_cpu_s(self._bench),
-            _machine_busy(),
-            _stolen(),
+            *_machine(),
         )
 
     def since_last(self) -> dict[str, float]:
@@ -462,25 +461,20 @@ def process_cpu_s(process: psutil.Process) -> float:
     return float(t.user + t.system)
 
 
-def _machine_busy() -> float:
-    """CPU seconds the whole machine has been busy so far, all cores."""
-    machine = psutil.cpu_times()
-    return float(machine.user + machine.system + getattr(machine, "nice", 0.0))
-
-
-def _stolen() -> float:
-    """Seconds the hypervisor has run something else so far while this machine's cores were
-    ready to run (a virtual machine's neighbours, which no process here shows); 0 where the
-    kernel does not count it."""
-    return float(getattr(psutil.cpu_times(), "steal", 0.0))
+def _machine() -> tuple[float, float]:
+    """CPU seconds so far of the whole machine, all cores: busy, and stolen (the hypervisor
+    ran something else while our cores were ready to run: a virtual machine's neighbours,
+    which no process here shows; 0 where the kernel does not count it)."""
+    times = psutil.cpu_times()
+    busy = times.user + times.system + getattr(times, "nice", 0.0)
+    return float(busy), float(getattr(times, "steal", 0.0))
 
 
 def cpu_seconds(server: procs.Server) -> dict[str, float]:
     """CPU seconds (user + system) so far of the server, its PostgreSQL, and this bench;
-    `machine`, all cores busy; `steal` (`_stolen`)."""
+    `machine` and `steal` as `_machine` has them."""
     out = {"server": 0.0, "postgres": 0.0, "bench": process_cpu_s(psutil.Process())}
-    out["machine"] = _machine_busy()
-    out["steal"] = _stolen()
+    out["machine"], out["steal"] = _machine()
     with contextlib.suppress(psutil.Error):
         server_ps = server.ps()
         out["server"] = process_cpu_s(server_ps)

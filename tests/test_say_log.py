@@ -35,7 +35,7 @@ async def test_says_of_many_conversations_share_a_batch_and_each_gets_its_answer
     assert (again["live"], again["id"]) == (True, None)
     count = "SELECT count(*) FROM turns WHERE person = $1 AND client_id = $2"
     assert [await db.fetchval(count, p, i) for p, i in [("pa", "new"), ("pb", "late")]] == [1, 0]
-    for person in ("pa", "pc"):  # the stored say (c's older one came again at `later`)
+    for person in ("pa", "pc"):  # the turns' times: c's say came again, but stored no turn
         record = await store.active_conversation(person, 5)
         assert record is not None
         assert record.last_activity == (later if person == "pa" else NOW)
