@@ -45,7 +45,8 @@ FROM turns t WHERE t.person = $1 AND t.client_id = $2
 
 
 # A conversation's last activity is its last turn's time. Says only lock the conversation's
-# row (`say_log`), so its `last_activity` holds the start until the archive writes this.
+# row (`say_log`), so its `last_activity` holds the start until the archive writes this. For
+# a query whose `conversations` row is aliased `c`.
 _ACTIVITY = f"""greatest(c.last_activity, (
     SELECT t.at FROM turns t WHERE t.conversation = c.id ORDER BY {LAST_FIRST} LIMIT 1
 ))"""
@@ -181,6 +182,8 @@ class Store:
         )
 
     async def idle_conversations(self, before: datetime) -> list[tuple[UUID, str]]:
+        # The row's `last_activity` is never later than the activity, so its index narrows
+        # the search to the conversations that may be idle; their last turns decide.
         rows = await self._pool.fetch(
             f"SELECT id, person FROM (SELECT c.id, c.person, {_ACTIVITY} AS activity "
             "FROM conversations c WHERE c.status = 'active' AND c.last_activity < $1) a "
