@@ -151,7 +151,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--throughput-phones", type=int, default=50, help="M (default 50)")
     parser.add_argument("--throughput-says", type=int, default=150, help="K (default 150)")
     parser.add_argument(
-        "--throughput-rounds", type=int, default=3, help="rounds, every server in turn (3)"
+        "--throughput-rounds", type=int, default=5, help="rounds, every server in turn (5)"
     )
     parser.add_argument(
         "--throughput-warmup", type=int, default=5, help="untimed says per phone first (5)"
