@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import json
 import os
@@ -225,6 +226,31 @@ def lag_ms(lags: Sequence[float]) -> dict[str, float | None]:
     """`percentiles` of loop lags given in seconds, in ms, with the worst."""
     ms = [lag * 1000.0 for lag in lags]
     return {**percentiles(ms), "max": round(max(ms), 2) if ms else None}
+
+
+# A second in which the hypervisor took this much of a core or more counts as stolen.
+STOLEN_CORES = 0.1
+
+
+def resume_by_steal(
+    points: Sequence[tuple[float, float]], series: dict[str, list[float]]
+) -> dict[str, Any]:
+    """`percentiles` of the resumes (s, ms) made in seconds the hypervisor left alone, and of
+    those made in seconds it took `STOLEN_CORES` or more (`series`' steal, tick by tick): on
+    a shared machine, which of the slow ones were the machine's."""
+    ticks, steal = series.get("t") or [], series.get("cores_steal") or []
+    quiet: list[float] = []
+    stolen: list[float] = []
+    for at, ms in points if steal else ():
+        # The tick that ends the second `at` falls in; after the last one, the last.
+        taken = steal[min(bisect.bisect_left(ticks, at), len(steal) - 1)]
+        (stolen if taken >= STOLEN_CORES else quiet).append(ms)
+    seconds = sum(1 for taken in steal if taken >= STOLEN_CORES)
+    return {
+        "stolen_cores_at_least": STOLEN_CORES,
+        "quiet": percentiles(quiet),
+        "stolen": {**percentiles(stolen), "seconds": seconds},
+    }
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -722,6 +748,9 @@ _BASELINE_KEYS = (
 
 def _main_figures(main: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in main.items() if k not in ("resume_points", "t0")}
+    out["resume_ms_by_steal"] = resume_by_steal(
+        main.get("resume_points", []), main.get("series") or {}
+    )
     storm = main.get("storm")
     if storm is not None:
         out["storm_s"] = storm["storm_s"]
@@ -854,6 +883,20 @@ def _server_collector_line(report: dict[str, Any]) -> str:
     return "  server collector   " + ", ".join(cells)
 
 
+def _resume_by_steal_lines(report: dict[str, Any]) -> list[str]:
+    split = report.get("resume_ms_by_steal")
+    if not split:
+        return []
+    lines = []
+    for key, label in (("quiet", "  no steal"), ("stolen", f"  steal ≥ {STOLEN_CORES:g}")):
+        p = split[key]
+        lines.append(
+            f"  {label:<17}{_cell(p.get('p50'))}{_cell(p.get('p95'))}{_cell(p.get('p99'))}"
+            f"   n={p.get('n')}"
+        )
+    return lines
+
+
 def table(report: dict[str, Any]) -> str:
     r, t = report.get("resume_ms") or {}, report.get("turn_ms") or {}
     h = report.get("server_hello_ms") or {}
@@ -878,6 +921,7 @@ def table(report: dict[str, Any]) -> str:
         f"  {'(ms)':<17}{'p50':>9}{'p95':>9}{'p99':>9}",
         f"  {'resume':<17}{_cell(r.get('p50'))}{_cell(r.get('p95'))}{_cell(r.get('p99'))}"
         f"   n={r.get('n')}",
+        *_resume_by_steal_lines(report),
         f"  {'server hello ≤':<17}{_cell(h.get('p50_le'))}{_cell(h.get('p95_le'))}"
         f"{_cell(h.get('p99_le'))}   n={h.get('n')}",
         f"  {'server loop lag ≤':<17}{_cell(sl.get('p50_le'))}{_cell(sl.get('p95_le'))}"

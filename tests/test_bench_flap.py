@@ -58,6 +58,8 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str, tmp_pa
         assert len(series[key]) == len(series["t"]) > 0
         assert min(series[key]) >= 0, key
         assert key == "cores_steal" or max(series[key]) > 0, key  # a machine may have no steal
+    split = report["resume_ms_by_steal"]  # every resume falls in one second or the other
+    assert split["quiet"]["n"] + split["stolen"]["n"] == report["resume_ms"]["n"]
     png = tmp_path / "flap.png"
     flap_plot.plot(png, report, report["_resume_points"])
     assert png.read_bytes().startswith(b"\x89PNG"), "the plot is drawn, cores panel and all"
@@ -186,3 +188,21 @@ def test_a_round_without_turns_leaves_the_others_paired() -> None:
     assert flap.paired_ratios(tput, "stillhere", "link-bound") == [0.75, 1.1]
     assert flap.paired_ratios(tput, "stillhere", "stateless") == []
     assert flap.median_or_none([]) is None
+
+
+def test_resumes_are_split_by_the_steal_of_the_second_they_fell_in() -> None:
+    series = {"t": [1.0, 2.0, 3.0, 4.0], "cores_steal": [0.0, 0.5, 0.09, 0.1]}
+    # (s, ms): in the 1st, 2nd, 3rd and 4th seconds, and one after the last tick.
+    points = [(0.4, 2.0), (1.5, 80.0), (1.9, 60.0), (2.5, 3.0), (3.2, 40.0), (4.7, 50.0)]
+
+    split = flap.resume_by_steal(points, series)
+
+    assert split["quiet"]["n"] == 2 and split["quiet"]["p50"] == 2.5
+    assert split["stolen"]["n"] == 4 and split["stolen"]["seconds"] == 2
+    assert split["stolen"]["p50"] == 55.0
+    text = flap.table(
+        {"resume_ms_by_steal": split, "clients": 1, "transport": "ws", "duration_s": 1, "seed": 1,
+         "rehearsal": {"latency_s": 0, "rate_words_per_s": 0}, "machine": {"cpu_count": 2}}
+    )  # fmt: skip
+    assert "no steal" in text and "steal ≥ 0.1" in text
+    assert flap.resume_by_steal(points, {})["quiet"]["n"] == 0  # no series: nothing to split
