@@ -295,6 +295,9 @@ async def _sample_loop(
 ) -> None:
     cores = _CoresUsed(server)
     while True:
+        # Each tick ends the second it describes: a tick at once would divide a clock tick of
+        # CPU time by microseconds (the bench's first reading came out at 15 cores).
+        await asyncio.sleep(1.0)
         t = time.perf_counter() - t0
         with contextlib.suppress(psutil.Error):  # a tick is kept whole or not at all
             row = {
@@ -308,7 +311,6 @@ async def _sample_loop(
                 series[key].append(value)
         reconnects = sum(1 for w in fleet.ledger.welcomes if w.reconnect)
         progress.to(t, up=fleet.up, reconnects=reconnects, says=len(fleet.ledger.says))
-        await asyncio.sleep(1.0)
 
 
 SERIES_CORES = ("cores_server", "cores_bench", "cores_other", "cores_steal")
