@@ -885,18 +885,19 @@ def _server_collector_line(report: dict[str, Any]) -> str:
     return "  server collector   " + ", ".join(cells)
 
 
+def _percentile_row(label: str, p: dict[str, Any], key: str = "p{}", tail: str = "") -> str:
+    """A row of the (ms) block: p50, p95 and p99 (`key` names them: `p{}_le` for the server's
+    bucket bounds), then the count, or `tail`."""
+    cells = "".join(_cell(p.get(key.format(q))) for q in (50, 95, 99))
+    return f"  {label:<17}{cells}   {tail or 'n=' + str(p.get('n'))}"
+
+
 def _resume_by_steal_lines(report: dict[str, Any]) -> list[str]:
     split = report.get("resume_ms_by_steal")
     if not split:
         return []
-    lines = []
-    for key, label in (("quiet", "  no steal"), ("stolen", f"  steal ≥ {STOLEN_CORES:g}")):
-        p = split[key]
-        lines.append(
-            f"  {label:<17}{_cell(p.get('p50'))}{_cell(p.get('p95'))}{_cell(p.get('p99'))}"
-            f"   n={p.get('n')}"
-        )
-    return lines
+    labels = (("quiet", "  no steal"), ("stolen", f"  steal ≥ {STOLEN_CORES:g}"))
+    return [_percentile_row(label, split[key]) for key, label in labels]
 
 
 def table(report: dict[str, Any]) -> str:
@@ -921,21 +922,16 @@ def table(report: dict[str, Any]) -> str:
         f"  events             duplicated {report.get('duplicated_events')}"
         f"   lost {report.get('lost_events')}   out of order {report.get('out_of_order_events')}",
         f"  {'(ms)':<17}{'p50':>9}{'p95':>9}{'p99':>9}",
-        f"  {'resume':<17}{_cell(r.get('p50'))}{_cell(r.get('p95'))}{_cell(r.get('p99'))}"
-        f"   n={r.get('n')}",
+        _percentile_row("resume", r),
         *_resume_by_steal_lines(report),
-        f"  {'server hello ≤':<17}{_cell(h.get('p50_le'))}{_cell(h.get('p95_le'))}"
-        f"{_cell(h.get('p99_le'))}   n={h.get('n')}",
-        f"  {'server loop lag ≤':<17}{_cell(sl.get('p50_le'))}{_cell(sl.get('p95_le'))}"
-        f"{_cell(sl.get('p99_le'))}   n={sl.get('n')}",
-        f"  {'bench loop lag':<17}{_cell(bl.get('p50'))}{_cell(bl.get('p95'))}"
-        f"{_cell(bl.get('p99'))}   max={bl.get('max')} n={bl.get('n')}",
+        _percentile_row("server hello ≤", h, "p{}_le"),
+        _percentile_row("server loop lag ≤", sl, "p{}_le"),
+        _percentile_row("bench loop lag", bl, tail=f"max={bl.get('max')} n={bl.get('n')}"),
         f"  bench collector    {gc_.get('mode')}: collections {gc_.get('collections')}, "
         f"longest {gc_.get('pause_ms_max')} ms, {gc_.get('pause_s_total')} s in all; "
         f"grew {gc_.get('rss_mb_grown')} MB, {gc_.get('freed_after_run')} objects freed after",
         _server_collector_line(report),
-        f"  {'turn':<17}{_cell(t.get('p50'))}{_cell(t.get('p95'))}{_cell(t.get('p99'))}"
-        f"   n={t.get('n')}",
+        _percentile_row("turn", t),
         f"  server rss         idle {report.get('server_rss_mb_idle')} MB, "
         f"live {report.get('server_rss_mb_live')} MB ({report.get('live_conversations')} live), "
         f"peak {report.get('server_rss_mb_peak')} MB",
