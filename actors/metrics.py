@@ -58,6 +58,17 @@ class Metrics:
             "First model calls of a turn retried after a failure or an empty answer",
             registry=registry,
         )
+        self.echo_cuts = Counter(
+            "stillhere_echo_cuts",
+            "Repetitions cut from the start of a reply, by whose message it repeated",
+            ["of"],
+            registry=registry,
+        )
+        self.echo_regenerations = Counter(
+            "stillhere_echo_regenerations",
+            "Replies asked for again because they were nothing but a repetition",
+            registry=registry,
+        )
         self.context_source_failures = Counter(
             "stillhere_context_source_failures",
             "Context sources that failed while a turn's context was gathered",
@@ -90,6 +101,8 @@ class Metrics:
             self.hello_seconds.labels(outcome=outcome)
         for reason in ("leave", "idle"):
             self.archives.labels(reason=reason)
+        for whose in ("person", "assistant"):
+            self.echo_cuts.labels(of=whose)
         for source in CONTEXT_SOURCES:
             self.context_source_failures.labels(source=source)
         for generation in GC_GENERATIONS:

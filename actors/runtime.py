@@ -52,6 +52,7 @@ class ConversationSettings:
     retry_pause_s: float = 0.5
     max_tool_rounds: int = 4
     delta_window_s: float = DEFAULT_DELTA_WINDOW_S
+    echo_guard: bool = True  # hold back and cut a reply's opening repetition (actors/echo.py)
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     context: ContextSettings = field(default_factory=ContextSettings)
 

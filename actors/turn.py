@@ -16,6 +16,7 @@ from datetime import datetime
 from uuid import UUID, uuid4
 
 from actors.context import Context, assemble
+from actors.echo import NO_REPEAT, EchoGuard, sources_for
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
 from actors.prompt import build_messages
 from actors.runtime import Runtime
@@ -163,9 +164,19 @@ class ReplyWriter:
     as one delta when the window closes. A paced model's pieces still go one by one; a fast
     model's, or those that bunch up while the loop is busy, cost one frame, one replay
     entry and one write per link instead of one each.
+
+    Before the window, the echo guard (`actors.echo`) holds back the reply's start while it
+    could be a repetition: what it holds is not a piece yet, and what it cuts never is.
     """
 
-    def __init__(self, stream: ConversationStream, reply: UUID, window: float) -> None:
+    def __init__(
+        self,
+        stream: ConversationStream,
+        reply: UUID,
+        window: float,
+        guard: EchoGuard | None = None,
+    ) -> None:
+        self.guard = guard or EchoGuard(())  # no sources: it passes everything
         self._stream = stream
         self._reply = str(reply)
         self._window = window
@@ -175,6 +186,15 @@ class ReplyWriter:
         self._timer: asyncio.TimerHandle | None = None
 
     def write(self, text: str) -> None:
+        self._add(self.guard.feed(text))
+
+    def end_of_text(self) -> None:
+        """The model call's text ended: the guard lets go of, or cuts, what it held."""
+        self._add(self.guard.end())
+
+    def _add(self, text: str) -> None:
+        if not text:
+            return
         self._pieces.append(text)
         if self._timer is not None:
             return
@@ -197,6 +217,7 @@ class ReplyWriter:
 
     def drop_held(self) -> None:
         """Forget the pieces not yet sent: the reply was cut off before they went out."""
+        self.guard.drop()
         self._cancel_timer()
         del self._pieces[self._sent_pieces :]
 
@@ -207,7 +228,7 @@ class ReplyWriter:
 
     @property
     def received(self) -> int:
-        """Pieces the model has handed over, sent or still held."""
+        """Pieces let through the echo guard, sent or still held."""
         return len(self._pieces)
 
     def text_since(self, start: int) -> str:
@@ -243,7 +264,8 @@ async def run_turn(
         context=context,
     )
     log.info("turn in conversation %s: handing the model %s", str(req.conversation)[:8], stats)
-    writer = ReplyWriter(stream, reply, rt.settings.delta_window_s)
+    guard = EchoGuard(sources_for(req.history, req.new) if rt.settings.echo_guard else ())
+    writer = ReplyWriter(stream, reply, rt.settings.delta_window_s, guard)
     tools = ToolContext(rt, req.conversation, req.person, req.handles, mailbox)
     try:
         error = await _converse_unless_interrupted(rt, messages, writer, tools, job)
@@ -263,8 +285,16 @@ async def run_turn(
         req.conversation, req.person, reply, turn, in_reply_to, reply_place(start["seq"])
     )
     stream.end_reply(row, **end)
+    _count_echoes(rt, req, guard)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
     mailbox.tell(TurnEnded(turn))
+
+
+def _count_echoes(rt: Runtime, req: TurnRequest, guard: EchoGuard) -> None:
+    for cut in guard.cuts:
+        rt.metrics.echo_cuts.labels(of=cut.kind).inc()
+    if guard.cuts:
+        log.info("turn in conversation %s: %s", str(req.conversation)[:8], guard.describe())
 
 
 async def _context(rt: Runtime, req: TurnRequest, generation: int | None) -> Context:
@@ -328,26 +358,53 @@ async def _call_model(
     empty before any output; later calls never are (a replay could repeat a tool's work)."""
     before = writer.received
     try:
-        return await _call_once(rt, messages, writer)
+        return await _call_unechoed(rt, messages, writer)
     except ModelError as failure:
-        if not retry or writer.received > before:
+        if not retry or writer.received > before or isinstance(failure, WholeEcho):
             raise
         log.warning("first model call failed before any output (%s), retrying once", failure.code)
     rt.metrics.model_retries.inc()
     await asyncio.sleep(rt.settings.retry_pause_s)
-    return await _call_once(rt, messages, writer)
+    return await _call_unechoed(rt, messages, writer)
+
+
+class WholeEcho(ModelError):
+    """The model's text was nothing but a repetition, all of it cut."""
+
+    def __init__(self) -> None:
+        super().__init__("echo", "the model only repeated earlier messages")
+
+
+async def _call_unechoed(
+    rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter
+) -> list[ToolCall]:
+    """One model call; one that was nothing but an echo is made again, once, with an
+    instruction not to repeat (a second echo is a failure of the model)."""
+    try:
+        return await _call_once(rt, messages, writer)
+    except WholeEcho:
+        log.info("the reply was nothing but an echo: asking the model again, once")
+        rt.metrics.echo_regenerations.inc()
+    return await _call_once(rt, [*messages, ChatMessage("system", NO_REPEAT)], writer)
 
 
 async def _call_once(
     rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter
 ) -> list[ToolCall]:
-    before = writer.received
+    before, cuts = writer.received, len(writer.guard.cuts)
     calls: list[ToolCall] = []
-    async for event in rt.model.stream(messages, TOOLS):
-        if isinstance(event, TextDelta):
-            writer.write(event.text)
-        else:
-            calls.append(event)
+    try:
+        async for event in rt.model.stream(messages, TOOLS):
+            if isinstance(event, TextDelta):
+                writer.write(event.text)
+            else:
+                calls.append(event)
+    except ModelError:
+        writer.guard.drop()  # what it held of a failed call never goes out
+        raise
+    writer.end_of_text()
     if not calls and writer.received == before:
+        if len(writer.guard.cuts) > cuts:
+            raise WholeEcho()
         raise ModelError("empty", "the model answered nothing")
     return calls

@@ -56,6 +56,7 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         park_after_s=settings.park_after,
         interrupt_words=settings.interrupt_words,
         delta_window_s=settings.delta_window,
+        echo_guard=settings.echo_guard,
         context=ContextSettings(
             budget_chars=settings.context_budget,
             source_timeout_s=settings.context_timeout,

@@ -36,6 +36,12 @@ def _longer_than_zero(text: str) -> float:
     return seconds
 
 
+def _on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"needs on or off, not {text!r}")
+    return text == "on"
+
+
 def _words(text: str) -> tuple[str, ...]:
     return tuple(w.strip().lower() for w in text.split(",") if w.strip())
 
@@ -67,6 +73,7 @@ class Settings:
     rehearsal_latency: float = 0.0
     rehearsal_rate: float = 0.0
     delta_window: float = DEFAULT_DELTA_WINDOW_S
+    echo_guard: bool = True
     resume_window: float = 30 * 60
     sweep_interval: float = 5 * 60
     park_after: float = 10 * 60
@@ -108,6 +115,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
     ("rehearsal-rate", float, "rehearsal model: words per second (0: no pause)"),
     ("delta-window", parse_duration, "a reply's pieces this close together share one delta"),
+    ("echo-guard", _on_off, "on or off: cut a reply's opening repetition of recent messages"),
     ("resume-window", parse_duration, "a conversation idle longer than this is archived"),
     ("sweep-interval", parse_duration, "how often idle conversations are swept"),
     ("park-after", parse_duration, "stop an actor with no link attached for this long"),
@@ -179,6 +187,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
             default = kind(env)  # type: ignore[operator]
         choices = _CHOICES.get(name)
         shown = default if not isinstance(default, tuple) else ",".join(map(str, default))
+        if isinstance(default, bool):
+            shown = "on" if default else "off"
         if name in _SECRET_OPTIONS:
             shown = "none" if default is None else "set, not shown"
         parser.add_argument(
