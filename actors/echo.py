@@ -7,7 +7,9 @@ or more) and the assistant's own last three messages (20 or more). While the sta
 still be a repetition, the text is held back; a full repetition is cut and the rest goes
 on (watched again, as it is the reply's new start); once the start cannot be one, everything
 held is released unchanged. Only letters and digits are compared, case-folded and without
-accents, so case, spacing and punctuation make no difference.
+accents ("&" as "and"), so case, spacing and punctuation make no difference. A repetition
+counts only as a whole sentence or clause of the reply: "Thank you so much for saying that"
+does not repeat "Thank you so much!".
 
 Three repetitions are not echoes, and pass: a greeting or wish returned ("Good night!" for
 "Good night!"), a repetition the person asked for ("read that back to me"), and a reply that
@@ -51,7 +53,7 @@ _FORMULA = re.compile(
     r"(?: (?:to )?you(?: too)?| too| everyone| all| a toi| a vous| aussi)?"
 )
 _ASKS_REPEAT = re.compile(
-    r"\b(?:repeat|read (?:\w+ ){0,2}back|say (?:it|that|this|those|them) (?:back|again)"
+    r"\b(?:repeat|read (?:\w+ ){0,3}back|say (?:it|that|this|those|them) (?:back|again)"
     r"|word for word|verbatim|back to me|repete[sz]?|repeter|redis|redites)\b"
 )
 
@@ -72,6 +74,8 @@ class Cut:
 
 @lru_cache(maxsize=4096)
 def _fold_char(char: str) -> str:
+    if char == "&":
+        return "and"
     decomposed = unicodedata.normalize("NFKD", char).casefold()
     return "".join(c for c in decomposed if c.isalnum())
 
@@ -173,28 +177,34 @@ class EchoGuard:
         for source in self._sources:
             if source.folded.startswith(self._folded):
                 return True  # all of it so far is the source's start
-            if self._folded.startswith(source.folded) and self._runs_to_end(source):
-                return True  # all of the source, to the last character received: it may go on
+            if self._folded.startswith(source.folded) and self._ends_sentence(source) is None:
+                return True  # all of the source, and nothing but spaces after it yet
         return False
 
-    def _runs_to_end(self, source: Source) -> bool:
-        return self._ends[len(source.folded) - 1] == len(self._held)
+    def _ends_sentence(self, source: Source) -> bool | None:
+        """Whether the held text's repetition of `source` ends a sentence or clause, as an
+        echo does; None while only spaces follow it (the next character decides)."""
+        rest = self._held[self._ends[len(source.folded) - 1] :]
+        if rest and _goes_on(rest[0]):
+            return False  # the word goes on: "work" is not "workout"
+        following = rest.lstrip()[:1]
+        if not following:
+            return None
+        return not _fold_char(following)  # a next word: "Thank you so much for ..." goes on
 
     def _longest_repetition(self, ended: bool) -> tuple[int, Source] | None:
-        """The end in the held text of the longest source it opens with, whole words only."""
+        """The end in the held text of the longest source it opens with as a whole
+        sentence (the end of the model's text ends one too)."""
         if self._quotes():
             return None
         best: tuple[int, Source] | None = None
         for source in self._sources:
-            size = len(source.folded)
             if not self._folded.startswith(source.folded):
                 continue
-            end = self._ends[size - 1]
-            following = self._held[end : end + 1]
-            if not following and not ended:
+            whole = self._ends_sentence(source)
+            if not (whole or (whole is None and ended)):
                 continue
-            if following and _goes_on(following):
-                continue  # the word goes on: "work" is not "workout"
+            end = self._ends[len(source.folded) - 1]
             if best is None or end > best[0]:
                 best = (end, source)
         return best

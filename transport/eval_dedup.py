@@ -256,8 +256,8 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def add_parser(subparsers: Any) -> None:
-    """Add `eval dedup` to the `stillhere` command."""
+def add_parser(subparsers: Any) -> Any:
+    """Add `eval dedup` to the `stillhere` command; return the `eval` commands, for others."""
     evaluate = subparsers.add_parser("eval", help="measure stillhere against labelled data")
     commands = evaluate.add_subparsers(dest="eval_command", required=True)
     dedup = commands.add_parser(
@@ -277,6 +277,7 @@ def add_parser(subparsers: Any) -> None:
     add_db_options(dedup, scratch=True)
     add_embed_options(dedup)
     dedup.set_defaults(run=run)
+    return commands
 
 
 async def run(args: argparse.Namespace) -> int:

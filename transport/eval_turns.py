@@ -1,0 +1,249 @@
+"""`stillhere eval turns`: how turn handling does on hand-labelled cases.
+
+The cases file holds one JSON object a line. Its `kind` names a family and a kind within
+it (`echo/person_exact`); each family has its evaluator, which reads the rest of the
+object, and the report gives each family's figures overall and by kind.
+
+Echo cases (`echo/...`) measure the echo guard (actors/echo.py):
+
+    {"kind": "echo/person_exact",
+     "turns": [{"role": "assistant", "text": "How was your day?"},
+               {"role": "user", "text": "I had a rough day at work."}],
+     "reply": "I had a rough day at work. I'm sorry, what happened?",
+     "shown": "I'm sorry, what happened?"}
+
+`turns` is the conversation before the reply, the trailing user turns being the messages it
+answers; `reply` is what the model writes, and `shown` what should reach the screen (the
+reply itself when nothing should be cut, "" when all of it repeats, so it is asked for
+again). The reply is fed to the guard a piece at a time, as a model streams it. A case is
+cut `right` when the guard cut exactly what it should, `wrong` when it cut anything else
+(a non-echo, or too much or too little), `missed` when it let an echo through.
+Targets: no wrong cut, at least 95% of echoes caught.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from actors.echo import EchoGuard, sources_for
+from storage.records import Turn
+
+ECHO_CAUGHT_TARGET = 0.95
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # cases carry no times; the guard reads none
+
+
+class CasesError(ValueError):
+    """The cases file is not what `--cases` expects (the message names the line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    family: str  # the part of `kind` before the slash: which evaluator reads it
+    kind: str
+    row: dict[str, Any]
+    where: str  # file:line, for errors
+
+
+def read_cases(path: Path) -> list[Case]:
+    """The labelled cases; a line that is not a JSON object with a `kind` is an error."""
+    cases = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as error:
+            raise CasesError(f"{where}: not JSON ({error})") from None
+        kind = row.get("kind") if isinstance(row, dict) else None
+        if not isinstance(kind, str) or "/" not in kind:
+            raise CasesError(f'{where}: needs a "kind" such as "echo/person_exact"')
+        family = kind.split("/", 1)[0]
+        if family not in EVALUATORS:
+            raise CasesError(f"{where}: no evaluator for {kind!r} (known: {sorted(EVALUATORS)})")
+        cases.append(Case(family, kind, row, where))
+    if not cases:
+        raise CasesError(f"{path}: no cases")
+    return cases
+
+
+# -- echo ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EchoOutcome:
+    kind: str
+    echo: bool  # labelled: something should be cut
+    cut: bool  # the guard cut something
+    right: bool  # what reached the screen is what should have
+    shown: str
+    expected: str
+    where: str
+
+    @property
+    def verdict(self) -> str:
+        if self.cut:
+            return "right" if self.echo and self.right else "wrong"
+        return "missed" if self.echo else "kept"
+
+
+def _turns(case: Case) -> list[Turn]:
+    turns = case.row.get("turns")
+    if not isinstance(turns, list) or not all(
+        isinstance(t, dict)
+        and t.get("role") in ("user", "assistant")
+        and isinstance(t.get("text"), str)
+        for t in turns
+    ):
+        raise CasesError(f"{case.where}: turns needs a list of {{role, text}}")
+    return [Turn(t["role"], t["text"], _EPOCH) for t in turns]
+
+
+def pieces(text: str, size: int) -> list[str]:
+    """The reply as a model streams it: word by word (`size` 0) or `size` characters."""
+    if size <= 0:
+        return re.findall(r"\s*\S+\s*", text) or [text]
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def run_echo_case(case: Case, size: int = 0) -> EchoOutcome:
+    reply, expected = case.row.get("reply"), case.row.get("shown")
+    if not isinstance(reply, str) or not isinstance(expected, str):
+        raise CasesError(f"{case.where}: needs reply and shown, as strings")
+    turns = _turns(case)
+    answered = len(turns)
+    while answered > 0 and turns[answered - 1].role == "user":
+        answered -= 1
+    guard = EchoGuard(sources_for(turns[:answered], turns[answered:]))
+    shown = "".join(guard.feed(piece) for piece in pieces(reply, size)) + guard.end()
+    cut = bool(guard.cuts)
+    return EchoOutcome(
+        case.kind, expected != reply, cut, shown == expected, shown, expected, case.where
+    )
+
+
+def echo_figures(outcomes: list[EchoOutcome]) -> dict[str, Any]:
+    counts = {v: sum(o.verdict == v for o in outcomes) for v in ("right", "wrong", "missed")}
+    echoes = sum(o.echo for o in outcomes)
+    return {
+        "cases": len(outcomes),
+        "echoes": echoes,
+        "cuts": sum(o.cut for o in outcomes),
+        **counts,
+        "caught": round(counts["right"] / echoes, 4) if echoes else None,
+    }
+
+
+def echo_report(outcomes: list[EchoOutcome]) -> dict[str, Any]:
+    by_kind: dict[str, list[EchoOutcome]] = defaultdict(list)
+    for outcome in outcomes:
+        by_kind[outcome.kind].append(outcome)
+    overall = echo_figures(outcomes)
+    return {
+        **overall,
+        "targets": {"wrong": 0, "caught": ECHO_CAUGHT_TARGET},
+        "targets_met": overall["wrong"] == 0 and (overall["caught"] or 0) >= ECHO_CAUGHT_TARGET,
+        "kinds": {kind: echo_figures(rows) for kind, rows in sorted(by_kind.items())},
+        "failures": [
+            {"case": o.where, "verdict": o.verdict, "shown": o.shown, "expected": o.expected}
+            for o in outcomes
+            if o.verdict in ("wrong", "missed")
+        ],
+    }
+
+
+async def evaluate_echo(cases: list[Case], args: argparse.Namespace) -> dict[str, Any]:
+    return echo_report([run_echo_case(case, args.piece_chars) for case in cases])
+
+
+# Each family of cases and what measures it. Reply matching (`match/...`) goes here too.
+EVALUATORS: dict[str, Callable[[list[Case], argparse.Namespace], Awaitable[dict[str, Any]]]] = {
+    "echo": evaluate_echo,
+}
+
+
+async def evaluate(cases: list[Case], args: argparse.Namespace) -> dict[str, Any]:
+    families: dict[str, list[Case]] = defaultdict(list)
+    for case in cases:
+        families[case.family].append(case)
+    report: dict[str, Any] = {"cases": len(cases)}
+    for family, rows in families.items():
+        report[family] = await EVALUATORS[family](rows, args)
+    return report
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def echo_table(echo: dict[str, Any]) -> str:
+    head = f"{'kind':<22}{'cases':>6}{'echoes':>8}{'cuts':>6}{'right':>7}{'wrong':>7}"
+    head += f"{'missed':>8}{'caught':>8}"
+    lines = [head, "-" * len(head)]
+    for kind, r in [*echo["kinds"].items(), ("all", echo)]:
+        if kind == "all":
+            lines.append("-" * len(head))
+        lines.append(
+            f"{kind:<22}{r['cases']:>6}{r['echoes']:>8}{r['cuts']:>6}{r['right']:>7}"
+            f"{r['wrong']:>7}{r['missed']:>8}{_figure(r['caught']):>8}"
+        )
+    met = "met" if echo["targets_met"] else "NOT met"
+    lines.append(f"targets (0 wrong cuts, caught >= {ECHO_CAUGHT_TARGET}): {met}")
+    return "\n".join(lines)
+
+
+def add_parser(commands: Any) -> None:
+    """Add `turns` to the `stillhere eval` commands."""
+    turns = commands.add_parser(
+        "turns",
+        help="echo-guard cuts (and, later, reply matching) on labelled cases",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    turns.add_argument("--cases", type=Path, required=True, help="JSON lines of labelled cases")
+    turns.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        dest="json_out",
+        help="print the report as JSON, or write it to the file given",
+    )
+    turns.add_argument(
+        "--piece-chars",
+        type=int,
+        default=0,
+        help="feed each reply in pieces of this many characters (default 0: word by word)",
+    )
+    turns.set_defaults(run=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    try:
+        cases = read_cases(args.cases)
+        report = await evaluate(cases, args)
+    except (OSError, CasesError) as wrong:
+        print(f"cannot read the cases: {wrong}")
+        return 2
+    document = orjson.dumps(report, option=orjson.OPT_INDENT_2)
+    if args.json_out == "-":
+        sys.stdout.write(document.decode() + "\n")
+        return 0
+    print(f"{report['cases']} cases from {args.cases}")
+    if "echo" in report:
+        print(echo_table(report["echo"]))
+    if args.json_out is not None:
+        Path(args.json_out).write_bytes(document)
+    return 0
