@@ -97,7 +97,7 @@ class EchoOutcome:
         return "missed" if self.echo else "kept"
 
 
-def _turns(case: Case) -> list[Turn]:
+def case_turns(case: Case) -> list[Turn]:
     turns = case.row.get("turns")
     if not isinstance(turns, list) or not all(
         isinstance(t, dict)
@@ -120,7 +120,7 @@ def run_echo_case(case: Case, size: int = 0) -> EchoOutcome:
     reply, expected = case.row.get("reply"), case.row.get("shown")
     if not isinstance(reply, str) or not isinstance(expected, str):
         raise CasesError(f"{case.where}: needs reply and shown, as strings")
-    turns = _turns(case)
+    turns = case_turns(case)
     answered = len(turns)
     while answered > 0 and turns[answered - 1].role == "user":
         answered -= 1
