@@ -152,10 +152,10 @@ class EchoGuard:
             text = text.lstrip(_SEPARATORS)  # the cut's own trailing punctuation and space
             self._after_cut = not text
         base = len(self._held)
-        for offset, char in enumerate(text):
-            folded = _fold_char(char)
-            self._folded += folded
-            self._ends.extend([base + offset + 1] * len(folded))
+        folded = [_fold_char(char) for char in text]
+        for offset, chars in enumerate(folded):
+            self._ends.extend([base + offset + 1] * len(chars))
+        self._folded += "".join(folded)
         self._held += text
 
     def _settle(self, *, ended: bool) -> str:

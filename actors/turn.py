@@ -356,11 +356,12 @@ async def _call_model(
 ) -> list[ToolCall]:
     """One model call. The first call of a turn is retried once if it fails or comes back
     empty before any output; later calls never are (a replay could repeat a tool's work)."""
-    before = writer.received
+    before, cuts = writer.received, len(writer.guard.cuts)
     try:
         return await _call_unechoed(rt, messages, writer)
     except ModelError as failure:
-        if not retry or writer.received > before or isinstance(failure, WholeEcho):
+        # An echo cut is an answer: asked for again at most once, never retried on top.
+        if not retry or writer.received > before or len(writer.guard.cuts) > cuts:
             raise
         log.warning("first model call failed before any output (%s), retrying once", failure.code)
     rt.metrics.model_retries.inc()

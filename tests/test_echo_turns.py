@@ -15,7 +15,7 @@ import pytest
 from actors.echo import NO_REPEAT
 from actors.turn import FALLBACK
 from tests.conftest import Harness, Phone
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import Empty, FakeOpenAI, Reply
 
 ROUGH = "I had a rough day at work."
 SORRY = "Sorry to hear that. What happened?"
@@ -108,6 +108,16 @@ async def test_a_second_echo_only_reply_ends_with_the_fallback(
     end = await phone.reply()
     assert (end["text"], end["error"]) == (FALLBACK, "echo")
     assert deltas(phone, end) == "" and len(fake_llm.requests) == 2
+
+
+async def test_an_echo_then_an_empty_answer_is_not_retried_on_top(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    """Asked for again once, the model is not asked a third time when that fails."""
+    phone = await answer(harness, fake_llm, ROUGH, Reply(ROUGH), Empty(), Reply("never"))
+    end = await phone.reply()
+    assert (end["text"], end["error"]) == (FALLBACK, "empty")
+    assert len(fake_llm.requests) == 2
 
 
 @pytest.mark.parametrize(
