@@ -16,6 +16,7 @@ from actors.echo import NO_REPEAT
 from actors.turn import FALLBACK
 from tests.conftest import Harness, Phone
 from tests.fakes.openai_server import Empty, FakeOpenAI, Reply
+from tests.sse_client import SseClient
 
 ROUGH = "I had a rough day at work."
 SORRY = "Sorry to hear that. What happened?"
@@ -162,6 +163,27 @@ async def test_nothing_held_is_replayed_after_a_drop_mid_hold(
     assert deltas(again, end) == end["text"] == SORRY
     assert not [f for f in phone.frames if f["type"] == "reply.delta"]
     assert await stored_reply(harness, db) == SORRY
+
+
+async def test_nothing_held_is_replayed_over_sse_after_a_drop_mid_hold(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Reply(f"{ROUGH} {SORRY}", chunk=2, delay=0.03))
+    client = SseClient(harness.http, harness.url)
+    try:
+        first = await client.open()
+        await client.say(ROUGH)
+        start = await first.expect("reply.start")
+        await asyncio.sleep(0.15)
+        await first.drop()
+        second = await client.open(last_event_id=str(start.seq))
+        end = await second.expect("reply.end", timeout=10)
+    finally:
+        await client.close()
+    assert not [e for e in first.events if e.type == "reply.delta"], "dropped mid-hold"
+    sent = [e.data["text"] for e in second.events if e.type == "reply.delta"]
+    assert "".join(sent) == end.data["text"] == SORRY
 
 
 async def test_an_interrupt_mid_hold_stores_what_was_sent_nothing(
