@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from actors.echo import NO_REPEAT
 from actors.turn import FALLBACK
@@ -36,9 +37,17 @@ async def stored_reply(harness: Harness, db: asyncpg.Connection) -> str:
     )
 
 
-def cuts(harness: Harness, of: str) -> float:
-    metric = harness.server.runtime.metrics.echo_cuts.labels(of=of)
-    return metric._value.get()
+async def counted(harness: Harness) -> dict[str, float]:
+    """The echo counters as `GET /metrics` serves them."""
+    async with harness.http.get(harness.url("/metrics")) as response:
+        text = await response.text()
+    return {
+        ":".join([sample.name, *sample.labels.values()]): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("stillhere_echo")
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
 
 
 def system_notes(request: dict[str, Any]) -> list[str]:
@@ -60,7 +69,11 @@ async def test_an_echo_of_the_person_is_cut_from_deltas_reply_and_record(
     end = await phone.reply()
     assert deltas(phone, end) == end["text"] == SORRY
     assert await stored_reply(harness, db) == SORRY
-    assert cuts(harness, "person") == 1 and cuts(harness, "assistant") == 0
+    assert await counted(harness) == {
+        "stillhere_echo_cuts_total:person": 1,
+        "stillhere_echo_cuts_total:assistant": 0,
+        "stillhere_echo_regenerations_total": 0,
+    }
     assert "echo cut: 27 chars repeating the person's message" in caplog.text
 
 
@@ -74,7 +87,7 @@ async def test_an_echo_of_the_assistant_own_message_is_cut(
     end = await phone.reply()
     assert deltas(phone, end) == end["text"] == "Just let me know."
     assert await stored_reply(harness, db) == "Just let me know."
-    assert cuts(harness, "assistant") == 1
+    assert (await counted(harness))["stillhere_echo_cuts_total:assistant"] == 1
 
 
 async def test_a_partial_echo_that_diverges_is_released_unchanged(
@@ -85,7 +98,7 @@ async def test_a_partial_echo_that_diverges_is_released_unchanged(
     end = await phone.reply()
     assert deltas(phone, end) == end["text"] == reply
     assert await stored_reply(harness, db) == reply
-    assert cuts(harness, "person") == 0
+    assert (await counted(harness))["stillhere_echo_cuts_total:person"] == 0
 
 
 async def test_a_reply_that_is_only_an_echo_is_asked_for_again_once(
@@ -99,7 +112,7 @@ async def test_a_reply_that_is_only_an_echo_is_asked_for_again_once(
     assert NO_REPEAT not in system_notes(first)
     assert system_notes(second)[-1] == NO_REPEAT
     assert await stored_reply(harness, db) == SORRY
-    assert harness.server.runtime.metrics.echo_regenerations._value.get() == 1
+    assert (await counted(harness))["stillhere_echo_regenerations_total"] == 1
 
 
 async def test_a_second_echo_only_reply_ends_with_the_fallback(
