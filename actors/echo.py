@@ -49,8 +49,10 @@ _FORMULA = re.compile(
     r"|merry christmas|sweet dreams|sleep (?:well|tight)|take care|cheers"
     r"|see you(?: soon| later| tomorrow)?|have a (?:nice|good|great|lovely) \w+"
     r"|bonne (?:nuit|journee|soiree|annee)|bonjour|bonsoir|salut|a demain|au revoir"
-    r"|joyeux noel|joyeux anniversaire|dors bien|fais de beaux reves)"
-    r"(?: (?:to )?you(?: too)?| too| everyone| all| a toi| a vous| aussi)?"
+    r"|joyeux noel|joyeux anniversaire|dors bien|fais de beaux reves"
+    r"|(?:nice|pleased|good|great|lovely) to (?:meet|see|hear from) you|welcome back"
+    r"|(?:i )?(?:love|miss) you(?: so much)?|enchantee?|(?:je )?t aime)"
+    r"(?: there| (?:to )?you(?: too)?| too| everyone| all| a toi| a vous| aussi)?"
 )
 _ASKS_REPEAT = re.compile(
     r"\b(?:repeat|read (?:\w+ ){0,3}back|say (?:it|that|this|those|them) (?:back|again)"
