@@ -21,7 +21,7 @@ ECHO_KINDS = {
     "echo/short_phrase",
     "echo/quote",
 }
-FIGURES = {"cases", "echoes", "cuts", "right", "wrong", "missed", "caught"}
+FIGURES = {"cases", "echoes", "cuts", "right", "wrong", "missed", "caught", "asked_again"}
 
 
 async def evaluate(*argv: str) -> int:

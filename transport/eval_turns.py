@@ -17,7 +17,8 @@ answers; `reply` is what the model writes, and `shown` what should reach the scr
 reply itself when nothing should be cut, "" when all of it repeats, so it is asked for
 again). The reply is fed to the guard a piece at a time, as a model streams it. A case is
 cut `right` when the guard cut exactly what it should, `wrong` when it cut anything else
-(a non-echo, or too much or too little), `missed` when it let an echo through.
+(a non-echo, or too much or too little), `missed` when it let an echo through;
+`asked_again` counts replies cut whole, which a turn asks the model for again.
 Targets: no wrong cut, at least 95% of echoes caught.
 """
 
@@ -140,6 +141,7 @@ def echo_figures(outcomes: list[EchoOutcome]) -> dict[str, Any]:
         "echoes": echoes,
         "cuts": sum(o.cut for o in outcomes),
         **counts,
+        "asked_again": sum(o.cut and not o.shown for o in outcomes),  # nothing but echo
         "caught": round(counts["right"] / echoes, 4) if echoes else None,
     }
 
