@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors.echo import NO_REPEAT
 from actors.turn import FALLBACK
 from tests.conftest import Harness, Phone
-from tests.fakes.openai_server import Empty, FakeOpenAI, Reply
+from tests.fakes.openai_server import Empty, FakeOpenAI, Reply, Response
 from tests.sse_client import SseClient
 
 ROUGH = "I had a rough day at work."
@@ -54,7 +54,7 @@ def system_notes(request: dict[str, Any]) -> list[str]:
     return [m["content"] for m in request["messages"] if m["role"] == "system"]
 
 
-async def answer(harness: Harness, fake_llm: FakeOpenAI, say: str, *replies: Reply) -> Phone:
+async def answer(harness: Harness, fake_llm: FakeOpenAI, say: str, *replies: Response) -> Phone:
     await harness.start(llm_url=fake_llm.url)
     fake_llm.queue(*replies)
     phone = await harness.phone()
