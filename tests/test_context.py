@@ -411,7 +411,9 @@ async def turn_on_a_say_kept_during_a_reply(
 ) -> set[str]:
     """A say sent while a reply streams is kept, and its turn starts when the reply ends;
     `meanwhile` runs in between. The sources that second turn read from scratch."""
-    fake_llm.queue(Reply("One moment while I think it over.", chunk=4, delay=0.05), Reply("ok"))
+    # Worded afresh each time: a reply repeating the last one word for word is an echo, cut.
+    thinking = f"One moment while I think over message {len(fake_llm.requests) + 1}."
+    fake_llm.queue(Reply(thinking, chunk=4, delay=0.05), Reply("ok"))
     await phone.say("Tell me.")
     await phone.expect("reply.delta")
     await phone.say("And?")
