@@ -1,0 +1,147 @@
+"""The analysis model: small judgement questions put to an OpenAI-compatible chat model.
+
+The contract (docs/protocol.md, "The analysis model") is fixed so any model, hosted or
+fine-tuned, and any test fake can answer: one non-streamed request whose last user message
+starts with the task's name, then the numbered lines; the answer is one JSON object. This
+client only speaks that contract. Whether the object has the task's shape is for the caller
+to check; a call that fails, runs late or answers something else is `None`, never an error,
+because an analysis only ever adds to a reply and must never cost it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from providers.http import ApiClient, excerpt
+
+log = logging.getLogger("stillhere.analysis")
+
+TASKS = ("reply-matching", "loose-ends", "same-memory")
+DEFAULT_TIMEOUT_S = 2.0
+
+# Called once per failed call with (task, reason); the server counts them in Prometheus.
+FailureHook = Callable[[str, str], None]
+
+
+class Analysis(Protocol):
+    """What the turn and the memory ask: the model over HTTP, or the rehearsal analysis."""
+
+    label: str
+
+    async def ask(
+        self, task: str, lines: Sequence[str], instructions: str
+    ) -> dict[str, Any] | None: ...
+
+    async def close(self) -> None: ...
+
+
+class _Failed(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+def request_text(task: str, lines: Sequence[str]) -> str:
+    """The last user message: the task's line, then one line per message."""
+    if task not in TASKS:
+        raise ValueError(f"unknown analysis task {task!r}")
+    return "\n".join([task, *lines])
+
+
+class AnalysisModel:
+    """An `Analysis` backed by any OpenAI-compatible `/chat/completions` endpoint."""
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        key: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        on_failure: FailureHook | None = None,
+    ) -> None:
+        self.label = f"openai-compatible {model} at {url}"
+        self.timeout = timeout
+        self.on_failure = on_failure
+        self._model = model
+        # A total timeout: a judgement that is late is no use to the reply waiting for it.
+        self._api = ApiClient(
+            f"{url.rstrip('/')}/chat/completions", key, aiohttp.ClientTimeout(total=timeout)
+        )
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def ask(
+        self, task: str, lines: Sequence[str], instructions: str
+    ) -> dict[str, Any] | None:
+        """The answer's JSON object; None (logged, counted) when there is none to use."""
+        body = {
+            "model": self._model,
+            "stream": False,
+            "temperature": 0,
+            "response_format": {"type": "json_object"},
+            "messages": [
+                {"role": "system", "content": instructions},
+                {"role": "user", "content": request_text(task, lines)},
+            ],
+        }
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._post(body)
+        except TimeoutError:
+            self._failed(task, "timeout", f"no answer within {self.timeout:g} s", started)
+        except _Failed as failure:
+            self._failed(task, failure.reason, str(failure), started)
+        return None
+
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        api = self._api
+        try:
+            async with api.session().post(
+                api.endpoint, data=orjson.dumps(body), headers=api.headers("application/json")
+            ) as response:
+                raw = await response.read()
+        except aiohttp.ClientError as exc:
+            raise _Failed("connect", api.scrub(f"cannot reach {api.endpoint}: {exc}")) from None
+        if not 200 <= response.status < 300:
+            raise _Failed("http", api.scrub(f"answered {response.status}: {excerpt(raw)}"))
+        return _answer_object(_content(raw))
+
+    def _failed(self, task: str, reason: str, detail: str, started: float) -> None:
+        took = time.monotonic() - started
+        log.warning("analysis %s failed (%s) after %.0f ms: %s", task, reason, took * 1000, detail)
+        if self.on_failure is not None:
+            self.on_failure(task, reason)
+
+
+def _content(raw: bytes) -> str:
+    """The text of the completion's first choice."""
+    try:
+        document = orjson.loads(raw)
+        content = document["choices"][0]["message"]["content"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        raise _Failed("bad_response", f"not a chat completion: {excerpt(raw)}") from None
+    if not isinstance(content, str):
+        raise _Failed("bad_response", "the completion carries no text")
+    return content
+
+
+def _answer_object(content: str) -> dict[str, Any]:
+    # Local models asked for JSON still like to wrap it in a Markdown fence.
+    text = content.strip().removeprefix("```json").removeprefix("```").removesuffix("```")
+    try:
+        answer = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise _Failed("not_json", f"the answer is not JSON: {content[:200]}") from None
+    if not isinstance(answer, dict):
+        raise _Failed("not_json", f"the answer is not a JSON object: {content[:200]}")
+    return answer

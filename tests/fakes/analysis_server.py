@@ -1,0 +1,118 @@
+"""A scripted analysis model (PROTOCOL 1.1), spoken to over real HTTP.
+
+The test scripts each answer (a JSON object, or a failure) and reads back what was asked:
+the task and the numbered lines. Unscripted requests get `default(request)`, or the
+neutral answer of their task (every person message answers the latest assistant message,
+no loose ends, no pairs), so a test that does not care about the analysis need not script it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tests.fakes.http_fake import FakeApi
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A completion whose text is `content` (a dict is sent as JSON), after `delay` seconds."""
+
+    content: dict[str, Any] | str
+    delay: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Down:
+    """An HTTP error."""
+
+    status: int = 503
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """Never answer (until the fake stops)."""
+
+
+AnalysisResponse = Answer | Down | Stall
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """One request as the contract shapes it."""
+
+    task: str
+    lines: list[str]
+    instructions: str
+    body: dict[str, Any]
+
+
+def asked(body: dict[str, Any]) -> Asked:
+    messages = body.get("messages") or []
+    user = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
+    system = next((m["content"] for m in messages if m.get("role") == "system"), "")
+    task, *lines = str(user).split("\n")
+    return Asked(task, lines, str(system), body)
+
+
+def neutral(request: Asked) -> AnalysisResponse:
+    if request.task == "reply-matching":
+        last = [line.split(":", 1)[0] for line in request.lines if line.startswith("A")]
+        people = [line.split(":", 1)[0] for line in request.lines if line.startswith("P")]
+        latest = last[-1] if last else None
+        answers = [{"message": p, "answers": latest} for p in people]
+        return Answer({"answers": answers, "open": [], "lull": False})
+    if request.task == "loose-ends":
+        return Answer({"loose_ends": []})
+    return Answer({"pairs": []})
+
+
+class FakeAnalysis(FakeApi["AnalysisResponse"]):
+    path = "/v1/chat/completions"
+
+    def __init__(self, default: Callable[[Asked], AnalysisResponse] | None = None) -> None:
+        super().__init__()
+        self.default = default or neutral
+        self.asked: list[Asked] = []
+
+    def tasks(self, task: str) -> list[Asked]:
+        return [a for a in self.asked if a.task == task]
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        return await self.respond(body)
+
+    async def respond(self, body: dict[str, Any]) -> web.Response:
+        """The answer to one request; also used by the chat fake for its non-streamed calls."""
+        request = asked(body)
+        self.asked.append(request)
+        response = self._script.popleft() if self._script else self.default(request)
+        if isinstance(response, Down):
+            return web.Response(status=response.status, text="analysis unavailable")
+        if isinstance(response, Stall):
+            await self._stopping.wait()
+            return web.Response(status=503, text="stopping")
+        if response.delay:
+            await asyncio.sleep(response.delay)
+        content = response.content
+        text = content if isinstance(content, str) else orjson.dumps(content).decode()
+        completion = {
+            "id": "chatcmpl-analysis",
+            "object": "chat.completion",
+            "model": body.get("model", "fake"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+        return web.json_response(completion, dumps=lambda v: orjson.dumps(v).decode())

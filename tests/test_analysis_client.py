@@ -1,0 +1,106 @@
+"""AnalysisModel against a fake analysis model over real HTTP (PROTOCOL 1.1 contract)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from providers.analysis import AnalysisModel
+from tests.fakes.analysis_server import Answer, Down, FakeAnalysis, Stall
+from tests.test_openai_client import closed_port
+
+KEY = "sk-analysis-secret-0123"
+LINES = ["A1: How was your weekend?", "A2: Did you finish that book?", "P1: yes, loved it!"]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnalysis]:
+    async with FakeAnalysis() as server:
+        yield server
+
+
+class Failures:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def __call__(self, task: str, reason: str) -> None:
+        self.seen.append((task, reason))
+
+
+async def ask(url: str, failures: Failures, timeout: float = 2.0) -> dict | None:
+    model = AnalysisModel(url, "judge", KEY, timeout=timeout, on_failure=failures)
+    try:
+        return await model.ask("reply-matching", LINES, "Match each P line.")
+    finally:
+        await model.close()
+
+
+async def test_request_follows_the_contract(fake: FakeAnalysis) -> None:
+    answer = {"answers": [{"message": "P1", "answers": "A2"}], "open": ["A1"], "lull": False}
+    fake.queue(Answer(answer))
+    failures = Failures()
+    assert await ask(fake.url, failures) == answer
+    body = fake.requests[0]
+    assert body["stream"] is False
+    assert body["response_format"] == {"type": "json_object"}
+    assert body["model"] == "judge"
+    assert body["messages"][-1]["content"] == "\n".join(["reply-matching", *LINES])
+    assert fake.asked[0].task == "reply-matching" and fake.asked[0].lines == LINES
+    assert fake.headers[0]["Authorization"] == f"Bearer {KEY}"
+    assert failures.seen == []
+
+
+async def test_fenced_json_is_read(fake: FakeAnalysis) -> None:
+    fake.queue(Answer('```json\n{"open": []}\n```'))
+    assert await ask(fake.url, Failures()) == {"open": []}
+
+
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        (Down(503), "http"),
+        (Answer("the weekend, I think"), "not_json"),
+        (Answer("[1, 2]"), "not_json"),
+    ],
+)
+async def test_broken_answers_are_none_and_counted(
+    fake: FakeAnalysis, response: object, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.queue(response)  # type: ignore[arg-type]
+    failures = Failures()
+    assert await ask(fake.url, failures) is None
+    assert failures.seen == [("reply-matching", reason)]
+    line = next(r.getMessage() for r in caplog.records if "analysis" in r.getMessage())
+    assert line.startswith(f"analysis reply-matching failed ({reason})")
+    assert KEY not in caplog.text
+
+
+async def test_a_slow_answer_is_dropped_at_the_total_timeout(fake: FakeAnalysis) -> None:
+    fake.queue(Answer({"open": []}, delay=1.0))
+    failures = Failures()
+    started = time.monotonic()
+    assert await ask(fake.url, failures, timeout=0.2) is None
+    assert time.monotonic() - started < 0.8
+    assert failures.seen == [("reply-matching", "timeout")]
+
+
+async def test_a_stalled_model_is_dropped(fake: FakeAnalysis) -> None:
+    fake.queue(Stall())
+    failures = Failures()
+    assert await ask(fake.url, failures, timeout=0.2) is None
+    assert failures.seen == [("reply-matching", "timeout")]
+
+
+async def test_an_unreachable_model_is_none() -> None:
+    failures = Failures()
+    assert await ask(f"http://127.0.0.1:{closed_port()}/v1", failures) is None
+    assert failures.seen == [("reply-matching", "connect")]
+
+
+async def test_unknown_task_is_a_programming_error(fake: FakeAnalysis) -> None:
+    model = AnalysisModel(fake.url, "judge")
+    with pytest.raises(ValueError, match="unknown analysis task"):
+        await model.ask("mood", [], "")
+    await model.close()
