@@ -18,6 +18,8 @@ TURN_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
 # A hello is answered in milliseconds when the server keeps up; the tail shows when it does not.
 HELLO_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 GC_GENERATIONS = ("0", "1", "2")
+# How a say was matched to what it answers (actors/replies.py): the first two skip the model.
+REPLY_MATCHING = ("no_candidate", "just_before", "asked")
 
 
 class Metrics:
@@ -69,6 +71,20 @@ class Metrics:
             "Replies asked for again because they were nothing but a repetition",
             registry=registry,
         )
+        self.analysis_failures = Counter(
+            "stillhere_analysis_failures",
+            "Analysis model calls that gave nothing usable (failed, late, not the task's shape), "
+            "by task and reason",
+            ["task", "reason"],
+            registry=registry,
+        )
+        self.reply_matching = Counter(
+            "stillhere_reply_matching",
+            "Says matched to the assistant message they answer, by how: no candidate or only the "
+            "message just before (no model call), or asked of the analysis model",
+            ["how"],
+            registry=registry,
+        )
         self.context_source_failures = Counter(
             "stillhere_context_source_failures",
             "Context sources that failed while a turn's context was gathered",
@@ -103,6 +119,8 @@ class Metrics:
             self.archives.labels(reason=reason)
         for whose in ("person", "assistant"):
             self.echo_cuts.labels(of=whose)
+        for how in REPLY_MATCHING:
+            self.reply_matching.labels(how=how)
         for source in CONTEXT_SOURCES:
             self.context_source_failures.labels(source=source)
         for generation in GC_GENERATIONS:
@@ -111,6 +129,9 @@ class Metrics:
     def observe_collection(self, generation: int, seconds: float) -> None:
         """One garbage collection; called in whichever thread it ran (metrics take locks)."""
         self.gc_pause_seconds.labels(generation=GC_GENERATIONS[generation]).observe(seconds)
+
+    def count_analysis_failure(self, task: str, reason: str) -> None:
+        self.analysis_failures.labels(task=task, reason=reason).inc()
 
     def watch(self, live_actors: Callable[[], int], links: Callable[[], int]) -> None:
         """Read the gauges from their source at scrape time, so they can never drift."""

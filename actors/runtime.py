@@ -14,7 +14,9 @@ from actors.clock import Clock
 from actors.context_cache import ContextCache
 from actors.jobs import Jobs
 from actors.metrics import Metrics
+from providers.analysis import Analysis
 from providers.chat import ChatModel
+from providers.rehearsal_analysis import RehearsalAnalysis
 from storage.store import Store
 
 if TYPE_CHECKING:
@@ -24,7 +26,7 @@ DEFAULT_INTERRUPT_WORDS = ("stop", "wait", "hold on", "hang on", "shut up", "eno
 # A reply's pieces this close together share one `reply.delta`. 100 ms is ten updates a
 # second, smooth for text and well within what a voice client buffers before speaking; at
 # 20 words/s it halves the frames of a paced reply, and cuts the server's CPU per turn by 12
-# to 17% (bench/README.md, stop 17).
+# to 17% against 20 ms (`python -m bench.paced --windows 20ms,100ms`).
 DEFAULT_DELTA_WINDOW_S = 0.1
 
 
@@ -67,6 +69,7 @@ class Runtime:
     jobs: Jobs = field(default_factory=Jobs)  # the actors' jobs on the loop
     metrics: Metrics = field(default_factory=Metrics)  # one registry per server
     memory: MemoryKeeper | None = None  # long-term memory; None: the tools say so
+    analysis: Analysis = field(default_factory=RehearsalAnalysis)  # judgement questions
     context_cache: ContextCache = field(init=False)  # sized by settings.context.cache_s
 
     def __post_init__(self) -> None:

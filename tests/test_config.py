@@ -127,3 +127,21 @@ def test_secrets_never_show_in_the_settings_repr() -> None:
     shown = repr(settings)
     assert "admin_host" in shown
     assert not [s for s in secrets if s in shown]
+
+
+def test_the_analysis_model_defaults_to_the_chat_model_and_its_key_is_hidden(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = _parse([])
+    assert (settings.analysis_url, settings.analysis_model, settings.analysis_key) == (None,) * 3
+    assert settings.analysis_timeout == 2.0
+    assert (settings.reply_candidates, settings.reply_horizon) == (8, 48 * 3600)
+    chosen = _parse(["--analysis-key", "sk-judge", "--analysis-timeout", "500ms"])
+    assert chosen.analysis_timeout == 0.5 and "sk-judge" not in repr(chosen)
+    monkeypatch.setenv("STILLHERE_ANALYSIS_KEY", "sk-judge-env")
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    assert "sk-judge-env" not in parser.format_help()
+    with pytest.raises(SystemExit):
+        _parse(["--analysis-timeout", "0"])
+    assert "above 0" in capsys.readouterr().err

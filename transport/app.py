@@ -12,8 +12,10 @@ from aiohttp import web
 from actors.clock import Clock, SystemClock
 from actors.directory import Directory, stop_actors
 from actors.memory.setup import close_keeper, make_embedder, open_keeper, warm
+from actors.metrics import Metrics
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
+from providers.analysis import Analysis, AnalysisModel, FailureHook
 from providers.background import in_background
 from providers.chat import ChatModel
 from providers.collector import paced_collector, timed_collections, tune_collector
@@ -22,6 +24,7 @@ from providers.gil import switch_interval
 from providers.loop_lag import loop_lag_probe
 from providers.openai import OpenAIChat
 from providers.rehearsal import RehearsalModel
+from providers.rehearsal_analysis import RehearsalAnalysis
 from storage.embedded import EmbeddedPostgres
 from storage.store import Store
 from transport.admin import metrics_handler, start_admin
@@ -46,6 +49,20 @@ def make_model(settings: Settings) -> ChatModel:
         )
     log.warning("no --llm-url given: answering with the built-in REHEARSAL model, not a real one")
     return RehearsalModel(latency=settings.rehearsal_latency, tokens_per_s=settings.rehearsal_rate)
+
+
+def make_analysis(settings: Settings, on_failure: FailureHook) -> Analysis:
+    url = settings.analysis_url or settings.llm_url
+    if url:
+        return AnalysisModel(
+            url,
+            settings.analysis_model or settings.llm_model,
+            settings.analysis_key or settings.llm_key,
+            timeout=settings.analysis_timeout,
+            on_failure=on_failure,
+        )
+    log.warning("no --analysis-url nor --llm-url: analysing with the built-in REHEARSAL analysis")
+    return RehearsalAnalysis()
 
 
 def conversation_settings(settings: Settings) -> ConversationSettings:
@@ -96,7 +113,18 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     )
     memory = await open_keeper(dsn, embedder, clock)
     await warm(embedder)
-    rt = Runtime(loop, store, model, clock, conversation_settings(settings), memory=memory)
+    metrics = Metrics()
+    analysis = make_analysis(settings, metrics.count_analysis_failure)
+    rt = Runtime(
+        loop,
+        store,
+        model,
+        clock,
+        conversation_settings(settings),
+        metrics=metrics,
+        memory=memory,
+        analysis=analysis,
+    )
     directory = Directory(rt)
     memory.on_withdrawn = directory.withdraw
     supervisor = Supervisor.start(rt, directory)
@@ -114,7 +142,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
                 in_background(_tick(supervisor, settings.sweep_interval)),
             ):
                 admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
-                log.info("stillhere ready, model: %s", model.label)
+                log.info("stillhere ready, model: %s, analysis: %s", model.label, analysis.label)
                 yield
     finally:
         if admin is not None:
@@ -122,6 +150,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         await stop_actors([supervisor])
         await directory.stop_all()
         await model.close()
+        await analysis.close()
         await close_keeper(memory)
         await store.close()
         if embedded is not None:

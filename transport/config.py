@@ -9,6 +9,7 @@ from pathlib import Path
 
 from actors.clock import parse_duration
 from actors.runtime import DEFAULT_DELTA_WINDOW_S, DEFAULT_INTERRUPT_WORDS
+from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
 from providers.collector import DEFAULT as COLLECTOR_DEFAULT
 from providers.collector import Pace, parse_thresholds
 from providers.event_loop import LOOPS
@@ -70,6 +71,13 @@ class Settings:
     llm_model: str = "gpt-4o-mini"
     llm_key: str | None = field(default=None, repr=False)  # a secret: never shown
     llm_timeout: float = 60.0
+    # The analysis model; unset, the chat model's url, model and key (providers/analysis.py).
+    analysis_url: str | None = None
+    analysis_model: str | None = None
+    analysis_key: str | None = field(default=None, repr=False)  # a secret: never shown
+    analysis_timeout: float = DEFAULT_ANALYSIS_TIMEOUT_S
+    reply_candidates: int = 8
+    reply_horizon: float = 2 * 24 * 3600
     rehearsal_latency: float = 0.0
     rehearsal_rate: float = 0.0
     delta_window: float = DEFAULT_DELTA_WINDOW_S
@@ -112,6 +120,12 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("llm-model", str, "model name sent to the chat API"),
     ("llm-key", str, "API key for the chat API"),
     ("llm-timeout", parse_duration, "read timeout of a chat API call"),
+    ("analysis-url", str, "analysis model's API base URL; default --llm-url, else rehearsal"),
+    ("analysis-model", str, "model name sent to the analysis API; default --llm-model"),
+    ("analysis-key", str, "API key for the analysis API; default --llm-key"),
+    ("analysis-timeout", _longer_than_zero, "longest wait for an analysis answer, in all"),
+    ("reply-candidates", _positive, "assistant messages a say may be matched to, at most"),
+    ("reply-horizon", _longer_than_zero, "assistant messages older than this are no candidates"),
     ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
     ("rehearsal-rate", float, "rehearsal model: words per second (0: no pause)"),
     ("delta-window", parse_duration, "a reply's pieces this close together share one delta"),
@@ -163,7 +177,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
 ]
 _CHOICES = {"log-format": ["text", "json"], "event-loop": list(LOOPS)}
 # Their values (perhaps from the environment) are never printed, not even by --help.
-_SECRET_OPTIONS = frozenset({"secret", "llm-key", "admin-token", "embed-key"})
+_SECRET_OPTIONS = frozenset({"secret", "llm-key", "analysis-key", "admin-token", "embed-key"})
 _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
     ("max-frame-bytes", int, "largest client frame accepted"),
     ("max-text-chars", int, "longest say text accepted"),

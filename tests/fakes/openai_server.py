@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tests.fakes.analysis_server import FakeAnalysis
 from tests.fakes.http_fake import FakeApi
 
 
@@ -73,6 +74,9 @@ class FakeOpenAI(FakeApi["Response"]):
         super().__init__()
         self.default = default
         self._call_ids = itertools.count(1)
+        # The analysis model defaults to the chat model's URL: its non-streamed calls are
+        # answered here without touching the chat script or `requests`.
+        self.analysis = FakeAnalysis()
 
     @property
     def pending(self) -> int:
@@ -88,6 +92,8 @@ class FakeOpenAI(FakeApi["Response"]):
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
+        if body.get("stream") is False:
+            return await self.analysis.respond(body)
         self.requests.append(body)
         self.headers.append(dict(request.headers))
         response = self._next(body)

@@ -1,0 +1,192 @@
+"""The rehearsal analysis: a deterministic stand-in for the analysis model.
+
+Without an analysis model (no --analysis-url, no --llm-url) the server still matches each
+say to what it answers, by rules a person can predict: a say answers the assistant question
+it shares words with, or whose kind of answer it is (yes/no against open questions, "it was
+great" against "how was ..."); two yes/no questions with the same claim are unclear; a few
+phrasings wind a topic down. It answers in the contract's shapes (providers/analysis.py), so
+the turn cannot tell it from a model, and a first run shows the seed's stories.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from providers.analysis import request_text
+
+
+def _set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+_WORD = re.compile(r"[^\W\d_]+(?:['\u2019-][^\W\d_]+)*")
+_LINE = re.compile(r"^([AP])(\d+):\s?(.*)$")
+_YES_NO = _set("yes yeah yep yup no nope nah sure definitely absolutely oui ouais non carrément")
+_ASKS_YES_NO = _set(
+    "did do does are is was were will would can could have has had should shall may "
+    "est-ce as-tu es-tu avez-vous êtes-vous veux-tu vas-tu"
+)
+_EVALUATIVE = _set(
+    "great good fine nice lovely amazing awesome wonderful fun bad awful terrible rough "
+    "okay ok meh boring super bien génial genial top nul sympa"
+)
+_LULLS = frozenset(
+    {
+        "you're welcome",
+        "your welcome",
+        "no problem",
+        "no worries",
+        "haha true",
+        "haha",
+        "lol",
+        "true",
+        "ok thanks",
+        "okay thanks",
+        "ok thank you",
+        "thanks",
+        "thank you",
+        "cool",
+        "ok",
+        "okay",
+        "fair enough",
+        "de rien",
+        "merci",
+        "d'accord",
+    }
+)
+_STOP = _set(
+    "a an the and or but i you he she it we they me my your our their this that these those "
+    "to of in on at for with about from by as is am are was were be been do did does have has "
+    "had so just really very too how what when where why who which there here not no yes it's "
+    "i'm im you're ok okay oh well some any all can could would will went go get got "
+    "le la les un une des et ou mais je tu il elle on nous vous ils de du au aux en pour "
+    "avec est était ça ce cette que qui quoi comment oui non"
+)
+# Claims at most this far apart are a tie: the reading is unclear.
+_TIE = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    ref: str
+    text: str
+
+    @property
+    def words(self) -> list[str]:
+        return [w.lower().replace("\u2019", "'") for w in _WORD.findall(self.text)]
+
+    @property
+    def content_words(self) -> set[str]:
+        return {_stem(w) for w in self.words if w not in _STOP and len(w) > 2}
+
+    @property
+    def is_question(self) -> bool:
+        return "?" in self.text
+
+    @property
+    def asks_yes_no(self) -> bool:
+        question = self.text[: self.text.rfind("?")]
+        sentence = re.split(r"[.!]\s+", question)[-1]
+        first = _Message(self.ref, sentence).words[:1]
+        return bool(first) and first[0] in _ASKS_YES_NO
+
+    @property
+    def asks_how(self) -> bool:
+        return bool(re.search(r"\bhow\s+(?:was|were|is|are|did)\b|\bcomment\b", self.text, re.I))
+
+
+def _stem(word: str) -> str:
+    """Crude, but enough that "books" meets "book" and "hiking" meets "hike"."""
+    for ending in ("ing", "ed", "es", "s", "e"):
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            return word[: -len(ending)]
+    return word
+
+
+def _normal(text: str) -> str:
+    words = _Message("", text).words
+    return " ".join(words)
+
+
+def is_lull(text: str) -> bool:
+    return _normal(text) in _LULLS
+
+
+def _claim(say: _Message, asked: _Message) -> float:
+    """How strongly `say` looks like an answer to `asked`."""
+    shared = len(say.content_words & asked.content_words)
+    if not asked.is_question:
+        return float(shared)
+    said = say.words
+    kind = 0.0
+    if said and said[0] in _YES_NO:
+        kind = 1.0 if asked.asks_yes_no else 0.0
+    elif asked.asks_how and _EVALUATIVE & set(said):
+        kind = 1.0
+    elif not asked.asks_yes_no:
+        kind = 0.5  # an open question takes any answer, weakly
+    return 2.0 * shared + kind
+
+
+def _match(say: _Message, assistant: list[_Message]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"message": say.ref, "answers": None}
+    if not assistant:
+        return entry
+    latest = assistant[-1]
+    claims = sorted(((_claim(say, a), i) for i, a in enumerate(assistant)), reverse=True)
+    best, index = claims[0]
+    if best < 1.0 or is_lull(say.text):
+        # Nothing claims it: a remark on the latest message, unless that asked a yes/no
+        # question this is no answer to, in which case the person starts something new.
+        answers_latest = not latest.asks_yes_no or is_lull(say.text)
+        entry["answers"] = latest.ref if answers_latest else None
+        return entry
+    tied = [assistant[i] for claim, i in claims if best - claim <= _TIE]
+    entry["answers"] = assistant[index].ref  # the latest of the tied: the likeliest
+    if len(tied) > 1 and all(a.asks_yes_no for a in tied):
+        entry["unclear"] = sorted((a.ref for a in tied), key=_number)
+    return entry
+
+
+def _number(ref: str) -> int:
+    return int(ref[1:])
+
+
+def _parse(lines: Sequence[str]) -> tuple[list[_Message], list[_Message]]:
+    assistant: list[_Message] = []
+    person: list[_Message] = []
+    for line in lines:
+        found = _LINE.match(line)
+        if found:
+            side = assistant if found.group(1) == "A" else person
+            side.append(_Message(found.group(1) + found.group(2), found.group(3)))
+    return assistant, person
+
+
+def reply_matching(lines: Sequence[str]) -> dict[str, Any]:
+    assistant, person = _parse(lines)
+    answers = [_match(say, assistant) for say in person]
+    settled = {a["answers"] for a in answers if not a.get("unclear")}
+    open_ = [a.ref for a in assistant if a.is_question and a.ref not in settled]
+    lull = bool(person) and is_lull(person[-1].text)
+    return {"answers": answers, "open": open_, "lull": lull}
+
+
+class RehearsalAnalysis:
+    """The built-in analysis: the `Analysis` of a server without an analysis model."""
+
+    label = "rehearsal (built-in rules, not a model)"
+
+    async def ask(
+        self, task: str, lines: Sequence[str], instructions: str
+    ) -> dict[str, Any] | None:
+        request_text(task, lines)  # the same refusal of unknown tasks as the model's
+        if task == "reply-matching":
+            return reply_matching(lines)
+        return None  # no rules for it: the caller goes on as without an analysis
+
+    async def close(self) -> None:
+        """Nothing to release."""
