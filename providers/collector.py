@@ -1,41 +1,38 @@
 """Python's cyclic garbage collector, paced for a server whose heap is mostly long-lived.
 
 Every conversation holds its window, cards and replay buffer for as long as it lives, and
-every link its connection's machinery for as long as the phone stays, so at 2,000 phones
-the heap holds some 380,000 tracked objects, and a collection walks each object of the
+every link its connection's machinery for as long as the phone stays, so the heap is large
+(some 380,000 tracked objects at 2,000 phones), and a collection walks each object of the
 generations it collects with everything else stopped (the GIL is held throughout).
 
 Left to CPython, the first threshold counts allocations less deallocations; the deaths of
 older objects pull it down, so with phones reconnecting all the time a young collection
-came only every 15 s or so (at `10000,50,100`) and then walked every link made meanwhile:
-up to 500 ms with the loop stopped. Resume p99 over 300 s at 2,000 phones was 79 to 184 ms
-in stops 15 to 17 (bench/README.md). A lower first threshold (3,000) made the collections
-shorter but more frequent, with no clear change to resume p99 (stop 17).
+comes seldom and then walks every link made meanwhile, with the loop stopped. A lower first
+threshold makes the collections shorter but more frequent, with no clear gain for resumes.
 
 So by default the server paces the collector itself (`paced_collector`), on the loop:
 - every `young_every_s` (0.5 s) it freezes the objects made since the last tick
   (`gc.freeze`): no later collection walks them again, and they are still freed as soon
   as nothing refers to them;
-- before freezing, it collects those young objects first, but only on sampled ticks. A
-  young collection at 2,000 phones walks some 12,000 to 17,000 objects, 10 to 13 ms with
-  the loop stopped, and frees next to nothing: in a 90 s run at 2,000 flapping phones
-  (stop 22), none of them freed anything once the phones were connected. So each one that
-  frees fewer than `busy_objects` doubles the gap to the next, up to `max_gap` ticks (8 s
-  at the defaults), and one that frees more brings back a collection every tick;
+- before freezing, it collects those young objects first, but only on sampled ticks: once
+  the phones are connected, a young collection stops the loop for its walk and frees next
+  to nothing. So each one that frees fewer than `busy_objects` doubles the gap to the next,
+  up to `max_gap` ticks (8 s at the defaults), and one that frees more brings back a
+  collection every tick;
 - every `full_every_s` (10 min) it unfreezes everything and collects all of it, so cycles
-  among older objects are freed too: at 2,000 phones some 380,000 objects, 400 to 550 ms.
-This leans on the server making next to no cyclic garbage: since stop 17 a link that ends
-leaves none (`transport/websocket.py`); of four full collections 30 s apart at 2,000
-phones, the first freed 433 objects and the others none.
+  among older objects are freed too; that walks the whole heap, hence seldom.
+This leans on the server making next to no cyclic garbage: a link that ends leaves none
+(`release_cycles` in `transport/websocket.py`).
 A cycle frozen uncollected (made between samples, or among frozen objects) waits for the
 next full collection; that is what `full_every_s` bounds. Should the server start making
 cyclic garbage at `busy_objects` or more a tick (an error path, say), the next sample finds
 it, at most `max_gap` ticks later, and collections come every tick again: what waits is that
 gap's worth. Garbage made more slowly can wait throughout: at most `busy_objects` a tick,
 some 120,000 objects in 10 min at the defaults.
-Over 300 s at 2,000 phones, resume p99 was 45.58 to 70.14 ms in four runs paced (stop 18),
-96.92 ms at stop 17; with young collections sampled, 24.15 to 47.47 ms in three runs and
-94.87 ms in a fourth, with the hypervisor taking a quarter of a core (stop 22).
+
+Under `python -m bench.flap --clients 2000 --duration 300 --transport mixed --seed 1`,
+CPython's pacing (a server at `--gc-young-every 0`) stopped the loop for up to 500 ms at
+a time; paced, every young collection took under 50 ms.
 """
 
 from __future__ import annotations

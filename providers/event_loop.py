@@ -1,10 +1,10 @@
 """The event loop a server process runs on: uvloop by default, asyncio's own on request.
 
 Everything the server does on the loop (accepting links, reading and writing frames,
-PostgreSQL's protocol, timers) runs through it, so its speed is the server's: measured on
-this project's 2-core machine, uvloop takes 20 to 40% less CPU per resumed hello and
-15 to 25% less per turn than asyncio's selector loop (bench/README.md). Both are asyncio
-loops to the code: nothing here depends on which one runs.
+PostgreSQL's protocol, timers) runs through it, so its speed is the server's: on a 2-core
+machine, uvloop takes 20 to 40% less CPU per resumed hello and 15 to 25% less per turn than
+asyncio's selector loop (`python -m bench.flap`, against `--event-loop asyncio`). Both are
+asyncio loops to the code: nothing here depends on which one runs.
 """
 
 from __future__ import annotations

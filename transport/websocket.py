@@ -90,9 +90,9 @@ def release_cycles(ws: web.WebSocketResponse, request: web.Request) -> None:
     """Break the reference cycles aiohttp leaves around a WebSocket it has served, so that
     reference counting frees the link's objects as its handler returns.
 
-    Left alone, they are freed only by the garbage collector: under `bench flap` at 2,000
-    phones every dropped WebSocket link left about 50 objects in cycles (stop 17), and each
-    young collection walked them, with the loop stopped. Two cycles (aiohttp 3.14):
+    Left alone, they are freed only by the garbage collector: under `python -m bench.flap
+    --clients 2000` every dropped WebSocket link leaves about 50 objects in cycles, and each
+    young collection walks them, with the loop stopped. Two cycles (aiohttp 3.14):
     - the connection's protocol keeps the response's data callback (set for its heartbeat),
       and the response keeps the request, which keeps the protocol;
     - a close written into a dead socket keeps its error, whose traceback holds the frames
