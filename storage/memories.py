@@ -201,6 +201,31 @@ ORDER BY c.created_at, c.id
 """
 
 
+# Every column but the fingerprint (3.5 kB a row at 896 dimensions), for reads that only
+# show memories: a search reads dozens of rows and needs none of them.
+_SHOWN = (
+    "c.id, c.person, c.conversation, c.kind, c.text, c.people, c.themes, c.status, "
+    "c.corrected_by, c.mention_count, c.created_at, c.first_mentioned, c.last_mentioned, "
+    "c.starts_at, c.ends_at, c.due_at, c.all_day, c.resolved_at, c.fingerprint_model"
+)
+# The hits' rows and the person's generation in one round trip (one row of nulls when no
+# hit is found, so the generation always comes back).
+_FOUND = f"""
+SELECT (SELECT generation FROM memory_generations WHERE person = $1) AS person_generation,
+       {_SHOWN}
+FROM (VALUES (1)) AS one LEFT JOIN cards c ON c.person = $1 AND c.id = ANY($2::uuid[])
+"""
+# Each link from or to one of the ids, with the memory at its other end.
+_NEIGHBOURS = f"""
+SELECT l.source, l.target, l.kind AS link_kind, {_SHOWN}
+FROM memory_links l
+JOIN cards c ON c.id = CASE WHEN l.source = ANY($2::uuid[]) THEN l.target ELSE l.source END
+WHERE l.person = $1 AND c.person = $1
+  AND (l.source = ANY($2::uuid[]) OR l.target = ANY($2::uuid[]))
+ORDER BY l.created_at, l.kind
+"""
+
+
 class MemoryStore:
     def __init__(self, pool: asyncpg.Pool, *, owned: bool = False) -> None:
         self._pool = pool
@@ -309,6 +334,31 @@ class MemoryStore:
             list(ids),
         )
         return [MemoryLink(r["source"], r["target"], r["kind"]) for r in rows]
+
+    async def named(self, person: str, names: Sequence[str], limit: int) -> list[Memory]:
+        """The person's active memories set with any of `names` (lowercase) as a person or
+        a theme, the most recently mentioned first (migration 011's index)."""
+        rows = await self._pool.fetch(
+            f"SELECT {_SHOWN} FROM cards c WHERE c.person = $1 AND c.status = 'active' "
+            "AND memory_name_keys(c.person, c.people, c.themes) && $2::text[] "
+            "ORDER BY c.last_mentioned DESC, c.id DESC LIMIT $3",
+            person,
+            [f"{person}:{name}" for name in names],
+            limit,
+        )
+        return [memory(r) for r in rows]
+
+    async def found(self, person: str, ids: Iterable[UUID]) -> tuple[dict[UUID, Memory], int]:
+        """The person's memories among `ids`, without fingerprints, and the person's
+        generation, read together: the fingerprint index's `near` checks it was current."""
+        rows = await self._pool.fetch(_FOUND, person, list(ids))
+        generation = int(rows[0]["person_generation"] or 0)
+        return {r["id"]: memory(r) for r in rows if r["id"] is not None}, generation
+
+    async def neighbours(self, person: str, ids: Iterable[UUID]) -> list[tuple[MemoryLink, Memory]]:
+        """Every link from or to any of `ids`, with the memory at its other end."""
+        rows = await self._pool.fetch(_NEIGHBOURS, person, list(ids))
+        return [(MemoryLink(r["source"], r["target"], r["link_kind"]), memory(r)) for r in rows]
 
     async def reinforcements(self, person: str) -> list[Reinforcement]:
         rows = await self._pool.fetch(

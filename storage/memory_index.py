@@ -152,6 +152,18 @@ class PersonIndex:
             if key >= 0
         ]
 
+    def near(self, queries: np.ndarray, k: int, extra: list[UUID]) -> dict[UUID, np.ndarray]:
+        """The `k` closest memories to each row of `queries`, and those of `extra` that are
+        here, each with its fingerprint (as held: half precision, back in float32), for a
+        caller that scores them its own way."""
+        keys: dict[int, None] = {}
+        if self._ids and k > 0:
+            rows = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self.dim)
+            _, found = self._index.search(rows, min(k, len(self._ids)))
+            keys.update((key, None) for key in found.ravel().tolist() if key >= 0)
+        keys.update((self._keys[i], None) for i in extra if i in self._keys)
+        return {self._ids[key]: self._index.reconstruct(key) for key in keys}
+
     def neighbours(self, k: int, floor: float) -> list[tuple[UUID, UUID, float]]:
         """Every pair `(a, b, cosine)` with cosine >= floor, a among each b's k nearest:
         what the consolidation pass looks at."""
@@ -244,6 +256,30 @@ class FingerprintIndex:
             hits = await self._cpu(len(index), index.search, vector, k)
             rows, _ = await read([memory for memory, _ in hits])
             return hits, rows
+
+    async def near(
+        self,
+        person: str,
+        queries: np.ndarray,
+        k: int,
+        extra: list[UUID],
+        read: Callable[[list[UUID]], Awaitable[tuple[R, int]]],
+    ) -> tuple[dict[UUID, np.ndarray], R]:
+        """`PersonIndex.near`, then `read` the memories found, as `search_then` does: a
+        generation that is not the index's means it was stale, and it is done again."""
+        async with self.lock(person):
+            index = self._persons.get(person)
+            if index is None:
+                index = await self._current(person)
+            found = await self._cpu(len(index), index.near, queries, k, extra)
+            rows, generation = await read(list(found))
+            if generation == index.generation:
+                self._persons.move_to_end(person)
+                return found, rows
+            index = await self._current(person)
+            found = await self._cpu(len(index), index.near, queries, k, extra)
+            rows, _ = await read(list(found))
+            return found, rows
 
     async def neighbours(self, person: str, k: int, floor: float) -> list[tuple[UUID, UUID, float]]:
         """Close pairs among the person's memories. A person not in use gets a throwaway

@@ -93,6 +93,26 @@ async def keeper(
 
 
 @pytest.fixture
+async def local_keeper(dsn: str, clock: ManualClock) -> AsyncIterator[MemoryKeeper]:
+    """A keeper on the local default embedder: MiniLM and USE multilingual, paired."""
+    from actors.memory.setup import close_keeper, make_embedder, open_keeper
+    from providers.embedding import EmbeddingError
+    from storage.store import Store
+
+    try:
+        embedder = make_embedder()
+    except EmbeddingError as missing:
+        pytest.skip(f"local model weights not installed: {missing}")
+    store = await Store.open(dsn)
+    keeper = await open_keeper(dsn, embedder, clock)
+    try:
+        yield keeper
+    finally:
+        await close_keeper(keeper)
+        await store.close()
+
+
+@pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
 

@@ -3,7 +3,6 @@ the index's consistency with the database, search by meaning, consolidation and 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from uuid import UUID
 
 import asyncpg
@@ -193,41 +192,6 @@ async def test_an_unreadable_fingerprint_is_an_error_never_a_silent_skip(
     assert (await keeper.index.search(PERSON, query, 3))[0][0] == made.memory.id
 
 
-# -- search ----------------------------------------------------------------------------------
-
-
-async def test_search_by_meaning_follows_links_one_step(
-    keeper: MemoryKeeper, script: Script, db: asyncpg.Connection
-) -> None:
-    query = "Where is the trip going?"
-    script.close_to(query, LISBON.text, 0.8)
-    script.close_to(LISBON.text, PORTO.text, 0.97)  # 0.776 from the query
-    lisbon = await keeper.remember(PERSON, LISBON)
-    porto = await keeper.remember(PERSON, PORTO)
-    await keeper.remember(PERSON, TEA)
-
-    found = await keeper.search(PERSON, query, k=1)
-    assert [(f.memory.id, f.via is None) for f in found] == [
-        (lisbon.memory.id, True),
-        (porto.memory.id, False),
-    ]
-    assert found[1].via is not None and found[1].via.kind == "contradicts"
-
-    # The person settles it: Lisbon was wrong. It stays reachable through its link.
-    await db.execute(
-        "UPDATE cards SET status = 'erroneous', corrected_by = $2 WHERE id = $1",
-        lisbon.memory.id,
-        porto.memory.id,
-    )
-    found = await keeper.search(PERSON, query, k=1)
-    assert [f.memory.id for f in found] == [porto.memory.id, lisbon.memory.id]
-    assert found[1].memory.status == "erroneous"
-
-    # Muted memories never come back, not even through a link.
-    await db.execute("UPDATE cards SET status = 'muted' WHERE id = $1", lisbon.memory.id)
-    assert [f.memory.id for f in await keeper.search(PERSON, query, k=1)] == [porto.memory.id]
-
-
 # -- consolidation ---------------------------------------------------------------------------
 
 
@@ -331,26 +295,6 @@ async def test_consolidation_never_chains_a_contradiction_in(
 # -- the real local model ----------------------------------------------------------------------
 
 
-@pytest.fixture
-async def local_keeper(dsn: str, clock: ManualClock) -> AsyncIterator[MemoryKeeper]:
-    """A keeper on the local default embedder: MiniLM and USE multilingual, paired."""
-    from actors.memory.setup import close_keeper, make_embedder, open_keeper
-    from providers.embedding import EmbeddingError
-    from storage.store import Store
-
-    try:
-        embedder = make_embedder()
-    except EmbeddingError as missing:
-        pytest.skip(f"local model weights not installed: {missing}")
-    store = await Store.open(dsn)
-    keeper = await open_keeper(dsn, embedder, clock)
-    try:
-        yield keeper
-    finally:
-        await close_keeper(keeper)
-        await store.close()
-
-
 async def test_the_local_model_recognises_a_restatement(local_keeper: MemoryKeeper) -> None:
     keeper = local_keeper
     first = await keeper.remember(PERSON, OWEN)
@@ -360,7 +304,7 @@ async def test_the_local_model_recognises_a_restatement(local_keeper: MemoryKeep
     assert second.score is not None and second.score > 0.95
     other = await keeper.remember(PERSON, TEA)
     assert other.created
-    found = await keeper.search(PERSON, "Where does my brother live?", k=1)
+    found = await keeper.search(PERSON, "Where does my brother live?", limit=1)
     assert [f.memory.id for f in found] == [first.memory.id]
 
 

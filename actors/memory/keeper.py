@@ -25,11 +25,20 @@ import numpy as np
 from actors.clock import Clock
 from actors.memory.judging import Judge, judge_for
 from actors.memory.recognition import VERBATIM, Candidate, recognise, same_text
+from actors.memory.search import (
+    CANDIDATES,
+    NAMED_ROWS,
+    Found,
+    name_words,
+    rank,
+    views,
+    with_neighbours,
+)
 from providers.embedding import Embedder, EmbeddingError
 from storage.fingerprints import decode, encode
 from storage.memories import Changed, Cleanup, MemoryStore
 from storage.memory_index import FingerprintIndex
-from storage.records import Memory, MemoryDraft, MemoryLink
+from storage.records import Memory, MemoryDraft
 
 log = logging.getLogger("stillhere.memory")
 
@@ -37,9 +46,6 @@ log = logging.getLogger("stillhere.memory")
 Rows = tuple[dict[UUID, Memory], dict[UUID, bytes]]
 
 SUMMARY = "summary"  # the type of a conversation's summary, kept findable by meaning
-# Statuses a search may reach through a link: an erroneous memory stays explainable ("why
-# did you think it was Lisbon?"); a muted one never reaches the model.
-_REACHABLE = ("active", "erroneous", "done")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +58,6 @@ class Remembered:
     score: float | None = None
     contradicts: tuple[Memory, ...] = ()  # stored beside these, linked as contradictions
     fingerprinted: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """A search result: found by meaning (`score`), or one link away from one that was."""
-
-    memory: Memory
-    score: float | None
-    via: MemoryLink | None = None
 
 
 class MemoryKeeper:
@@ -240,29 +237,28 @@ class MemoryKeeper:
 
     # -- searching ---------------------------------------------------------------------------
 
-    async def search(self, person: str, query: str, k: int = 5) -> list[Found]:
-        """The person's memories closest in meaning to `query`, best first, then those one
-        link away from them (a contradiction, a correction, a related memory). Muted
-        memories never appear. Raises EmbeddingError if the query cannot be embedded."""
-        vector = (await self.fingerprint([query]))[0]
+    async def search(self, person: str, query: str, limit: int = 5) -> list[Found]:
+        """The person's memories that answer `query`, best first, each followed by those
+        one link away from it (see `actors.memory.search`). Raises EmbeddingError if the
+        query cannot be embedded."""
+        names = name_words(query)
+        vectors, named = await asyncio.gather(
+            self.fingerprint([query]),
+            self.store.named(person, names, NAMED_ROWS) if names else _nothing(),
+        )
+        vector = vectors[0]
         index = await self.ready()
-        hits = await index.search(person, vector, k)
-        rows = await self.store.get(person, [i for i, _ in hits])
-        results = [
-            Found(rows[i], score) for i, score in hits if i in rows and rows[i].status == "active"
-        ]
-        seen = {f.memory.id for f in results}
-        links = await self.store.links(person, seen)
-        others = {link.target if link.source in seen else link.source for link in links} - seen
-        linked = await self.store.get(person, others)
-        for link in links:
-            other = link.target if link.source in seen else link.source
-            memory = linked.get(other)
-            if memory is None or other in seen or memory.status not in _REACHABLE:
-                continue
-            seen.add(other)
-            results.append(Found(memory, None, link))
-        return results
+        fingerprints, rows = await index.near(
+            person,
+            views(self.embedder, vector),
+            max(CANDIDATES, 4 * limit),
+            [m.id for m in named],
+            lambda ids: self.store.found(person, ids),
+        )
+        candidates = [*rows.values(), *named]
+        hits = rank(query, vector, self.judge, candidates, fingerprints, limit)
+        neighbours = await self.store.neighbours(person, [f.memory.id for f in hits])
+        return with_neighbours(hits, neighbours)
 
     # -- gestures (the memories API) -------------------------------------------------------
     #
@@ -366,3 +362,7 @@ class MemoryKeeper:
         if filled:
             log.info("fingerprint back-fill: %d memories fingerprinted", filled)
         return filled
+
+
+async def _nothing() -> list[Memory]:
+    return []

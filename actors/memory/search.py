@@ -1,0 +1,174 @@
+"""Search by meaning: what answers "what do you know about Owen?".
+
+One search serves the model's `search_memories` tool, `GET /v1/memories/search` and
+`stillhere memory search`. A memory is found three ways, and `why` says which:
+
+- **meaning**: the fingerprint index's closest memories to the query, scored by the cosine
+  the judge trusts for that pair of texts (with the local pair: MiniLM's between two English
+  texts, the multilingual model's otherwise, so a French query finds English memories);
+- **names**: a query that names a person or a theme set on memories finds every active one
+  set with it, however far its wording (a bonus on top of its meaning);
+- **links**: one hop from each hit along its links (a contradiction, a correction, a related
+  memory) brings the memory at the other end, with `via` naming the link. An erroneous
+  memory comes only with the memory that corrects it, and is marked so.
+
+Only the person's own memories are ever read. Muted and forgotten ones never appear: the
+index and the name look-up hold active memories only, and a link never brings a muted one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+from uuid import UUID
+
+import numpy as np
+
+from actors.memory.judging import Judge
+from providers.embedding import Embedder
+from providers.multilingual import Paired
+from storage.records import Memory, MemoryLink
+
+# What a name adds to a memory's meaning. A person named in the query lifts every memory
+# about them above memories that are merely close in wording; a theme, less.
+PERSON_WEIGHT = 0.35
+THEME_WEIGHT = 0.15
+CANDIDATES = 32  # the index's closest memories per query view, before ranking
+NAMED_ROWS = 100  # memories a name may bring, at most
+NEIGHBOURS_PER_HIT = 3
+FOLLOWED = ("contradicts", "corrects", "related")  # merges and "distinct" are bookkeeping
+LINKED_STATUSES = ("active", "done")
+MIN_NAME_CHARS = 2
+_WORD = re.compile(r"[^\W_]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Via:
+    """How a memory came along: `link`, from the hit `through`."""
+
+    link: MemoryLink
+    through: UUID
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.link.kind,
+            "source": str(self.link.source),
+            "target": str(self.link.target),
+            "through": str(self.through),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A search result: its score (a linked memory takes its hit's), and what made it."""
+
+    memory: Memory
+    score: float
+    why: str
+    via: Via | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "memory": self.memory.wire(),
+            "score": round(self.score, 4),
+            "why": self.why,
+            "via": self.via.wire() if self.via else None,
+        }
+
+
+def name_words(query: str) -> list[str]:
+    """The words and two-word phrases of `query` that could be a person or a theme set on a
+    memory (those are lowercase, as the model sets them), with plurals also singular."""
+    words = [w for w in _WORD.findall(query.lower()) if len(w) >= MIN_NAME_CHARS]
+    names = dict.fromkeys(words)
+    names.update((w[:-1], None) for w in words if len(w) > 3 and w.endswith("s"))
+    names.update((f"{a} {b}", None) for a, b in pairwise(words))
+    return list(names)
+
+
+def views(embedder: Embedder, vector: np.ndarray) -> np.ndarray:
+    """The query vectors to look the index up with. With the local pair, the multilingual
+    half alone too: ranked by the mean of both cosines, a memory in another language than
+    the query's (which MiniLM cannot read) would fall behind English near-misses."""
+    if not isinstance(embedder, Paired):
+        return vector.reshape(1, -1)
+    multilingual = np.zeros_like(vector)
+    start = embedder.parts[0].dim
+    multilingual[start:] = vector[start:] * np.float32(np.sqrt(2.0))
+    return np.vstack([vector, multilingual])
+
+
+def rank(
+    query: str,
+    vector: np.ndarray,
+    judge: Judge,
+    candidates: Sequence[Memory],
+    fingerprints: dict[UUID, np.ndarray],
+    limit: int,
+) -> list[Found]:
+    """The `limit` best of `candidates` by meaning plus names, best first."""
+    names = set(name_words(query))
+    scored = []
+    for memory in dict((m.id, m) for m in candidates).values():
+        if memory.status != "active":
+            continue
+        stored = fingerprints.get(memory.id)
+        meaning = None
+        if stored is not None:
+            meaning = judge.judge(query, vector, memory.text, stored).score
+        scored.append(_scored(memory, meaning, names))
+    scored.sort(key=lambda f: f.score, reverse=True)
+    return scored[:limit]
+
+
+def _scored(memory: Memory, meaning: float | None, names: set[str]) -> Found:
+    people = [p for p in memory.people if p.lower() in names]
+    themes = [t for t in memory.themes if t.lower() in names]
+    score = (meaning or 0.0) + PERSON_WEIGHT * bool(people) + THEME_WEIGHT * bool(themes)
+    why = [f"meaning {meaning:.2f}" if meaning is not None else "no fingerprint"]
+    why += [f"person {p}" for p in people] + [f"theme {t}" for t in themes]
+    return Found(memory, score, ", ".join(why))
+
+
+def with_neighbours(
+    hits: list[Found], neighbours: Sequence[tuple[MemoryLink, Memory]]
+) -> list[Found]:
+    """Each hit followed by the memories one link away from it that may come along."""
+    shown = {f.memory.id for f in hits}
+    results = []
+    for hit in hits:
+        results.append(hit)
+        brought = 0
+        for link, other in neighbours:
+            if brought == NEIGHBOURS_PER_HIT or hit.memory.id not in (link.source, link.target):
+                continue
+            if other.id in shown or not _may_come(link, other, hit.memory):
+                continue
+            shown.add(other.id)
+            brought += 1
+            why = _linked_why(link, other, hit.memory)
+            results.append(Found(other, hit.score, why, Via(link, hit.memory.id)))
+    return results
+
+
+def _may_come(link: MemoryLink, other: Memory, hit: Memory) -> bool:
+    """Muted never; erroneous only from the memory that corrects it."""
+    if link.kind not in FOLLOWED:
+        return False
+    if other.status == "erroneous":
+        return link.kind == "corrects" and link.source == hit.id and other.corrected_by == hit.id
+    return other.status in LINKED_STATUSES
+
+
+def _linked_why(link: MemoryLink, other: Memory, hit: Memory) -> str:
+    if other.status == "erroneous":
+        return f'erroneous, corrected by "{_brief(hit.text)}"'
+    return f'linked to "{_brief(hit.text)}" ({link.kind})'
+
+
+def _brief(text: str, chars: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= chars else flat[: chars - 1].rstrip() + "…"
