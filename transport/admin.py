@@ -62,8 +62,7 @@ async def start_admin(server: Server) -> web.AppRunner | None:
     except OSError:
         await runner.cleanup()
         raise
-    server.admin_port = runner.addresses[0][1]
-    log.info("admin API listening on http://%s:%d/admin/", settings.admin_host, server.admin_port)
+    server.admin_port = runner.addresses[0][1]  # its URL is in the line `serve` logs
     if not _is_loopback(settings.admin_host):
         log.warning(
             "the admin API listens beyond loopback (%s): it shows what people said",

@@ -97,6 +97,28 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     return app
 
 
+def listening_line(server: Server, port: int) -> str:
+    """Where a client (or a browser, for the admin API) finds this server, in one line."""
+    settings = server.settings
+    main = _authority(settings.host, port)
+    where = (
+        f"listening on http://{main}/ "
+        f"(WebSocket ws://{main}/v1/ws, events http://{main}/v1/events), "
+    )
+    if server.admin_port is None:
+        return where + "admin off (no --admin-token)"
+    return where + f"admin http://{_authority(settings.admin_host, server.admin_port)}/admin/"
+
+
+def log_listening(app: web.Application, port: int) -> None:
+    """Log `listening_line` once the main port accepts (the admin API started before it)."""
+    log.info("%s", listening_line(app[SERVER_KEY], port))
+
+
+def _authority(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address: bracketed
+
+
 async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> AsyncIterator[None]:
     loop = asyncio.get_running_loop()
     limit_compute_threads(settings.compute_threads)

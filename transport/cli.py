@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from bench import flap
 from providers.event_loop import run as run_on_loop
 from transport import eval_dedup, eval_turns, memory_cli
-from transport.app import build_app
+from transport.app import build_app, log_listening
 from transport.config import Settings, add_options, env_value, settings_from
 from transport.identity import Identity, load_or_create_secret
 from transport.inspect import add_inspect_options, run_inspect
@@ -55,11 +56,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_on_loop(args.run(args), getattr(args, "event_loop", "asyncio"))
     settings = settings_from(args)
     setup_logging(settings.log_format)
+    app = build_app(settings)
     serving = serve(
-        build_app(settings),
+        app,
         settings.host,
         settings.port,
         backlog=settings.backlog,
+        on_listening=partial(log_listening, app),
         access_log_class=AccessLogger,
     )
     run_on_loop(serving, settings.event_loop)

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import signal
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -117,10 +118,17 @@ class AcceptingSite(web.BaseSite):
 
 
 async def serve(
-    app: web.Application, host: str, port: int, *, backlog: int, **runner_options: Any
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    backlog: int,
+    on_listening: Callable[[int], None] | None = None,
+    **runner_options: Any,
 ) -> None:
     """Serve `app` on `host:port` until SIGINT or SIGTERM, then shut it down cleanly (what
-    `web.run_app` does, with `AcceptingSite` in place of its TCP site)."""
+    `web.run_app` does, with `AcceptingSite` in place of its TCP site). `on_listening` is
+    called with the bound port (the one the system chose, for port 0) once it accepts."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -129,6 +137,8 @@ async def serve(
     await runner.setup()
     try:
         await AcceptingSite(runner, host, port, backlog=backlog).start()
+        if on_listening is not None:
+            on_listening(runner.addresses[0][1])
         await stop.wait()
     finally:
         await runner.cleanup()

@@ -1,0 +1,73 @@
+"""`stillhere serve` says where it listens: one line with the ports it actually bound."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+STILLHERE = Path(sys.executable).parent / "stillhere"
+START_TIMEOUT = 60.0
+TOKEN = "admin-token-for-tests-0123456789abcdef"
+LINE = re.compile(
+    r"INFO stillhere\.server: listening on http://127\.0\.0\.1:(\d+)/ "
+    r"\(WebSocket ws://127\.0\.0\.1:(\d+)/v1/ws, events http://127\.0\.0\.1:(\d+)/v1/events\), "
+    r"admin http://127\.0\.0\.1:(\d+)/admin/$",
+    re.MULTILINE,
+)
+
+
+@contextlib.asynccontextmanager
+async def serving(dsn: str, tmp_path: Path) -> AsyncIterator[Path]:
+    """`stillhere serve` on ports of the system's choosing, its admin API on; its log file."""
+    log_path = tmp_path / "serve.log"
+    options = ["--db", dsn, "--data-dir", str(tmp_path / "data"), "--secret", "s"]
+    options += ["--port", "0", "--admin-port", "0", "--admin-token", TOKEN]
+    with log_path.open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            str(STILLHERE),
+            "serve",
+            *options,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=log,
+            cwd=ROOT,
+        )
+    try:
+        yield log_path
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), START_TIMEOUT)
+
+
+async def listening(log_path: Path) -> re.Match[str]:
+    """The listening line, once the server has logged it."""
+    async with asyncio.timeout(START_TIMEOUT):
+        while not (found := LINE.search(log_path.read_text(errors="replace"))):
+            await asyncio.sleep(0.1)
+    return found
+
+
+async def test_serve_logs_one_line_with_the_ports_it_bound(dsn: str, tmp_path: Path) -> None:
+    async with serving(dsn, tmp_path) as log_path:
+        line = await listening(log_path)
+        main, ws, events, admin = (int(port) for port in line.groups())
+        assert main == ws == events != admin
+        async with aiohttp.ClientSession() as http:
+            async with http.ws_connect(f"ws://127.0.0.1:{main}/v1/ws") as client:
+                await client.send_json({"type": "hello", "v": 1, "device": "device-" + "0" * 32})
+                assert (await client.receive_json(timeout=15))["type"] == "welcome"
+            auth = {"Authorization": f"Bearer {TOKEN}"}
+            async with http.get(f"http://127.0.0.1:{admin}/admin/actors", headers=auth) as got:
+                assert got.status == 200
+        text = log_path.read_text(errors="replace")
+        assert text.count("listening on ") == 1  # the admin URL is in it, not on a line apart
+        assert TOKEN not in text
