@@ -31,7 +31,9 @@ from multidict import MultiDictProxy
 
 from actors.memory.consolidation import unmerge
 from actors.memory.keeper import MemoryKeeper
+from actors.memory.search import BadQuery, query_text
 from actors.tools import BadArgument, memory_draft
+from providers.embedding import EmbeddingError
 from storage.memories import (
     CLEANUP_CATEGORIES,
     ErroneousCorrector,
@@ -57,6 +59,8 @@ SCOPES = ("past", "all")
 MAX_NAMES = 32  # people or themes of one memory
 MAX_NAME_CHARS = 100
 MAX_FILTER_CHARS = 1000
+SEARCH_LIMIT = 10
+SEARCH_MAX = 50
 MAX_OFFSET = 1_000_000_000  # past any person's memories, and within PostgreSQL's bigint
 _TYPE = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 
@@ -178,6 +182,8 @@ def _too_large() -> Refusal:
 def add_routes(router: web.UrlDispatcher) -> None:
     """The fixed paths first, so `bulk` and `cleanup` are never taken for ids."""
     router.add_get("/v1/memories", list_memories)
+    router.add_get("/v1/memories/search", search_memories)
+    router.add_post("/v1/memories/search", search_memories)
     router.add_post("/v1/memories", create_memory)
     router.add_post("/v1/memories/bulk", bulk)
     router.add_post("/v1/memories/cleanup", cleanup)
@@ -223,6 +229,37 @@ async def get_memory(g: Gesture) -> Answer:
                 }
             )
     return 200, {"memory": memory.wire(), "links": shown}
+
+
+@gesture
+async def search_memories(g: Gesture) -> Answer:
+    """`GET /v1/memories/search?q=...&limit=...`, or a POST of `{"q", "limit"}` for a
+    query too long for a URL: the person's memories that answer `q`, by meaning, names
+    and links (`actors.memory.search`), best first."""
+    q, limit = _search_args(g)
+    try:
+        found = await g.keeper.search(g.person, q, limit)
+    except EmbeddingError as failure:
+        raise Refusal(
+            503, "search_unavailable", f"the query could not be embedded ({failure.code})"
+        ) from None
+    return 200, {"results": [f.wire() for f in found]}
+
+
+def _search_args(g: Gesture) -> tuple[str, int]:
+    if g.request.method == "POST":
+        q, limit = g.body.get("q"), g.body.get("limit", SEARCH_LIMIT)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_MAX:
+            raise invalid(f"limit must be an integer from 1 to {SEARCH_MAX}")
+    else:
+        if len(g.request.query.getall("q", [])) > 1:
+            raise invalid("give q once")
+        q = g.request.query.get("q")
+        limit = _integer(g.request.query, "limit", SEARCH_LIMIT, 1, SEARCH_MAX)
+    try:
+        return query_text(q, "q"), limit
+    except BadQuery as wrong:
+        raise invalid(str(wrong)) from None
 
 
 def _listing(query: MultiDictProxy[str]) -> Listing:

@@ -42,6 +42,7 @@ NEIGHBOURS_PER_HIT = 3
 FOLLOWED = ("contradicts", "corrects", "related")  # merges and "distinct" are bookkeeping
 LINKED_STATUSES = ("active", "done")
 MIN_NAME_CHARS = 2
+MAX_QUERY_CHARS = 1000  # a question, not a document: longer is a mistake, not a search
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -77,6 +78,19 @@ class Found:
             "why": self.why,
             "via": self.via.wire() if self.via else None,
         }
+
+
+class BadQuery(ValueError):
+    """A query that cannot be searched; the message says why, naming the field."""
+
+
+def query_text(value: object, field: str = "query") -> str:
+    """A search's query, checked alike whichever way it came in (HTTP, the model, CLI)."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        raise BadQuery(f"{field} must be a non-empty string")
+    if len(value) > MAX_QUERY_CHARS:
+        raise BadQuery(f"{field} is limited to {MAX_QUERY_CHARS} characters")
+    return value.strip()
 
 
 def name_words(query: str) -> list[str]:
