@@ -17,9 +17,11 @@ from uuid import UUID
 import orjson
 
 from actors.handles import Page, TurnHandles
+from actors.memory.search import BadQuery, Found, query_text
 from actors.messages import CardCreated, SpeakerSet
 from actors.runtime import Runtime
 from providers.chat import ToolCall, ToolSpec
+from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
 
 log = logging.getLogger("stillhere.turn")
@@ -53,6 +55,8 @@ MEMORY_TYPES = ("fact", "appointment", "reminder", "task", "memo", "preference")
 PAGE_TITLE_WORDS = 3
 PAGE_TITLE_CHARS = 60
 PAGE_BODY_CHARS = 4000
+SEARCH_LIMIT = 5  # a few memories the model reads in full, not a page to scroll
+SEARCH_MAX = 20
 _TITLE_WORD = re.compile(r"[^\W_]+(?:['\u2019-][^\W_]+)*")
 
 
@@ -100,6 +104,28 @@ TOOLS = [
                 "body": _text("the page's text"),
             },
             "required": ["title", "body"],
+        },
+    ),
+    ToolSpec(
+        "search_memories",
+        "Search the person's long-term memory by meaning, by the people and themes named, "
+        "and along links between memories. Use it when they ask what you know or remember "
+        "about someone or something and the context does not already hold it. Each result "
+        "gives the memory's type, status, people, themes, dates, why it was found, and the "
+        "link it came through; an erroneous memory is an outdated one, shown with the "
+        "memory that corrects it.",
+        {
+            "type": "object",
+            "properties": {
+                "query": _text("what to look for: a name, a topic or a question"),
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": SEARCH_MAX,
+                    "description": f"how many memories at most (default {SEARCH_LIMIT})",
+                },
+            },
+            "required": ["query"],
         },
     ),
     ToolSpec(
@@ -216,6 +242,59 @@ async def _remember(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+async def _search_memories(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Search the person's memories (`actors.memory.search`) and hand the model each one
+    found with what it needs to answer from it."""
+    keeper = ctx.runtime.memory
+    if keeper is None:
+        return {"error": "this server keeps no memories"}
+    try:
+        query = query_text(args.get("query"))
+    except BadQuery as wrong:
+        raise BadArgument(str(wrong)) from None
+    limit = args.get("limit", SEARCH_LIMIT)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_MAX:
+        raise BadArgument(f"limit must be an integer from 1 to {SEARCH_MAX}")
+    try:
+        found = await keeper.search(ctx.person, query, limit)
+    except EmbeddingError as failure:
+        return {"error": f"memory search is unavailable right now ({failure.code})"}
+    if not found:
+        return {"results": [], "note": "Nothing in memory matches; say so rather than guess."}
+    return {"results": [_found(f) for f in found]}
+
+
+def _found(found: Found) -> dict[str, Any]:
+    memory = found.memory
+    dates = {
+        name: value.isoformat()
+        for name, value in (
+            ("first_mentioned", memory.first_mentioned),
+            ("last_mentioned", memory.last_mentioned),
+            ("starts_at", memory.starts_at),
+            ("ends_at", memory.ends_at),
+            ("due_at", memory.due_at),
+        )
+        if value is not None
+    }
+    result: dict[str, Any] = {
+        "id": str(memory.id),
+        "type": memory.type,
+        "text": memory.text,
+        "status": memory.status,
+        "people": list(memory.people),
+        "themes": list(memory.themes),
+        "dates": dates,
+        "mentions": memory.mention_count,
+        "why": found.why,
+    }
+    if found.via is not None:
+        result["linked"] = {"kind": found.via.link.kind, "to": str(found.via.through)}
+    if memory.corrected_by is not None:
+        result["corrected_by"] = str(memory.corrected_by)
+    return result
+
+
 async def _show_page(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     """Put a page on the phone; nothing is stored as a memory (the stream keeps the event
     for replay, like any other)."""
@@ -245,6 +324,7 @@ _EXECUTORS: dict[str, Callable[[ToolContext, dict[str, Any]], Awaitable[dict[str
     "remember": _remember,
     "schedule_reminder": _schedule_reminder,
     "show_page": _show_page,
+    "search_memories": _search_memories,
     "set_speaker": _set_speaker,
 }
 
@@ -260,6 +340,6 @@ async def execute(call: ToolCall, ctx: ToolContext) -> str:
         except KeyError as missing:
             result = {"error": f"missing argument {missing}"}
         except BadArgument as wrong:
-            result = {"error": str(wrong)}
+            result = {"error": str(wrong), "code": "invalid_argument"}
     log.info("tool %s: %s", call.name, "failed" if "error" in result else "done")
     return orjson.dumps(result).decode()
