@@ -1,4 +1,7 @@
-"""`stillhere memory consolidate`: the consolidation pass, run by hand.
+"""`stillhere memory consolidate` and `stillhere memory search`, run by hand.
+
+`search` is the search the model's `search_memories` tool and `GET /v1/memories/search`
+run (`actors.memory.search`), for one person, printed one memory a line with why it came.
 
 The server runs the same pass on the supervisor's schedule; this runs it now, on every
 person whose memories changed since their last pass (or `--all`, or one `--person`), and
@@ -13,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,10 +28,13 @@ import orjson
 from actors.clock import SystemClock
 from actors.memory.consolidation import consolidate, maintain, unmerge
 from actors.memory.keeper import MemoryKeeper
+from actors.memory.search import BadQuery, Found, query_text
 from actors.memory.setup import close_keeper, make_embedder, open_keeper, parse_thresholds
+from providers.embedding import EmbeddingError
 from storage.embedded import EmbeddedPostgres
 from storage.store import Store
 from transport.config import env_value
+from transport.memory_api import SEARCH_LIMIT, SEARCH_MAX
 
 log = logging.getLogger("stillhere.memory")
 
@@ -121,7 +128,7 @@ async def keeper_on(dsn: str, args: argparse.Namespace) -> AsyncIterator[MemoryK
 
 
 def add_parser(subparsers: Any) -> None:
-    """Add `memory consolidate` to the `stillhere` command."""
+    """Add `memory consolidate` and `memory search` to the `stillhere` command."""
     memory = subparsers.add_parser("memory", help="long-term memory upkeep")
     commands = memory.add_subparsers(dest="memory_command", required=True)
     run_ = commands.add_parser(
@@ -142,6 +149,53 @@ def add_parser(subparsers: Any) -> None:
     add_db_options(run_, scratch=False)
     add_embed_options(run_)
     run_.set_defaults(run=run)
+    search = commands.add_parser(
+        "search",
+        help="search one person's memories by meaning, names and links",
+        description="Search one person's memories as the model's search_memories tool does.",
+    )
+    search.add_argument("query", help="a name, a topic or a question")
+    search.add_argument("--person", required=True, help="the person key, as in the database")
+    search.add_argument(
+        "--limit", type=_limit, default=SEARCH_LIMIT, help=f"1 to {SEARCH_MAX} (default 10)"
+    )
+    search.add_argument("--json", action="store_true", help="print the HTTP API's answer")
+    add_db_options(search, scratch=False)
+    add_embed_options(search)
+    search.set_defaults(run=run_search)
+
+
+def _limit(text: str) -> int:
+    if not text.isdecimal() or not 1 <= int(text) <= SEARCH_MAX:
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to {SEARCH_MAX}")
+    return int(text)
+
+
+async def run_search(args: argparse.Namespace) -> int:
+    try:
+        query = query_text(args.query)
+    except BadQuery as wrong:
+        print(f"stillhere memory search: {wrong}", file=sys.stderr)
+        return 2
+    async with database(args, scratch=False) as dsn, keeper_on(dsn, args) as keeper:
+        try:
+            found = await keeper.search(args.person, query, args.limit)
+        except EmbeddingError as failure:
+            print(f"stillhere memory search: the query could not be embedded: {failure}")
+            return 1
+    if args.json:
+        print(orjson.dumps({"results": [f.wire() for f in found]}).decode())
+    else:
+        print("\n".join(_line(f) for f in found) or "nothing found")
+    return 0
+
+
+def _line(found: Found) -> str:
+    """`0.712  fact       active     My brother Owen... (meaning 0.71, person owen)`; a
+    memory that came along a link is indented under its hit."""
+    m = found.memory
+    lead = "  ^ " if found.via else f"{found.score:.3f}"
+    return f"{lead:<7}{m.type:<12}{m.status:<11}{m.text}  ({found.why})"
 
 
 async def run(args: argparse.Namespace) -> int:

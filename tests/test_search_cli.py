@@ -1,0 +1,48 @@
+"""`stillhere memory search`: the same search, at a terminal, on a real PostgreSQL and the
+local embedding model."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from actors.memory.keeper import MemoryKeeper
+from tests.test_search import HANNAH, OWEN_BRISTOL, OWEN_LAB, STRANGER, TEA, remember_all
+from transport.cli import _parser
+
+
+async def run(*argv: str) -> int:
+    args = _parser().parse_args(["memory", "search", *argv])
+    return await args.run(args)
+
+
+async def test_the_cli_prints_one_persons_memories_with_why(
+    local_keeper: MemoryKeeper, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await remember_all(local_keeper, HANNAH, OWEN_BRISTOL, OWEN_LAB, TEA)
+    await remember_all(local_keeper, STRANGER, OWEN_BRISTOL)
+    assert await run("Owen", "--person", HANNAH, "--db", dsn, "--limit", "2") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all("person owen" in line for line in lines)
+    assert {line.split("  (")[0].split("active     ")[1] for line in lines} == {
+        OWEN_BRISTOL.text,
+        OWEN_LAB.text,
+    }
+
+    assert await run("tea", "--person", HANNAH, "--db", dsn, "--json", "--limit", "1") == 0
+    answer = orjson.loads(capsys.readouterr().out)
+    assert [r["memory"]["text"] for r in answer["results"]] == [TEA.text]
+
+    assert await run("tea", "--person", "nobody", "--db", dsn) == 0
+    assert capsys.readouterr().out == "nothing found\n"
+
+
+async def test_the_cli_refuses_an_empty_or_long_query(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await run("  ", "--person", HANNAH, "--db", dsn) == 2
+    assert "query must be a non-empty string" in capsys.readouterr().err
+    assert await run("x" * 10_240, "--person", HANNAH, "--db", dsn) == 2
+    assert "query is limited to 1000 characters" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["memory", "search", "tea", "--person", HANNAH, "--limit", "0"])
