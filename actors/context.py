@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -106,9 +107,17 @@ LocalSource = Callable[["Runtime", "TurnRequest", datetime], list[Any]]
 LOCAL_SOURCES: dict[str, LocalSource] = {"working": working_memories}
 
 
-async def _gather(
-    rt: Runtime, req: TurnRequest, now: datetime, generation: int | None
-) -> dict[str, list[Any] | None]:
+@dataclass(frozen=True, slots=True)
+class Gathered:
+    """Every source's answer (None: failed or late), how long each read took in ms (None:
+    kept from an earlier turn), and what went wrong, in words."""
+
+    answers: dict[str, list[Any] | None]
+    timings: dict[str, float | None]
+    problems: tuple[str, ...]
+
+
+async def _gather(rt: Runtime, req: TurnRequest, now: datetime, generation: int | None) -> Gathered:
     """Every source at once, or its answer kept from an earlier turn at the same context
     `generation` (None: read it first); None for one that failed or was late. Failures make
     one log line."""
@@ -120,13 +129,15 @@ async def _gather(
     kept = {} if generation is None else rt.context_cache.get(req.person, generation, now)
     names = [name for name in SOURCES if name not in kept]
     attempts = await asyncio.gather(  # with all kept, a future already done: no loop pass
-        *(_attempt(SOURCES[name](rt, req, now), timeout) for name in names)
+        *(_timed(SOURCES[name](rt, req, now), timeout) for name in names)
     )
     read = list(zip(names, attempts, strict=True))
     read += [(name, _attempt_here(local, rt, req, now)) for name, local in LOCAL_SOURCES.items()]
     answers: dict[str, list[Any] | None] = dict(kept)
-    for name, (answer, why) in read:
+    timings: dict[str, float | None] = dict.fromkeys(kept)
+    for name, (answer, why, *took) in read:
         answers[name] = answer
+        timings[name] = round(took[0], 3) if took else 0.0
         if why is not None:
             problems.append(f"{name} {why}")
             rt.metrics.context_source_failures.labels(source=name).inc()
@@ -135,10 +146,18 @@ async def _gather(
     if generation is not None:
         good = {n: a for n, a in answers.items() if n in SOURCES and a is not None}
         rt.context_cache.put(req.person, generation, now, good)
-    return {name: answers[name] for name in (*SOURCES, *LOCAL_SOURCES)}
+    names = (*SOURCES, *LOCAL_SOURCES)
+    return Gathered({n: answers[n] for n in names}, {n: timings[n] for n in names}, tuple(problems))
 
 
 Answer = tuple[Any, str | None]
+
+
+async def _timed(read: Awaitable[Any], timeout: float) -> tuple[Any, str | None, float]:
+    """`_attempt`, and how long it took in milliseconds (for the turn's trace)."""
+    started = time.perf_counter()
+    answer, why = await _attempt(read, timeout)
+    return answer, why, (time.perf_counter() - started) * 1000
 
 
 async def _attempt(read: Awaitable[Any], timeout: float) -> Answer:
@@ -179,6 +198,11 @@ class Context:
     sample: int = 0
     rules: int = 0
     failed: tuple[str, ...] = ()
+    # For the turn's trace: the ids of what was handed over, by section; each source's read
+    # time in ms (None: kept from an earlier turn); what went wrong with the sources.
+    handed: dict[str, tuple[UUID, ...]] = field(default_factory=dict)
+    timings: dict[str, float | None] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return (
@@ -198,6 +222,11 @@ class _Section:
     newest_last: bool = False
     kept: list[str] = field(default_factory=list)
     placeholder: bool = False  # its line says there is nothing ("none: ..."), counts 0
+    ids: list[UUID] = field(default_factory=list)  # what each line shows, when it has an id
+
+    @property
+    def kept_ids(self) -> tuple[UUID, ...]:
+        return tuple(self.ids[: self.count])
 
     @property
     def count(self) -> int:
@@ -206,6 +235,7 @@ class _Section:
 
 # Order of priority for the budget; the display order is DISPLAY (recent conversations top).
 PRIORITY = ("rules", "conversations", "exchanges", "working", "recent", "sample")
+HANDED = ("conversations", "working", "recent", "sample")  # the sections whose lines have ids
 DISPLAY = ("conversations", "exchanges", "rules", "working", "recent", "sample")
 
 
@@ -213,7 +243,8 @@ async def assemble(rt: Runtime, req: TurnRequest, generation: int | None = None)
     """Gather every source at once and render what fits the budget. `generation` is the
     person's context generation if just read (with the turn's say), else None."""
     now = rt.clock.now()
-    answers = await _gather(rt, req, now, generation)
+    gathered = await _gather(rt, req, now, generation)
+    answers = gathered.answers
     failed = tuple(name for name, answer in answers.items() if answer is None)
     sections = _sections(rt.settings.context, answers, now)
     _fit(sections, rt.settings.context.budget_chars)
@@ -229,6 +260,9 @@ async def assemble(rt: Runtime, req: TurnRequest, generation: int | None = None)
         sample=sections["sample"].count,
         rules=sections["rules"].count,
         failed=failed,
+        handed={key: sections[key].kept_ids for key in HANDED},
+        timings=gathered.timings,
+        problems=gathered.problems,
     )
 
 
@@ -276,6 +310,7 @@ def _sections(
         "working": _Section(
             "Memories made or recalled in this conversation:",
             [f"- [{m.kind}] {_shorten(m.text, chars)}" for m in layers["working"]],
+            ids=[m.id for m in layers["working"]],
         ),
         "recent": _Section(
             f"Memories mentioned in the last {settings.recent_days:g} days:",
@@ -284,6 +319,7 @@ def _sections(
                 f"(mentioned {relative_age(m.last_mentioned, now)})"
                 for m in layers["recent"]
             ],
+            ids=[m.id for m in layers["recent"]],
         ),
         "sample": _Section(
             "Other memories, most mentioned first:",
@@ -291,6 +327,7 @@ def _sections(
                 f"- [{m.kind}] {_shorten(m.text, chars)} (mentioned {_times(m.mention_count)})"
                 for m in layers["sample"]
             ],
+            ids=[m.id for m in layers["sample"]],
         ),
     }
 
@@ -324,7 +361,7 @@ def _conversations(recalled: list[Recalled] | None, now: datetime) -> _Section:
         f"{_one_line(r.conversation.summary or 'no summary yet.')}"
         for r in recalled
     ]
-    return _Section(title, lines)
+    return _Section(title, lines, ids=[r.conversation.id for r in recalled])
 
 
 def _exchanges(recalled: list[Recalled], now: datetime, chars: int) -> _Section:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from actors.replay import Frame, ReplayBuffer
+from actors.trace import TRACED_TURNS, TurnTrace
 from storage.event_log import ReplyRow
 from storage.store import Store
 
@@ -66,6 +67,8 @@ class ConversationStream:
         # Turn-level events handed to the event log and not yet written, oldest first.
         self._unwritten: deque[tuple[Frame, asyncio.Future[bool]]] = deque()
         self._reserving: asyncio.Task[None] | None = None
+        # The last turns' traces (actors/trace.py), for the admin API; they go with the stream.
+        self.traces: deque[TurnTrace] = deque(maxlen=TRACED_TURNS)
 
     @classmethod
     async def open(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
 from typing import Any, Protocol
 from uuid import UUID
@@ -20,6 +20,7 @@ from actors.handles import Page, TurnHandles
 from actors.memory.search import BadQuery, Found, query_text
 from actors.messages import CardCreated, SpeakerSet
 from actors.runtime import Runtime
+from actors.trace import tool_line
 from providers.chat import ToolCall, ToolSpec
 from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
@@ -40,6 +41,7 @@ class ToolContext:
     person: str
     handles: TurnHandles
     mailbox: Mailbox
+    calls: list[str] = field(default_factory=list)  # a line per call, for the turn's trace
 
 
 def _text(name: str) -> dict[str, Any]:
@@ -342,4 +344,5 @@ async def execute(call: ToolCall, ctx: ToolContext) -> str:
         except BadArgument as wrong:
             result = {"error": str(wrong), "code": "invalid_argument"}
     log.info("tool %s: %s", call.name, "failed" if "error" in result else "done")
+    ctx.calls.append(tool_line(call, result))
     return orjson.dumps(result).decode()

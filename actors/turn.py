@@ -22,6 +22,7 @@ from actors.prompt import build_messages
 from actors.runtime import Runtime
 from actors.stream import ConversationStream
 from actors.tools import TOOLS, Mailbox, ToolContext, execute
+from actors.trace import TurnTrace
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
 from storage.event_log import ReplyRow
 from storage.records import StoredSay, Turn, reply_place, say_place
@@ -285,6 +286,9 @@ async def run_turn(
         req.conversation, req.person, reply, turn, in_reply_to, reply_place(start["seq"])
     )
     stream.end_reply(row, **end)
+    stream.traces.append(
+        TurnTrace(reply, started, tuple(in_reply_to), context, tuple(tools.calls), error)
+    )
     _count_echoes(rt, req, guard)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
     mailbox.tell(TurnEnded(turn))

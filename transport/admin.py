@@ -85,6 +85,7 @@ def build_admin_app(server: Server, token: str) -> web.Application:
     app[SERVER_KEY] = server
     app.router.add_get("/admin/actors", actors_handler)
     app.router.add_get("/admin/actors/{person}", actor_handler)
+    app.router.add_get("/admin/actors/{person}/turns", turns_handler)
     app.router.add_get("/admin/sweeps", sweeps_handler)
     return app
 
@@ -139,11 +140,25 @@ async def actor_handler(request: web.Request) -> web.Response:
     server = request.app[SERVER_KEY]
     live = server.directory.get(request.match_info["person"])
     if live is None:
-        return _error(
-            404, "unknown_person", "no live conversation for this person key (ended or parked?)"
-        )
+        return _unknown_person()
     look = await _look(live)
     return _json(_detail(live, look, server.runtime.clock.now()))
+
+
+async def turns_handler(request: web.Request) -> web.Response:
+    """`GET /admin/actors/{person}/turns`: the traces of the conversation's last turns,
+    oldest first. They live on the loop side, beside the stream: no actor is asked."""
+    live = request.app[SERVER_KEY].directory.get(request.match_info["person"])
+    if live is None:
+        return _unknown_person()
+    traces = [trace.wire() for trace in live.stream.traces]
+    return _json({"person": live.person, "conversation": str(live.id), "turns": traces})
+
+
+def _unknown_person() -> web.Response:
+    return _error(
+        404, "unknown_person", "no live conversation for this person key (ended or parked?)"
+    )
 
 
 async def sweeps_handler(request: web.Request) -> web.Response:

@@ -1,6 +1,7 @@
-"""`stillhere inspect [PERSON]`: the admin API, read by a person at a terminal.
+"""`stillhere inspect [PERSON] [--turns]`: the admin API, read by a person at a terminal.
 
-Without PERSON, a table of the live actors; with it, one actor's state. It talks to a
+Without PERSON, a table of the live actors; with it, one actor's state; with `--turns`, the
+traces of its last turns. It talks to a
 running server's admin API over HTTP (the server must run with an admin token), so it sees
 exactly what the API shows and needs nothing else: no database, no data dir.
 """
@@ -44,12 +45,19 @@ def add_inspect_options(parser: argparse.ArgumentParser) -> None:
         help="the server's admin token (env STILLHERE_ADMIN_TOKEN)",
     )
     parser.add_argument("--json", action="store_true", help="print the API's JSON as it is")
+    parser.add_argument(
+        "--turns",
+        action="store_true",
+        help="with PERSON: what the model was handed at each of the last turns, and its tools",
+    )
 
 
 def run_inspect(args: argparse.Namespace) -> int:
     """The `inspect` command; 1 with a message on stderr when the API cannot answer."""
     try:
-        print(inspect(args.admin_url, args.admin_token, args.person, raw=args.json))
+        print(
+            inspect(args.admin_url, args.admin_token, args.person, raw=args.json, turns=args.turns)
+        )
     except InspectError as error:
         print(f"stillhere inspect: {error}", file=sys.stderr)
         return 1
@@ -60,13 +68,20 @@ def run_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def inspect(url: str, token: str | None, person: str | None, *, raw: bool = False) -> str:
+def inspect(
+    url: str, token: str | None, person: str | None, *, raw: bool = False, turns: bool = False
+) -> str:
     if not token:
         raise InspectError("no admin token: pass --admin-token or set STILLHERE_ADMIN_TOKEN")
+    if turns and person is None:
+        raise InspectError("--turns needs a PERSON: whose turns?")
     api = AdminClient(url, token)
     if person is None:
         listing = api.get("/admin/actors")
         return _pretty(listing) if raw else actors_table(listing)
+    if turns:
+        traced = api.get(f"/admin/actors/{api.resolve(person)}/turns")
+        return _pretty(traced) if raw else turns_text(traced)
     actor = api.get(f"/admin/actors/{api.resolve(person)}")
     return _pretty(actor) if raw else actor_text(actor)
 
@@ -254,6 +269,38 @@ def _turn_line(turn: dict[str, Any]) -> str:
 
 def _card_line(card: dict[str, Any]) -> str:
     return f"  {card['kind']:<9}  {card['text']}"
+
+
+def turns_text(traced: dict[str, Any]) -> str:
+    """Each traced turn, oldest first: what the model was handed, and what its tools did."""
+    turns = traced["turns"]
+    plural = "s" if len(turns) != 1 else ""
+    head = f"conversation {traced['conversation']}: {len(turns)} turn{plural} traced"
+    return "\n\n".join([head, *(_trace_text(turn) for turn in turns)])
+
+
+def _trace_text(turn: dict[str, Any]) -> str:
+    answering = ", ".join(turn["answering"]) or "nothing new"
+    memories = "; ".join(
+        f"{layer} {len(ids)}" + (f": {' '.join(i[:8] for i in ids)}" if ids else "")
+        for layer, ids in turn["memories"].items()
+    )
+    timings = ", ".join(
+        f"{name} {'kept' if ms is None else f'{ms:.1f} ms'}"
+        for name, ms in turn["timings_ms"].items()
+    )
+    lines = [
+        f"{when(turn['at'], '%H:%M:%S')}  reply {turn['reply'][:8]}, answering {answering}",
+        f"  context        {turn['context_chars']} chars, {len(turn['conversations'])} "
+        f"conversations ({turn['exchanges']} turns word for word), {turn['rules']} rules",
+        f"  memories       {memories}",
+        f"  sources        {timings}",
+        f"  problems       {'; '.join(turn['problems']) or 'none'}",
+        *(f"  tool           {line}" for line in turn["tools"]),
+    ]
+    if turn["error"]:
+        lines.append(f"  error          {turn['error']}")
+    return "\n".join(lines)
 
 
 def duration(seconds: float | None) -> str:
