@@ -239,6 +239,8 @@ class ConversationActor(ThreadingActor):
         if self._planned is not None and not message.said_stored:
             self._unplan(self._planned)
         self._planned = None
+        if message.matched:
+            self._rematch(message.matched)
         if message.turn is None:
             self._during_reply = False  # no reply was written after all
         else:
@@ -250,6 +252,13 @@ class ConversationActor(ThreadingActor):
         elif self._pending and self._pending_handles is not None:
             pending, self._pending = self._pending, []
             self._start_turn(pending, self._pending_handles, self._pending_since)
+
+    def _rematch(self, matched: tuple[Turn, ...]) -> None:
+        """The says just answered, as matched: the next turn's candidates start from them."""
+        by_id = {t.client_id: t for t in matched}
+        for i, turn in enumerate(self._window):
+            if turn.role == "user" and turn.client_id in by_id:
+                self._window[i] = by_id[turn.client_id]
 
     def _unplan(self, planned: _Planned) -> None:
         """The planned say was not stored: the turn stands as it was before it came. Nothing

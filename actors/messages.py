@@ -62,11 +62,13 @@ class TurnEnded:
     conversation ended before it began, or its say was not stored).
 
     `said_stored` is False when the job stored its own say (`answer_say`) and that say turned
-    out a resend or was refused: the actor takes it back out of its window.
+    out a resend or was refused: the actor takes it back out of its window. `matched` holds
+    the says the analysis matched (actors/replies.py), to replace in the window.
     """
 
     turn: Turn | None
     said_stored: bool = True
+    matched: tuple[Turn, ...] = ()  # the says it answered, now with what each answers
 
 
 @dataclass(frozen=True, slots=True)

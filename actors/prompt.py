@@ -1,5 +1,6 @@
 """What a turn hands the model: the window of recent turns, the speaker, the session's cards,
-and notes about the messy space between replies (messages sent mid-reply, interruptions)."""
+and notes about the messy space between replies (messages sent mid-reply, interruptions,
+which message a say answers)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def build_messages(
     during_reply: bool,
     after_interrupt: bool,
     context: Context | None = None,
+    reply_note: str | None = None,
 ) -> tuple[list[ChatMessage], PromptStats]:
     """The messages of one model call. With a `context` (every real turn), it ends the
     first system message, and the session's cards are in it (working memories) rather than
@@ -65,6 +67,8 @@ def build_messages(
     ]
     if notes:
         messages.append(ChatMessage("system", " ".join(notes)))
+    if reply_note:  # next to the says it is about (actors/replies.py)
+        messages.append(ChatMessage("system", reply_note))
     messages.extend(_as_message(t) for t in new)
     chars = sum(len(m.content) for m in messages)
     return messages, PromptStats(len(history), len(cards), speaker, chars, context)

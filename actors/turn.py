@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID, uuid4
 
@@ -19,6 +19,7 @@ from actors.context import Context, assemble
 from actors.echo import NO_REPEAT, EchoGuard, sources_for
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
 from actors.prompt import build_messages
+from actors.replies import Matching, match_replies
 from actors.runtime import Runtime
 from actors.stream import ConversationStream
 from actors.tools import TOOLS, Mailbox, ToolContext, execute
@@ -254,7 +255,9 @@ async def run_turn(
     # Before anything is awaited: a say stored from here on is one the actor keeps for the
     # next turn, and its place in the record is after this reply (`records.say_place`).
     start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
-    context = await _context(rt, req, generation)
+    # Matched while the context is gathered: a judgement costs the reply no extra wait.
+    context, matching = await asyncio.gather(_context(rt, req, generation), match_replies(rt, req))
+    _tell_replies_to(stream, matching)
     messages, stats = build_messages(
         req.history,
         req.new,
@@ -263,8 +266,14 @@ async def run_turn(
         during_reply=req.during_reply,
         after_interrupt=req.after_interrupt,
         context=context,
+        reply_note=matching.note,
     )
-    log.info("turn in conversation %s: handing the model %s", str(req.conversation)[:8], stats)
+    log.info(
+        "turn in conversation %s: handing the model %s; %s",
+        str(req.conversation)[:8],
+        stats,
+        matching,
+    )
     guard = EchoGuard(sources_for(req.history, req.new) if rt.settings.echo_guard else ())
     writer = ReplyWriter(stream, reply, rt.settings.delta_window_s, guard)
     tools = ToolContext(rt, req.conversation, req.person, req.handles, mailbox)
@@ -278,12 +287,18 @@ async def run_turn(
     else:
         writer.flush()
     text = writer.text_since(0) or (FALLBACK if error else "")
-    turn = Turn("assistant", text, started, interrupted=job.interrupted)
+    turn = Turn("assistant", text, started, interrupted=job.interrupted, reply_id=reply)
     end: dict[str, object] = {"reply": str(reply), "text": text, "interrupted": turn.interrupted}
     if error:
         end["error"] = error
     row = ReplyRow(
-        req.conversation, req.person, reply, turn, in_reply_to, reply_place(start["seq"])
+        req.conversation,
+        req.person,
+        reply,
+        turn,
+        in_reply_to,
+        reply_place(start["seq"]),
+        tuple(matching.matches.items()),
     )
     stream.end_reply(row, **end)
     stream.traces.append(
@@ -291,7 +306,23 @@ async def run_turn(
     )
     _count_echoes(rt, req, guard)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
-    mailbox.tell(TurnEnded(turn))
+    mailbox.tell(TurnEnded(turn, matched=_matched(req, matching)))
+
+
+def _tell_replies_to(stream: ConversationStream, matching: Matching) -> None:
+    """`reply_to` for each say that answers an earlier message than the latest: after its
+    ack and the reply's start, before any of the reply's text (PROTOCOL 1.1)."""
+    for said, match in matching.matches.items():
+        if match.shown:
+            stream.emit("reply_to", id=said, **match.reply_to())
+
+
+def _matched(req: TurnRequest, matching: Matching) -> tuple[Turn, ...]:
+    return tuple(
+        replace(t, match=matching.matches[t.client_id])
+        for t in req.new
+        if t.client_id in matching.matches
+    )
 
 
 def _count_echoes(rt: Runtime, req: TurnRequest, guard: EchoGuard) -> None:

@@ -17,3 +17,7 @@ SUMMARY_PROMPT = (
     "Summarise this conversation in two or three sentences, for recalling it later: "
     "what was discussed, decided, and left open."
 )
+# Reply matching (actors/replies.py): a data note placed just before the says it is about.
+REPLY_CONTEXT = "REPLY CONTEXT (data)"
+REPLY_ASK = "Ask the person, in one short question, which one they meant."
+REPLY_WAITING = "Still waiting for an answer:"

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from providers.chat import ChatEvent, ChatMessage, TextDelta, ToolCall, ToolSpec
-from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED, SUMMARY_PROMPT
+from providers.notes import (
+    CUT_MARK,
+    NOTE_DURING_REPLY,
+    NOTE_INTERRUPTED,
+    REPLY_ASK,
+    REPLY_CONTEXT,
+    SUMMARY_PROMPT,
+)
 
 PREFIX = "[rehearsal] "
 STORY_SENTENCES = 12  # 12 sentences of 8+ words: comfortably over 60 words
@@ -45,6 +52,10 @@ _OWNER_BACK = re.compile(
     rf"^(?:it{_APOS}?s\s+me(?:\s+again)?|(?:i{_APOS}?m\s+)?back\s+to\s+the\s+owner)" + _END, _FLAGS
 )
 _NOT_NAMES = frozenset({"me", "i", "who", "who's", "whos", "it", "this", "that", "nobody"})
+# "ask me: how was your weekend?": the reply is that question, so a first run can set up
+# the questions a later say answers.
+_ASK_ME = re.compile(_LEAD + r"ask\s+me\s*:\s*(.+?\?)\s*$", _FLAGS)
+_UNCLEAR = re.compile(r"could answer (.+?)\. " + re.escape(REPLY_ASK))
 _STORY = re.compile(
     r"^(?:please\s+)?(?:tell\s+me\s+(?:a\s+story(?:\s+about\s+(.+?))?|about\s+(.+?))"
     r"|talk\s+about\s+(.+?))(?:,?\s+please)?" + _END,
@@ -127,6 +138,31 @@ def _story(text: str) -> str | None:
     )
 
 
+def _question(text: str) -> str | None:
+    match = _ASK_ME.match(text)
+    if match is None:
+        return None
+    question = match.group(1).strip()
+    return question[:1].upper() + question[1:]
+
+
+def _reply_context(messages: list[ChatMessage]) -> str | None:
+    """The body of the turn's reply-matching note, if it has one."""
+    note = next(
+        (m.content for m in messages if m.role == "system" and m.content.startswith(REPLY_CONTEXT)),
+        None,
+    )
+    return None if note is None else " ".join(note.splitlines()[1:])
+
+
+def _clarify(note: str) -> str | None:
+    """The one question asked when a say could answer several of ours."""
+    unclear = _UNCLEAR.search(note)
+    if unclear is None:
+        return None
+    return f"{PREFIX}Sorry, which did you mean: {unclear.group(1)}?"
+
+
 def _new_start(messages: list[ChatMessage]) -> int:
     """Index of the trailing run of user messages: the turn's new messages."""
     start = len(messages)
@@ -152,6 +188,9 @@ def _echo(messages: list[ChatMessage], start: int) -> str:
         parts.append(f"You sent {len(new)} messages{during}.")
     if _has_note(messages, NOTE_INTERRUPTED):
         parts.append("I know I was interrupted.")
+    note = _reply_context(messages)
+    if note:
+        parts.append(f"[{note}]")
     earlier = sum(1 for m in before if m.role in ("user", "assistant"))
     parts.append(f"({earlier} earlier turns in view.)")
     return " ".join(parts)
@@ -204,7 +243,9 @@ def _answer(messages: list[ChatMessage], tools: list[ToolSpec]) -> str | _Intent
     intent = _intent(last, {t.name for t in tools})
     if intent is not None:
         return intent
-    return _story(last) or _echo(messages, start)
+    note = _reply_context(messages)
+    asked = _clarify(note) if note else None
+    return asked or _question(last) or _story(last) or _echo(messages, start)
 
 
 def _words(text: str) -> Iterator[str]:

@@ -23,6 +23,7 @@ def _set(words: str) -> frozenset[str]:
 
 
 _WORD = re.compile(r"[^\W\d_]+(?:['\u2019-][^\W\d_]+)*")
+_QUOTED = re.compile(r'"[^"]*"|\u201c[^\u201d]*\u201d')
 _LINE = re.compile(r"^([AP])(\d+):\s?(.*)$")
 _YES_NO = _set("yes yeah yep yup no nope nah sure definitely absolutely oui ouais non carrément")
 _ASKS_YES_NO = _set(
@@ -84,7 +85,7 @@ class _Message:
 
     @property
     def is_question(self) -> bool:
-        return "?" in self.text
+        return "?" in _QUOTED.sub("", self.text)  # a question quoted is not asked
 
     @property
     def asks_yes_no(self) -> bool:
@@ -115,19 +116,20 @@ def is_lull(text: str) -> bool:
     return _normal(text) in _LULLS
 
 
-def _claim(say: _Message, asked: _Message) -> float:
+def _claim(say: _Message, asked: _Message, latest: bool) -> float:
     """How strongly `say` looks like an answer to `asked`."""
     shared = len(say.content_words & asked.content_words)
-    if not asked.is_question:
-        return float(shared)
+    if not asked.is_question or say.is_question:
+        return float(shared)  # a question in return answers none by its kind
     said = say.words
     kind = 0.0
     if said and said[0] in _YES_NO:
         kind = 1.0 if asked.asks_yes_no else 0.0
     elif asked.asks_how and _EVALUATIVE & set(said):
-        kind = 1.0
+        kind = 1.5  # "it was great" to "how was ...": more than any open answer
     elif not asked.asks_yes_no:
-        kind = 0.5  # an open question takes any answer, weakly
+        # An open question takes any answer: readily the latest one, weakly an earlier one.
+        kind = 1.0 if latest else 0.5
     return 2.0 * shared + kind
 
 
@@ -136,12 +138,14 @@ def _match(say: _Message, assistant: list[_Message]) -> dict[str, Any]:
     if not assistant:
         return entry
     latest = assistant[-1]
-    claims = sorted(((_claim(say, a), i) for i, a in enumerate(assistant)), reverse=True)
+    claims = sorted(
+        ((_claim(say, a, a is latest), i) for i, a in enumerate(assistant)), reverse=True
+    )
     best, index = claims[0]
     if best < 1.0 or is_lull(say.text):
-        # Nothing claims it: a remark on the latest message, unless that asked a yes/no
-        # question this is no answer to, in which case the person starts something new.
-        answers_latest = not latest.asks_yes_no or is_lull(say.text)
+        # Nothing claims it: a remark on the latest message, unless that asked a question
+        # this is no answer to, in which case the person starts something new.
+        answers_latest = not latest.is_question or is_lull(say.text)
         entry["answers"] = latest.ref if answers_latest else None
         return entry
     tied = [assistant[i] for claim, i in claims if best - claim <= _TIE]

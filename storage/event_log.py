@@ -19,7 +19,7 @@ import asyncpg
 import orjson
 
 from storage.group_commit import GroupCommit
-from storage.records import Turn
+from storage.records import ReplyMatch, Turn
 
 log = logging.getLogger("stillhere.events")
 
@@ -28,6 +28,10 @@ WITH written AS (
     INSERT INTO events (conversation, seq, frame)
     SELECT c, s, f::jsonb FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS e (c, s, f)
     ON CONFLICT DO NOTHING
+), matched AS (
+    UPDATE turns SET reply_match = m.j::jsonb
+    FROM unnest($12::text[], $13::text[], $14::text[]) AS m (p, c, j)
+    WHERE turns.person = m.p AND turns.client_id = m.c
 )
 INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, in_reply_to, place)
 SELECT c, p, 'assistant', r, t, a, i, ARRAY(SELECT jsonb_array_elements_text(irt::jsonb)), pl
@@ -52,6 +56,8 @@ class ReplyRow:
     turn: Turn
     in_reply_to: list[str]
     place: int  # in the talk: `records.reply_place`
+    # What the says it answers answer in turn (client id, match), stored on their rows.
+    matches: tuple[tuple[str, ReplyMatch], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +119,7 @@ class EventLog(GroupCommit[_Batch]):
                 [r.turn.interrupted for r in replies],
                 [orjson.dumps(r.in_reply_to).decode() for r in replies],
                 [r.place for r in replies],
+                *_matches(replies),
             )
         except Exception:
             log.exception(
@@ -120,3 +127,13 @@ class EventLog(GroupCommit[_Batch]):
             )
             return False
         return True
+
+
+def _matches(replies: list[ReplyRow]) -> tuple[list[str], list[str], list[str]]:
+    """The says' matches as three columns: person, client id, the match as JSON."""
+    rows = [(r.person, said, m.stored()) for r in replies for said, m in r.matches]
+    return (
+        [person for person, _, _ in rows],
+        [said for _, said, _ in rows],
+        [orjson.dumps(match).decode() for _, _, match in rows],
+    )

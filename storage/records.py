@@ -7,6 +7,66 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+EXCERPT_CHARS = 80  # a `reply_to`'s excerpt of the message answered (PROTOCOL 1.1)
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """The first words of `text`, at most `limit` characters, marked when cut."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0] if " " in text[: limit - 1] else text[: limit - 1]
+    return cut.rstrip(" ,;:") + "\u2026"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyMatch:
+    """Which assistant message a say answers, kept with the say (migration 010).
+
+    Assistant messages are named by their reply id (the `reply` of their reply.start).
+    `answers` None: the say starts something new (or was unclear and the reply asked).
+    """
+
+    answers: UUID | None
+    latest: bool  # it answers the latest assistant message: no note, no `reply_to`
+    excerpt: str = ""  # the first words of the message answered
+    open: tuple[UUID, ...] = ()  # assistant questions still waiting after this say
+    unclear: tuple[UUID, ...] = ()  # the questions it could answer, when unclear
+    asked: bool = False  # unclear, and the reply asked which one was meant
+    guessed: bool = False  # unclear again after asking: the likeliest reading
+
+    @property
+    def shown(self) -> bool:
+        """The phone shows "replying to ..." (a `reply_to` event, a history field)."""
+        return self.answers is not None and not self.latest
+
+    def reply_to(self) -> dict[str, Any]:
+        return {"reply": str(self.answers), "excerpt": self.excerpt, "guessed": self.guessed}
+
+    def stored(self) -> dict[str, Any]:
+        return {
+            "answers": None if self.answers is None else str(self.answers),
+            "latest": self.latest,
+            "excerpt": self.excerpt,
+            "open": [str(q) for q in self.open],
+            "unclear": [str(q) for q in self.unclear],
+            "asked": self.asked,
+            "guessed": self.guessed,
+        }
+
+    @classmethod
+    def from_stored(cls, value: dict[str, Any]) -> ReplyMatch:
+        answers = value.get("answers")
+        return cls(
+            answers=None if answers is None else UUID(answers),
+            latest=bool(value.get("latest")),
+            excerpt=str(value.get("excerpt") or ""),
+            open=tuple(UUID(q) for q in value.get("open") or ()),
+            unclear=tuple(UUID(q) for q in value.get("unclear") or ()),
+            asked=bool(value.get("asked")),
+            guessed=bool(value.get("guessed")),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Turn:
@@ -15,9 +75,19 @@ class Turn:
     at: datetime
     client_id: str | None = None
     interrupted: bool = False
+    reply_id: UUID | None = None  # an assistant turn's id: its reply's
+    match: ReplyMatch | None = None  # a say's: what it answers, when matched by analysis
 
     def wire(self) -> dict[str, Any]:
-        return {"role": self.role, "text": self.text, "at": self.at.isoformat()}
+        """A `welcome.history` item (PROTOCOL 1.1 adds `id`, `reply`, `reply_to`)."""
+        item: dict[str, Any] = {"role": self.role, "text": self.text, "at": self.at.isoformat()}
+        if self.client_id is not None:
+            item["id"] = self.client_id
+        if self.reply_id is not None:
+            item["reply"] = str(self.reply_id)
+        if self.match is not None and self.match.shown:
+            item["reply_to"] = self.match.reply_to()
+        return item
 
 
 # A turn's place in the talk (turns.place, migration 007), from its conversation's stream:

@@ -24,6 +24,7 @@ from storage.records import (
     Card,
     ConversationRecord,
     Reminder,
+    ReplyMatch,
     StoredSay,
     Turn,
 )
@@ -72,6 +73,8 @@ def _turn(row: asyncpg.Record) -> Turn:
         at=row["at"],
         client_id=row["client_id"],
         interrupted=row["interrupted"],
+        reply_id=row.get("reply_id"),
+        match=ReplyMatch.from_stored(match) if (match := row.get("reply_match")) else None,
     )
 
 

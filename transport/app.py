@@ -74,6 +74,8 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         interrupt_words=settings.interrupt_words,
         delta_window_s=settings.delta_window,
         echo_guard=settings.echo_guard,
+        reply_candidates=settings.reply_candidates,
+        reply_horizon_s=settings.reply_horizon,
         context=ContextSettings(
             budget_chars=settings.context_budget,
             source_timeout_s=settings.context_timeout,

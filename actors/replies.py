@@ -1,0 +1,265 @@
+"""Reply matching: which assistant message each new say answers.
+
+Before a reply, the says it answers are matched to the assistant messages they could
+answer (the candidates): the messages since the person's previous say, and the questions
+still waiting after it, newest `reply_candidates` within `reply_horizon`. No candidate, or
+one directly before the say, needs no judgement; anything else is a `reply-matching`
+question to the analysis model, asked while the context is gathered. What comes back is
+kept with each say (`storage.records.ReplyMatch`): the phone is told when a say answers an
+earlier message than the latest (`reply_to`), and the model gets a data note when a say
+answers anything but the latest, or starts something new. When a say is unclear between
+questions, the reply asks which one was meant, once; unclear again between the same
+questions, it takes the likeliest reading.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from providers.notes import REPLY_ASK, REPLY_CONTEXT, REPLY_WAITING
+from storage.records import ReplyMatch, Turn, excerpt
+
+if TYPE_CHECKING:
+    from actors.messages import TurnRequest
+    from actors.runtime import Runtime
+
+log = logging.getLogger("stillhere.replies")
+
+TASK = "reply-matching"
+LINE_CHARS = 300  # of one message in the request: enough to tell what it asks
+NOTE_CHARS = 80  # of a message quoted in the note
+INSTRUCTIONS = (
+    "You read a conversation between an assistant (A lines, oldest first) and a person "
+    "(P lines). For each P message say which A message it answers: its label, or null when "
+    "it starts something new. When it could answer several A questions equally, list them "
+    'in "unclear" and put the likeliest in "answers". List in "open" the A questions still '
+    'waiting for an answer after the P messages. Set "lull" to true when the person is '
+    'winding the topic down ("you\'re welcome", "haha, true"). Answer only this JSON: '
+    '{"answers": [{"message": "P1", "answers": "A2", "unclear": ["A1", "A2"]}], '
+    '"open": ["A1"], "lull": false}'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Matching:
+    """The outcome for one turn: how it was decided, and what each say answers."""
+
+    how: str  # no_candidate | just_before (no model call) | asked (the analysis was asked)
+    matches: dict[str, ReplyMatch] = field(default_factory=dict)  # by the say's client id
+    note: str | None = None  # the prompt's REPLY CONTEXT, when a say needs one
+    failed: bool = False  # asked, and no usable answer came: no note
+    lull: bool = False
+
+    def __str__(self) -> str:
+        if self.how != "asked":
+            return f"replies matched without the model ({self.how.replace('_', ' ')})"
+        if self.failed:
+            return "replies matched: no usable analysis, no note"
+        parts = [_described(m) for m in self.matches.values()]
+        return "replies matched by the analysis: " + (", ".join(parts) or "nothing")
+
+
+def _described(match: ReplyMatch) -> str:
+    if match.asked:
+        return "unclear, asking"
+    if match.guessed:
+        return "unclear again, guessed"
+    if match.answers is None:
+        return "something new"
+    return "the latest" if match.latest else "an earlier message"
+
+
+def candidates(history: Sequence[Turn], now: datetime, limit: int, horizon_s: float) -> list[Turn]:
+    """The assistant messages the next says may answer, oldest first."""
+    previous = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"), -1)
+    since = [t for t in history[previous + 1 :] if _is_message(t)]
+    waiting: set[UUID] = set()
+    if previous >= 0 and history[previous].match is not None:
+        waiting = set(history[previous].match.open)
+    chosen = [t for t in history if _is_message(t) and (t in since or t.reply_id in waiting)]
+    fresh = [t for t in chosen if (now - t.at).total_seconds() <= horizon_s]
+    return fresh[-limit:]
+
+
+def _is_message(turn: Turn) -> bool:
+    return turn.role == "assistant" and turn.reply_id is not None
+
+
+async def match_replies(rt: Runtime, req: TurnRequest) -> Matching:
+    """Never raises: a matching that goes wrong costs the note, never the reply."""
+    try:
+        matching = await _match(rt, req)
+    except Exception:
+        log.exception("reply matching failed; the reply goes ahead without its note")
+        matching = Matching("asked", failed=True)
+    rt.metrics.reply_matching.labels(how=matching.how).inc()
+    return matching
+
+
+async def _match(rt: Runtime, req: TurnRequest) -> Matching:
+    settings = rt.settings
+    found = candidates(
+        req.history, rt.clock.now(), settings.reply_candidates, settings.reply_horizon_s
+    )
+    if not found:
+        return Matching("no_candidate")
+    if len(found) == 1 and req.history[-1] is found[0] and not _unsure(found[0], req):
+        return Matching("just_before")
+    lines = [_line(f"A{i}", t.text) for i, t in enumerate(found, 1)]
+    lines += [_line(f"P{i}", t.text) for i, t in enumerate(req.new, 1)]
+    answer = await rt.analysis.ask(TASK, lines, INSTRUCTIONS)
+    read = _read(answer, len(found), len(req.new)) if answer is not None else None
+    if read is None:
+        if answer is not None:
+            log.warning("analysis %s failed (bad_shape): %.200s", TASK, answer)
+            rt.metrics.count_analysis_failure(TASK, "bad_shape")
+        return Matching("asked", failed=True)
+    return _matching(req, found, *read)
+
+
+def _unsure(before: Turn, req: TurnRequest) -> bool:
+    """Whether the says may not answer the one message just before them: they were sent
+    while it was still being written, or it asked a question and they ask one back."""
+    asked_back = "?" in before.text and any("?" in t.text for t in req.new)
+    return req.during_reply or asked_back
+
+
+def _line(label: str, text: str) -> str:
+    return f"{label}: {excerpt(text, LINE_CHARS)}"
+
+
+# -- the answer ----------------------------------------------------------------------------
+
+_Entry = tuple[int | None, tuple[int, ...]]  # the A it answers (None: new), unclear As
+
+
+def _read(
+    answer: dict[str, Any], assistant: int, people: int
+) -> tuple[dict[int, _Entry], tuple[int, ...], bool] | None:
+    """The answer as indexes (0-based), or None if it is not of the task's shape."""
+    entries = answer.get("answers")
+    open_ = answer.get("open", [])
+    lull = answer.get("lull", False)
+    if not isinstance(entries, list) or not isinstance(open_, list) or not isinstance(lull, bool):
+        return None
+    read: dict[int, _Entry] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            return None
+        said = _index(entry.get("message"), "P", people)
+        answers = entry.get("answers")
+        to = None if answers is None else _index(answers, "A", assistant)
+        unclear = entry.get("unclear") or []
+        which = (
+            [_index(u, "A", assistant) for u in unclear] if isinstance(unclear, list) else [None]
+        )
+        if said is None or (answers is not None and to is None) or None in which:
+            return None
+        read[said] = (to, tuple(sorted({w for w in which if w is not None})))
+    waiting = [_index(q, "A", assistant) for q in open_]
+    if None in waiting:
+        return None
+    return read, tuple(w for w in waiting if w is not None), lull
+
+
+def _index(ref: object, side: str, count: int) -> int | None:
+    if not isinstance(ref, str) or not ref.startswith(side) or not ref[1:].isdigit():
+        return None
+    index = int(ref[1:]) - 1
+    return index if 0 <= index < count else None
+
+
+def _matching(
+    req: TurnRequest,
+    found: list[Turn],
+    read: dict[int, _Entry],
+    waiting: tuple[int, ...],
+    lull: bool,
+) -> Matching:
+    latest = next((t.reply_id for t in reversed(req.history) if _is_message(t)), None)
+    before = next((t.match for t in reversed(req.history) if t.role == "user"), None)
+    open_ = tuple(found[i].reply_id for i in waiting if found[i].reply_id is not None)
+    matches: dict[str, ReplyMatch] = {}
+    for said, turn in enumerate(req.new):
+        if said in read and turn.client_id:
+            to, unclear = read[said]
+            matches[turn.client_id] = _one(found, to, unclear, latest, before, open_)
+            before = matches[turn.client_id]
+    return Matching("asked", matches, _note(req.new, found, matches), lull=lull)
+
+
+def _one(
+    found: list[Turn],
+    to: int | None,
+    unclear: tuple[int, ...],
+    latest: UUID | None,
+    before: ReplyMatch | None,
+    open_: tuple[UUID, ...],
+) -> ReplyMatch:
+    if len(unclear) < 2:
+        answered = found[to] if to is not None else None
+        return _answering(answered, latest, open_)
+    questions = tuple(found[i].reply_id for i in unclear if found[i].reply_id is not None)
+    if before is not None and before.asked and set(before.unclear) == set(questions):
+        likeliest = found[to] if to is not None else found[unclear[-1]]
+        guess = _answering(likeliest, latest, open_)
+        # The say also answers our asking which one they meant, if that came last.
+        waiting = tuple(q for q in guess.open if q != latest)
+        return ReplyMatch(
+            guess.answers, guess.latest, guess.excerpt, waiting, questions, guessed=True
+        )
+    still = open_ + tuple(q for q in questions if q not in open_)
+    return ReplyMatch(None, False, open=still, unclear=questions, asked=True)
+
+
+def _answering(answered: Turn | None, latest: UUID | None, open_: tuple[UUID, ...]) -> ReplyMatch:
+    if answered is None:
+        return ReplyMatch(None, False, open=open_)
+    waiting = tuple(q for q in open_ if q != answered.reply_id)
+    return ReplyMatch(
+        answered.reply_id, answered.reply_id == latest, excerpt(answered.text), waiting
+    )
+
+
+# -- the note ------------------------------------------------------------------------------
+
+
+def _note(new: list[Turn], found: list[Turn], matches: dict[str, ReplyMatch]) -> str | None:
+    noted = [(t, matches[t.client_id]) for t in new if t.client_id in matches]
+    noted = [(t, m) for t, m in noted if not m.latest]
+    if not noted:
+        return None
+    texts = {t.reply_id: t.text for t in found}
+    lines = [REPLY_CONTEXT]
+    for turn, match in noted:
+        subject = (
+            "This message" if len(new) == 1 else f'Their message "{excerpt(turn.text, NOTE_CHARS)}"'
+        )
+        lines.append(f"{subject} {_reading(match, texts)}")
+    waiting = [q for q in noted[-1][1].open if q in texts]
+    if waiting:
+        lines.append(f"{REPLY_WAITING} {_quoted(waiting, texts, '; ')}.")
+    return "\n".join(lines)
+
+
+def _reading(match: ReplyMatch, texts: dict[UUID | None, str]) -> str:
+    if match.asked:
+        return f"could answer {_quoted(match.unclear, texts, ' or ')}. {REPLY_ASK}"
+    answered = f'"{excerpt(texts.get(match.answers, match.excerpt), NOTE_CHARS)}"'
+    if match.guessed:
+        return (
+            f"is unclear again between {_quoted(match.unclear, texts, ' and ')}: you asked "
+            f"once already, so do not ask again; take it as the answer to {answered}."
+        )
+    if match.answers is None:
+        return "starts something new: it answers none of your messages."
+    return f"answers your earlier message {answered} (not your latest one)."
+
+
+def _quoted(ids: Sequence[UUID], texts: dict[UUID | None, str], joint: str) -> str:
+    return joint.join(f'"{excerpt(texts[i], NOTE_CHARS)}"' for i in ids if i in texts)

@@ -1,0 +1,284 @@
+"""Reply matching end to end: which assistant message each say answers (PROTOCOL 1.1).
+
+The seed's two stories over WebSocket and SSE, with the built-in rehearsal models (a first
+run) and with fake models over HTTP (what the chat model is handed); the easy cases that
+ask nothing; an analysis model down, slow or answering garbage; a resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from providers.notes import REPLY_CONTEXT
+from tests.conftest import Harness, Phone
+from tests.fakes.analysis_server import Answer, Down, FakeAnalysis, Stall
+from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.sse_client import EventStream, SseClient
+
+WEEKEND = "ask me: how was your weekend?"
+BOOK = "ask me: did you finish that book?"
+
+
+@pytest.fixture
+async def analysis() -> AsyncIterator[FakeAnalysis]:
+    async with FakeAnalysis() as fake:
+        yield fake
+
+
+async def counters(harness: Harness, name: str) -> dict[str, float]:
+    """One counter family from `GET /metrics`, by its label values."""
+    async with harness.http.get(harness.url("/metrics")) as response:
+        text = await response.text()
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(f"{name}_total{{"):
+            labels, value = line[len(name) + 7 :].rsplit("} ", 1)
+            found[labels] = float(value)
+    return found
+
+
+async def turn(phone: Phone, text: str, id_: str | None = None) -> dict[str, Any]:
+    """Say `text`; the reply.end that answers it."""
+    ack = await phone.say(text, id_)
+    return await phone.expect("reply.end", lambda f: f["seq"] > ack["seq"])
+
+
+def frames_after(phone: Phone, seq: int, type_: str) -> list[dict[str, Any]]:
+    return [f for f in phone.frames if f["type"] == type_ and f.get("seq", 0) > seq]
+
+
+# -- the stories, on a first run -----------------------------------------------------------
+
+
+async def test_weekend_story_over_websocket_on_a_first_run(harness: Harness) -> None:
+    await harness.start()
+    phone = await harness.phone()
+    weekend = await turn(phone, WEEKEND)
+    assert weekend["text"] == "How was your weekend?"
+    book = await turn(phone, BOOK)
+    assert book["text"] == "Did you finish that book?"
+    loved = await turn(phone, "yes, loved it!")
+    assert REPLY_CONTEXT not in loved["text"] and "[" not in loved["text"].removeprefix(
+        "[rehearsal]"
+    )
+
+    ack = await phone.say("it was great, went hiking", "hiking")
+    reply_to = await phone.expect("reply_to")
+    end = await phone.reply()
+    assert reply_to == {
+        "type": "reply_to",
+        "seq": reply_to["seq"],
+        "id": "hiking",
+        "reply": weekend["reply"],
+        "excerpt": "How was your weekend?",
+        "guessed": False,
+    }
+    deltas = [f["seq"] for f in frames_after(phone, ack["seq"], "reply.delta")]
+    assert ack["seq"] < reply_to["seq"] < min(deltas)
+    # The rehearsal model shows the note it was handed.
+    assert 'answers your earlier message "How was your weekend?"' in end["text"]
+    assert [f for f in phone.frames if f["type"] == "reply_to"] == [reply_to]
+    assert await counters(harness, "stillhere_analysis_failures") == {}
+
+
+async def test_sleep_and_dinner_asks_once_then_takes_the_likeliest(harness: Harness) -> None:
+    await harness.start()
+    phone = await harness.phone()
+    await turn(phone, "ask me: did you sleep well?")
+    dinner = await turn(phone, "ask me: are you coming to dinner?")
+    asked = await turn(phone, "yes!")
+    assert asked["text"] == (
+        '[rehearsal] Sorry, which did you mean: "Did you sleep well?" or '
+        '"Are you coming to dinner?"?'
+    )
+    assert not [f for f in phone.frames if f["type"] == "reply_to"]
+
+    await phone.say("yes!", "again")
+    reply_to = await phone.expect("reply_to")
+    end = await phone.reply()
+    assert reply_to["id"] == "again" and reply_to["guessed"] is True
+    assert reply_to["reply"] == dinner["reply"]
+    assert reply_to["excerpt"] == "Are you coming to dinner?"
+    assert not end["text"].startswith("[rehearsal] Sorry, which did you mean")
+    assert (
+        'take it as the answer to "Are you coming to dinner?". '
+        'Still waiting for an answer: "Did you sleep well?".]'
+    ) in end["text"]
+
+
+# -- fake models: what the chat model is handed ------------------------------------------------
+
+
+def matched(answers: str | None, open_: list[str], **entry: Any) -> Answer:
+    return Answer({"answers": [{"message": "P1", "answers": answers, **entry}], "open": open_})
+
+
+async def weekend_over_sse(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis, loved: Answer
+) -> tuple[SseClient, EventStream, list[dict[str, Any]]]:
+    """The weekend story over SSE, up to the answer to the book, which the analysis reads as
+    `loved` says; the reply.ends."""
+    await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url)
+    fake_llm.queue(
+        Reply("How was your weekend?"),
+        Reply("Did you finish that book?"),
+        Reply("So glad you liked it."),
+    )
+    client = SseClient(harness.http, harness.url)
+    stream = await client.open()
+    await stream.expect("welcome")
+    analysis.queue(matched(None, ["A1"]), loved)  # "brb, coffee?" starts something new
+    ends = []
+    for text in ("hi", "brb, coffee?"):
+        await client.say(text)
+        ends.append((await stream.expect("reply.end")).data)
+    await client.say("yes, loved it!")
+    ends.append((await stream.expect("reply.end")).data)
+    return client, stream, ends
+
+
+async def test_weekend_story_over_sse_hands_the_model_the_note(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
+) -> None:
+    loved = matched("A2", ["A1"])
+    client, stream, ends = await weekend_over_sse(harness, fake_llm, analysis, loved)
+    weekend, book, _ = ends
+    # "hi" had no candidate; "brb" a question back to a question; "yes" two candidates.
+    assert [a.lines for a in analysis.asked] == [
+        ["A1: How was your weekend?", "P1: brb, coffee?"],
+        ["A1: How was your weekend?", "A2: Did you finish that book?", "P1: yes, loved it!"],
+    ]
+    assert not any(REPLY_CONTEXT in m["content"] for m in fake_llm.requests[2]["messages"])
+
+    analysis.queue(matched("A1", []))
+    fake_llm.queue(Reply("Hiking sounds lovely."))
+    ack = await client.say("it was great, went hiking", "hiking")
+    reply_to = await stream.expect("reply_to")
+    await stream.expect("reply.end")
+    assert reply_to.data == {
+        "type": "reply_to",
+        "seq": int(reply_to.id or 0),
+        "id": "hiking",
+        "reply": weekend["reply"],
+        "excerpt": "How was your weekend?",
+        "guessed": False,
+    }
+    assert reply_to.seq is not None and reply_to.seq > ack["seq"]
+    assert analysis.asked[-1].lines == [
+        "A1: How was your weekend?",
+        "A2: So glad you liked it.",
+        "P1: it was great, went hiking",
+    ]
+    messages = fake_llm.requests[-1]["messages"]
+    note = messages[-2]
+    assert note["role"] == "system"
+    assert note["content"] == (
+        f"{REPLY_CONTEXT}\n"
+        'This message answers your earlier message "How was your weekend?" '
+        "(not your latest one)."
+    )
+    assert messages[-1] == {"role": "user", "content": "it was great, went hiking"}
+    assert book["text"] == "Did you finish that book?"
+    await client.close()
+
+
+async def test_the_note_lists_the_questions_still_waiting(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
+) -> None:
+    loved = matched(None, ["A1", "A2"])  # "yes, loved it!" taken as something new
+    client, _, _ = await weekend_over_sse(harness, fake_llm, analysis, loved)
+    note = fake_llm.requests[2]["messages"][-2]["content"]
+    assert note == (
+        f"{REPLY_CONTEXT}\n"
+        "This message starts something new: it answers none of your messages.\n"
+        'Still waiting for an answer: "How was your weekend?"; "Did you finish that book?".'
+    )
+    await client.close()
+
+
+async def test_easy_cases_make_no_analysis_request(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis, caplog: pytest.LogCaptureFixture
+) -> None:
+    await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url)
+    fake_llm.queue(Reply("Hello! How are you?"), Reply("Glad to hear it."), Reply("Sure."))
+    phone = await harness.phone()
+    for text in ("hi", "fine, thanks", "ok"):
+        await turn(phone, text)
+    assert analysis.asked == []
+    assert await counters(harness, "stillhere_reply_matching") == {
+        'how="no_candidate"': 1.0,
+        'how="just_before"': 2.0,
+        'how="asked"': 0.0,
+    }
+    lines = [r.getMessage() for r in caplog.records if "handing the model" in r.getMessage()]
+    assert "replies matched without the model (no candidate)" in lines[0]
+    assert all("replies matched without the model (just before)" in line for line in lines[1:])
+
+
+@pytest.mark.parametrize(
+    ("response", "reason"),
+    [
+        (Down(503), "http"),
+        (Stall(), "timeout"),
+        (Answer({"answers": [{"message": "P1", "answers": "A1"}]}, delay=1.0), "timeout"),
+        (Answer("the weekend, probably"), "not_json"),
+        (Answer({"answers": [{"message": "P7", "answers": "A9"}], "open": []}), "bad_shape"),
+    ],
+)
+async def test_analysis_down_slow_or_garbage_the_reply_comes_without_the_note(
+    harness: Harness,
+    fake_llm: FakeOpenAI,
+    analysis: FakeAnalysis,
+    response: Any,
+    reason: str,
+) -> None:
+    await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url, analysis_timeout=0.3)
+    fake_llm.queue(Reply("How was your weekend?"), Reply("Did you finish that book?"))
+    phone = await harness.phone()
+    await turn(phone, "hi")
+    analysis.queue(matched(None, ["A1"]), response)  # "brb?" leaves the weekend waiting
+    await turn(phone, "brb?")
+    fake_llm.queue(Reply("Good to hear."))
+    end = await turn(phone, "it was great, went hiking")
+    assert end["text"] == "Good to hear." and "error" not in end
+    assert not [f for f in phone.frames if f["type"] == "reply_to"]
+    assert not any(REPLY_CONTEXT in m["content"] for m in fake_llm.requests[-1]["messages"])
+    failures = await counters(harness, "stillhere_analysis_failures")
+    assert failures == {f'reason="{reason}",task="reply-matching"': 1.0}
+
+
+# -- resume ---------------------------------------------------------------------------------
+
+
+async def test_reply_to_is_in_the_history_and_the_replay_of_a_resume(harness: Harness) -> None:
+    await harness.start()
+    phone = await harness.phone()
+    weekend = await turn(phone, WEEKEND)
+    book = await turn(phone, BOOK)
+    await turn(phone, "yes, loved it!", "loved")
+    before = phone.last_seq
+    await phone.say("it was great, went hiking", "hiking")
+    reply_to = await phone.expect("reply_to")
+    await phone.reply()
+    await phone.drop()
+
+    conversation = phone.welcome["conversation"]
+    again = await harness.phone(phone.device, conversation=conversation, last_seq=before)
+    assert again.welcome["resumed"] is True
+    replayed = await again.expect("reply_to")
+    assert replayed == reply_to
+    history = again.welcome["history"]
+    says = [h for h in history if h["role"] == "user"]
+    assert [h.get("id") for h in says][-2:] == ["loved", "hiking"]
+    assert "reply_to" not in says[-2]
+    assert says[-1]["reply_to"] == {
+        "reply": weekend["reply"],
+        "excerpt": "How was your weekend?",
+        "guessed": False,
+    }
+    replies = [h["reply"] for h in history if h["role"] == "assistant"]
+    assert replies[:2] == [weekend["reply"], book["reply"]]
+    await again.close()
