@@ -7,9 +7,14 @@ ask nothing; an analysis model down, slow or answering garbage; a resume.
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
+import asyncpg
 import pytest
 
 from providers.notes import REPLY_CONTEXT
@@ -17,6 +22,7 @@ from tests.conftest import Harness, Phone
 from tests.fakes.analysis_server import Answer, Down, FakeAnalysis, Stall
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.sse_client import EventStream, SseClient
+from tests.test_restart import ServerProcess, hello
 
 WEEKEND = "ask me: how was your weekend?"
 BOOK = "ask me: did you finish that book?"
@@ -282,3 +288,58 @@ async def test_reply_to_is_in_the_history_and_the_replay_of_a_resume(harness: Ha
     replies = [h["reply"] for h in history if h["role"] == "assistant"]
     assert replies[:2] == [weekend["reply"], book["reply"]]
     await again.close()
+
+
+async def test_the_reply_graph_survives_kill_9(
+    dsn: str, tmp_path: Path, db: asyncpg.Connection
+) -> None:
+    """The questions still waiting, and a reply_to, are read back by a new process."""
+    device = "device-" + uuid.uuid4().hex
+    first = ServerProcess(dsn, tmp_path / "data", tmp_path / "first.log")
+    second = ServerProcess(dsn, tmp_path / "data", tmp_path / "second.log")
+    async with aiohttp.ClientSession() as http:
+        try:
+            await first.start(http)
+            before, welcome = await hello(http, first, device=device)
+            conversation = welcome["conversation"]
+            weekend = (await before.say(WEEKEND))[1]
+            await before.say(BOOK)
+            await before.say("yes, loved it!")  # leaves the weekend waiting, in its row
+            stored = (
+                "SELECT count(*) FROM turns WHERE conversation = $1 AND reply_match IS NOT NULL"
+            )
+            async with asyncio.timeout(10):
+                while await db.fetchval(stored, uuid.UUID(conversation)) < 2:
+                    await asyncio.sleep(0.01)
+            await first.kill()
+            await before.ws.close()
+
+            await second.start(http)
+            after, again = await hello(http, second, device=device, conversation=conversation)
+            assert again["resumed"] is True
+            ack, _ = await after.say("it was great, went hiking")
+            reply_to = next(f for f in after.frames if f["type"] == "reply_to")
+            assert reply_to["reply"] == weekend["reply"] and reply_to["seq"] > ack["seq"]
+            # Its match is written with its reply, after the reply_to event.
+            async with asyncio.timeout(10):
+                while await db.fetchval(stored, uuid.UUID(conversation)) < 3:
+                    await asyncio.sleep(0.01)
+            await second.kill()
+            await after.ws.close()
+
+            await first.start(http)
+            last, resumed = await hello(
+                http, first, device=device, conversation=conversation, last_seq=ack["seq"]
+            )
+            assert await last.expect("reply_to") == reply_to
+            said = resumed["history"][-2]
+            assert said["text"] == "it was great, went hiking"
+            assert said["reply_to"] == {
+                "reply": weekend["reply"],
+                "excerpt": "How was your weekend?",
+                "guessed": False,
+            }
+            await last.ws.close()
+        finally:
+            await first.kill()
+            await second.kill()
