@@ -77,11 +77,10 @@ def _described(match: ReplyMatch) -> str:
 def candidates(history: Sequence[Turn], now: datetime, limit: int, horizon_s: float) -> list[Turn]:
     """The assistant messages the next says may answer, oldest first."""
     previous = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"), -1)
-    since = [t for t in history[previous + 1 :] if _is_message(t)]
-    waiting: set[UUID] = set()
+    wanted = {t.reply_id for t in history[previous + 1 :] if _is_message(t)}
     if previous >= 0 and history[previous].match is not None:
-        waiting = set(history[previous].match.open)
-    chosen = [t for t in history if _is_message(t) and (t in since or t.reply_id in waiting)]
+        wanted.update(history[previous].match.open)
+    chosen = [t for t in history if _is_message(t) and t.reply_id in wanted]
     fresh = [t for t in chosen if (now - t.at).total_seconds() <= horizon_s]
     return fresh[-limit:]
 
