@@ -30,6 +30,7 @@ import numpy as np
 import orjson
 
 from actors.memory.keeper import MemoryKeeper
+from actors.memory.language import english
 from actors.memory.recognition import (
     Thresholds,
     Wording,
@@ -54,6 +55,13 @@ class Pair:
     new: MemoryDraft
     same: bool
     kind: str
+    language: str = "en"  # en, fr (neither memory English) or cross (one of each)
+
+
+def language_of(a: str, b: str) -> str:
+    """The pair's language, told as recognition tells it (`actors.memory.language`)."""
+    ours, theirs = english(a), english(b)
+    return "en" if ours and theirs else "fr" if not (ours or theirs) else "cross"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,7 @@ class Outcome:
     share: float = 0.0  # of the shorter memory's fact-bearing words, how many the other has
     swap: bool = False  # the same sentence but for one word
     slot: bool = False  # two appointments on the same day at the same time
+    language: str = "en"
 
 
 def _draft(value: Any, where: str) -> MemoryDraft:
@@ -105,14 +114,11 @@ def read_pairs(path: Path) -> list[Pair]:
             raise PairsError(f"{where}: not JSON ({error})") from None
         if not isinstance(row, dict) or not isinstance(row.get("same"), bool):
             raise PairsError(f"{where}: needs existing, new, same (true or false) and kind")
-        pairs.append(
-            Pair(
-                _draft(row.get("existing"), f"{where} existing"),
-                _draft(row.get("new"), f"{where} new"),
-                row["same"],
-                str(row.get("kind") or "unlabelled"),
-            )
-        )
+        existing = _draft(row.get("existing"), f"{where} existing")
+        new = _draft(row.get("new"), f"{where} new")
+        language = str(row.get("language") or language_of(existing.text, new.text))
+        kind = str(row.get("kind") or "unlabelled")
+        pairs.append(Pair(existing, new, row["same"], kind, language))
     if not pairs:
         raise PairsError(f"{path}: no pairs")
     return pairs
@@ -145,16 +151,17 @@ def score(merged: list[bool], same: list[bool]) -> dict[str, Any]:
 
 
 def report(outcomes: list[Outcome], merged: list[bool]) -> dict[str, Any]:
-    """Overall figures and the same per kind."""
+    """Overall figures, and the same per kind and per language."""
     same = [o.same for o in outcomes]
     result = score(merged, same)
-    kinds: dict[str, list[int]] = defaultdict(list)
-    for i, o in enumerate(outcomes):
-        kinds[o.kind].append(i)
-    result["kinds"] = {
-        kind: score([merged[i] for i in rows], [same[i] for i in rows])
-        for kind, rows in kinds.items()
-    }
+    for field, key in (("kinds", "kind"), ("languages", "language")):
+        groups: dict[str, list[int]] = defaultdict(list)
+        for i, o in enumerate(outcomes):
+            groups[getattr(o, key)].append(i)
+        result[field] = {
+            name: score([merged[i] for i in rows], [same[i] for i in rows])
+            for name, rows in groups.items()
+        }
     return result
 
 
@@ -224,6 +231,7 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
                 share=words.share,
                 swap=words.one_word_swap,
                 slot=words.same_slot,
+                language=pair.language,
             )
         )
         keeper.drop(person)
@@ -240,11 +248,11 @@ def _figure(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def table(result: dict[str, Any]) -> str:
-    head = f"{'kind':<16}{'pairs':>6}{'same':>6}{'merged':>8}{'precision':>11}{'recall':>8}"
-    head += f"{'false merges':>14}{'missed':>8}"
+def table(result: dict[str, Any], by: str = "kinds") -> str:
+    head = f"{by.removesuffix('s'):<16}{'pairs':>6}{'same':>6}{'merged':>8}"
+    head += f"{'precision':>11}{'recall':>8}{'false merges':>14}{'missed':>8}"
     lines = [head, "-" * len(head)]
-    rows = [*result["kinds"].items(), ("all", result)]
+    rows = [*result[by].items(), ("all", result)]
     for kind, r in rows:
         if kind == "all":
             lines.append("-" * len(head))
@@ -297,6 +305,7 @@ async def run(args: argparse.Namespace) -> int:
     result = report(outcomes, [o.merged for o in outcomes])
     print(f"{len(pairs)} pairs, embedder {model}, judged by {judging}")
     print(table(result))
+    print(table(result, "languages"))
     searched = {m: search_thresholds(outcomes, args.target_precision, m, fixed) for m in fixed}
     found = {m: best_pair(grid, args.target_precision) for m, grid in searched.items()}
     for judge_model, grid in searched.items():
