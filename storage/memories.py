@@ -411,6 +411,19 @@ class MemoryStore:
             )
         return memory(row), int(generation)
 
+    async def link(self, person: str, source: UUID, target: UUID, kind: str, now: datetime) -> None:
+        """Link two of the person's memories (a `related` pair, say); no-op if linked so."""
+        await self._pool.execute(
+            "INSERT INTO memory_links (source, target, kind, person, created_at) "
+            "SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM cards "
+            "WHERE person = $4 AND id IN ($1, $2)) = 2 ON CONFLICT DO NOTHING",
+            source,
+            target,
+            kind,
+            person,
+            now,
+        )
+
     async def reinforce(
         self,
         person: str,

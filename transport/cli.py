@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench import flap
 from providers.event_loop import run as run_on_loop
-from transport import eval_dedup, eval_turns, memory_cli
+from transport import eval_dedup, eval_search, eval_turns, memory_cli
 from transport.app import build_app, log_listening
 from transport.config import Settings, add_options, env_value, settings_from
 from transport.identity import Identity, load_or_create_secret
@@ -36,7 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_inspect_options(inspect)
     memory_cli.add_parser(commands)  # memory consolidate
-    eval_turns.add_parser(eval_dedup.add_parser(commands))  # eval dedup, eval turns
+    evals = eval_dedup.add_parser(commands)  # eval dedup
+    eval_turns.add_parser(evals)  # eval turns
+    eval_search.add_parser(evals)  # eval search
     bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
     flap.add_parser(bench.add_subparsers(dest="bench", required=True))  # bench flap
     return parser

@@ -29,9 +29,9 @@ from actors.memory.search import (
     CANDIDATES,
     NAMED_ROWS,
     Found,
+    Meaning,
     name_words,
     rank,
-    views,
     with_neighbours,
 )
 from providers.embedding import Embedder, EmbeddingError
@@ -77,6 +77,7 @@ class MemoryKeeper:
         self.clock = clock
         self.model = embedder.name
         self.judge = judge or judge_for(embedder)
+        self.meaning = Meaning(embedder)
         self.candidates = candidates
         self._max_persons = max_persons
         self._offload_above = offload_above
@@ -250,13 +251,13 @@ class MemoryKeeper:
         index = await self.ready()
         fingerprints, rows = await index.near(
             person,
-            views(self.embedder, vector),
+            self.meaning.views(vector),
             max(CANDIDATES, 4 * limit),
             [m.id for m in named],
             lambda ids: self.store.found(person, ids),
         )
         candidates = [*rows.values(), *named]
-        hits = rank(query, vector, self.judge, candidates, fingerprints, limit)
+        hits = rank(query, vector, self.meaning, candidates, fingerprints, limit)
         neighbours = await self.store.neighbours(person, [f.memory.id for f in hits])
         return with_neighbours(hits, neighbours)
 

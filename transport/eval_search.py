@@ -1,0 +1,239 @@
+"""`stillhere eval search`: how well search by meaning finds what it should, measured.
+
+The labelled corpus of `bench/search_corpus.py` is stored for `--persons` people, each
+with `--size` memories (its anchors, muted restatements, erroneous memories with their
+corrections, related links, and seeded filler), fingerprinted by the configured embedder,
+in a scratch or given PostgreSQL. Every labelled query then runs through the real search
+(`MemoryKeeper.search`, as the tool and the API call it) for every person, and the report
+gives, by kind of query (name, paraphrase, theme, question, cross-language) and overall:
+
+- `recall_at_5`: of the memories that answer a query, the share among its first five
+  results, out of at most five (a name with seven memories is answered whole by five);
+- `mrr`: the mean of 1 / the rank of the first answer among the first ten (0 if none);
+- what must never happen, counted: a muted memory shown, an erroneous one without the
+  memory that corrects it just before, another person's memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import orjson
+
+from actors.memory.keeper import MemoryKeeper
+from actors.memory.search import Found
+from bench.search_corpus import ANCHORS, ERRONEOUS, KINDS, MUTED, RELATED, Query, filler, queries
+from providers.embedding import EmbeddingError
+from storage.fingerprints import encode
+from storage.records import MemoryDraft
+from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
+
+BATCH = 64
+RECALL_AT = 5
+MRR_AT = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Base:
+    """One person's stored corpus: anchor ids by key, and what must never be shown alone."""
+
+    person: str
+    anchors: dict[str, UUID]
+    muted: frozenset[UUID]
+
+
+async def store_drafts(keeper: MemoryKeeper, person: str, drafts: list[MemoryDraft]) -> list[UUID]:
+    """Store `drafts` as they are (no recognition: the corpus holds no restatement but the
+    muted ones), fingerprinted in batches. Shared with `bench.search`."""
+    ids = []
+    now = keeper.clock.now()
+    for start in range(0, len(drafts), BATCH):
+        batch = drafts[start : start + BATCH]
+        vectors = await keeper.fingerprint([d.text for d in batch])
+        for draft, vector in zip(batch, vectors, strict=True):
+            memory, _ = await keeper.store.create(
+                person, draft, now, fingerprint=encode(vector), model=keeper.model
+            )
+            ids.append(memory.id)
+    return ids
+
+
+async def store_corpus(keeper: MemoryKeeper, person: str, size: int, seed: int) -> Base:
+    """The corpus for one person: anchors, their muted and erroneous companions, links,
+    then filler up to `size` memories in all."""
+    anchors = {a.key: a.draft for a in ANCHORS}
+    muted = [_worded(anchors[k], t) for k, t in MUTED.items()]
+    wrong = [_worded(anchors[k], t) for k, t in ERRONEOUS.items()]
+    extra = size - len(anchors) - len(muted) - len(wrong)
+    drafts = [*anchors.values(), *muted, *wrong, *filler(max(0, extra), seed)]
+    ids = await store_drafts(keeper, person, drafts)
+    by_key = dict(zip(anchors, ids, strict=False))
+    muted_ids = ids[len(anchors) : len(anchors) + len(muted)]
+    wrong_ids = ids[len(anchors) + len(muted) : len(anchors) + len(muted) + len(wrong)]
+    await keeper.mute(person, muted_ids)
+    now = keeper.clock.now()
+    for key, memory in zip(ERRONEOUS, wrong_ids, strict=True):
+        await keeper.mark_erroneous(person, memory, by_key[key])
+    for a, b in RELATED:
+        await keeper.store.link(person, by_key[a], by_key[b], "related", now)
+    return Base(person, by_key, frozenset(muted_ids))
+
+
+def _worded(draft: MemoryDraft, text: str) -> MemoryDraft:
+    return MemoryDraft(text, draft.type, draft.people, draft.themes)
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    kind: str
+    query: str
+    recall: float
+    reciprocal_rank: float
+    ranks: list[int]  # 1-based ranks of the answers found among the results
+    muted_shown: int
+    erroneous_alone: int
+    other_person: int
+
+
+def score_query(query: Query, base: Base, found: list[Found]) -> Scored:
+    answers = {base.anchors[k] for k in query.answers}
+    ids = [f.memory.id for f in found]
+    ranks = [i + 1 for i, memory in enumerate(ids) if memory in answers]
+    in_top = len(answers & set(ids[:RECALL_AT]))
+    first = next((r for r in ranks if r <= MRR_AT), None)
+    alone = sum(
+        f.memory.status == "erroneous"
+        and (i == 0 or found[i - 1].memory.id != f.memory.corrected_by)
+        for i, f in enumerate(found)
+    )
+    return Scored(
+        query.kind,
+        query.text,
+        in_top / min(len(answers), RECALL_AT),
+        1 / first if first else 0.0,
+        ranks,
+        sum(memory in base.muted for memory in ids),
+        alone,
+        sum(f.memory.person != base.person for f in found),
+    )
+
+
+def summary(scored: list[Scored]) -> dict[str, Any]:
+    n = len(scored)
+    return {
+        "queries": n,
+        "recall_at_5": round(sum(s.recall for s in scored) / n, 4) if n else None,
+        "mrr": round(sum(s.reciprocal_rank for s in scored) / n, 4) if n else None,
+        "muted_shown": sum(s.muted_shown for s in scored),
+        "erroneous_alone": sum(s.erroneous_alone for s in scored),
+        "other_person": sum(s.other_person for s in scored),
+    }
+
+
+def report(scored: list[Scored]) -> dict[str, Any]:
+    kinds: dict[str, list[Scored]] = defaultdict(list)
+    for s in scored:
+        kinds[s.kind].append(s)
+    return {**summary(scored), "kinds": {k: summary(kinds[k]) for k in KINDS if k in kinds}}
+
+
+def table(result: dict[str, Any]) -> str:
+    head = f"{'kind':<16}{'queries':>8}{'recall@5':>10}{'MRR':>8}"
+    lines = [head, "-" * len(head)]
+    for kind, r in [*result["kinds"].items(), ("all", result)]:
+        lines.append(f"{kind:<16}{r['queries']:>8}{r['recall_at_5']:>10.3f}{r['mrr']:>8.3f}")
+    lines.append(
+        f"never: {result['muted_shown']} muted shown, {result['erroneous_alone']} erroneous "
+        f"without their correction, {result['other_person']} of another person"
+    )
+    return "\n".join(lines)
+
+
+def add_parser(commands: Any) -> None:
+    """Add `search` to the `stillhere eval` commands."""
+    search = commands.add_parser(
+        "search",
+        help="recall@5 and MRR of search by meaning on a labelled synthetic corpus",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    search.add_argument("--size", type=int, default=1000, help="memories per person (1000)")
+    search.add_argument("--persons", type=int, default=2, help="people, each a corpus (2)")
+    search.add_argument(
+        "--slice", type=int, default=None, help="only the first N queries of each kind"
+    )
+    search.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        dest="json_out",
+        help="print the report as JSON, or write it to the file given",
+    )
+    add_db_options(search, scratch=True)
+    add_embed_options(search)
+    search.set_defaults(run=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    if args.size < len(ANCHORS) + len(MUTED) + len(ERRONEOUS) or args.persons < 1:
+        print(f"--size must be at least {len(ANCHORS) + len(MUTED) + len(ERRONEOUS)}, --persons 1")
+        return 2
+    started = time.perf_counter()
+    chosen = queries(slice_=args.slice)
+    run_id = uuid.uuid4().hex[:8]
+    async with database(args, scratch=True) as dsn, keeper_on(dsn, args) as keeper:
+        try:
+            scored = await _measure(keeper, run_id, args.size, args.persons, chosen)
+        except EmbeddingError as failure:
+            print(f"the embedder failed, no figures: {failure}")
+            return 1
+        finally:
+            await keeper.store.forget_persons(f"eval-search-{run_id}-%")
+        model = keeper.model
+    result = {
+        "embedder": model,
+        "size": args.size,
+        "persons": args.persons,
+        **report(scored),
+        "seconds": round(time.perf_counter() - started, 2),
+        "details": [_row(s) for s in scored],
+    }
+    if args.json_out == "-":
+        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print(f"{len(chosen)} queries x {args.persons} people of {args.size} memories, {model}")
+    print(table(result))
+    if args.json_out is not None:
+        with open(args.json_out, "wb") as out:
+            out.write(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+async def _measure(
+    keeper: MemoryKeeper, run_id: str, size: int, persons: int, chosen: list[Query]
+) -> list[Scored]:
+    scored = []
+    for n in range(persons):
+        base = await store_corpus(keeper, f"eval-search-{run_id}-{n}", size, seed=n)
+        for query in chosen:
+            found = await keeper.search(base.person, query.text, MRR_AT)
+            scored.append(score_query(query, base, found))
+        keeper.drop(base.person)
+    return scored
+
+
+def _row(s: Scored) -> dict[str, Any]:
+    return {
+        "kind": s.kind,
+        "query": s.query,
+        "recall": round(s.recall, 4),
+        "reciprocal_rank": round(s.reciprocal_rank, 4),
+        "ranks": s.ranks,
+    }
