@@ -196,12 +196,14 @@ class MemoryKeeper:
             if self._index is not None:
                 added = (created.id, vector) if vector is not None else None
                 await self._index.applied(person, generation, added=added)
-        for other, conflict in verdict.contradicts:
+        linked = {m.id for m in contradicts}
+        for decision in verdict.decisions:
             log.info(
-                "memory %s stored beside %s, linked as a possible contradiction (%s)",
+                "memory %s stored beside %s, %s: %s",
                 created.id,
-                other.id,
-                conflict,
+                decision.existing.id,
+                "linked as a possible contradiction" if decision.existing.id in linked else "apart",
+                decision.reason,
             )
         return Remembered(created, True, None, None, contradicts, vector is not None)
 
@@ -242,12 +244,23 @@ class MemoryKeeper:
         """The person's memories that answer `query`, best first, each followed by those
         one link away from it (see `actors.memory.search`). Raises EmbeddingError if the
         query cannot be embedded."""
+        vectors, named = await asyncio.gather(self.fingerprint([query]), self._named(person, query))
+        return await self._found(person, query, vectors[0], named, limit)
+
+    async def search_by(
+        self, person: str, query: str, vector: np.ndarray, limit: int = 5
+    ) -> list[Found]:
+        """`search` with the query's fingerprint already made (`bench.search` times the
+        two apart)."""
+        return await self._found(person, query, vector, await self._named(person, query), limit)
+
+    async def _named(self, person: str, query: str) -> list[Memory]:
         names = name_words(query)
-        vectors, named = await asyncio.gather(
-            self.fingerprint([query]),
-            self.store.named(person, names, NAMED_ROWS) if names else _nothing(),
-        )
-        vector = vectors[0]
+        return await self.store.named(person, names, NAMED_ROWS) if names else []
+
+    async def _found(
+        self, person: str, query: str, vector: np.ndarray, named: list[Memory], limit: int
+    ) -> list[Found]:
         index = await self.ready()
         fingerprints, rows = await index.near(
             person,
@@ -363,7 +376,3 @@ class MemoryKeeper:
         if filled:
             log.info("fingerprint back-fill: %d memories fingerprinted", filled)
         return filled
-
-
-async def _nothing() -> list[Memory]:
-    return []
