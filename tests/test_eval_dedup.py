@@ -92,7 +92,7 @@ async def test_eval_dedup_reports_precision_and_recall(
     assert report["kinds"]["false_twin"]["false_merges"] == 0
     details = {d["kind"] + d["new"][:4]: d for d in report["details"]}
     assert details["verbatimmy b"]["tier"] == "exact"
-    assert details["contradictionThe "]["conflict"].startswith("name")
+    assert details["contradictionThe "]["conflict"].startswith("slot: name")
     assert details["false_twinHann"]["swap"] and not details["rewordOwen"]["swap"]
     assert report["best"]["fake-embed"]["precision"] >= 0.95  # the search over thresholds ran
     assert report["target_reached"] == {"fake-embed": True}

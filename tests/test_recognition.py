@@ -181,7 +181,8 @@ async def test_different_values_are_never_merged_but_linked(
     link = await db.fetchrow("SELECT source, target, kind FROM memory_links")
     assert tuple(link) == (second.memory.id, first.memory.id, "contradicts")
     assert await db.fetchval("SELECT count(*) FROM reinforcements") == 0
-    assert "possible contradiction (name ['lisbon'] vs ['porto'])" in caplog.text
+    said = "linked as a possible contradiction: guard slot: name ['lisbon'] vs ['porto']"
+    assert said in caplog.text
 
     # The other side of an old contradiction is still recognised when restated.
     again = MemoryDraft("The trip is to Porto!", "fact", (), ("trip",))

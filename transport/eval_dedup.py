@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from actors.memory.guards import guard
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.language import english
 from actors.memory.recognition import (
@@ -39,7 +40,6 @@ from actors.memory.recognition import (
     shares_subject,
     wording,
 )
-from actors.memory.values import conflict
 from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
 from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
@@ -77,7 +77,7 @@ class Outcome:
     same_type: bool
     shared: bool
     verbatim: bool
-    conflict: str | None
+    conflict: str | None  # the guard that keeps the pair apart, and why
     existing: str
     new: str
     share: float = 0.0  # of the shorter memory's fact-bearing words, how many the other has
@@ -212,7 +212,7 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
             raise EmbeddingError("failed", f"pair {number + 1}: a fingerprint failed (see log)")
         vectors = await keeper.fingerprint([pair.existing.text, pair.new.text])
         judged = keeper.judge.judge(pair.existing.text, vectors[0], pair.new.text, vectors[1])
-        disagreement = conflict(pair.existing, pair.new)
+        disagreement = guard(pair.existing, pair.new)
         words = wording(pair.new, pair.existing)
         outcomes.append(
             Outcome(

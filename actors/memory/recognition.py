@@ -20,9 +20,10 @@ insurance"). That word is the fact; the fingerprint, which mostly sees the rest,
 such pairs 0.73 to 0.95, above many true rewordings. A reworded sentence changes more than
 one word.
 
-Whatever the score, two memories that state different values about one thing are never
-the same (`actors.memory.values`): the new one is stored, and linked to the other as a
-possible contradiction for the person to settle.
+Whatever the score, the guards (`actors.memory.guards`) keep apart two memories about
+different subjects, or that differ in a value, a negation or an opposite: the new one is
+stored, and linked to the other as a possible contradiction when it gives the same thing
+another value.
 
 The thresholds depend on the embedding model (cosines of a 384-dimension local model and
 of a 1536-dimension API model are not on one scale), so they are looked up by model name.
@@ -34,8 +35,9 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from actors.memory.guards import CONTRADICTION, DISTINCT, Guarded, guard
 from actors.memory.language import english
-from actors.memory.values import Conflict, capitalised, conflict, fact_words, tokens, values
+from actors.memory.values import capitalised, fact_words, tokens, values
 from storage.records import Memory, MemoryDraft
 
 # How much of the shorter memory's fact-bearing words the other must hold for the `worded`
@@ -127,11 +129,30 @@ class Match:
 
 
 @dataclass(frozen=True, slots=True)
+class Decision:
+    """One candidate looked at, and which path decided about it (`tier`, `guard`, later
+    `judge`) and why: the trace a reinforcement or a new memory keeps."""
+
+    existing: Memory
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
-    """What recognition decided: a match, or a new memory (with what it contradicts)."""
+    """What recognition decided: a match, or a new memory (with what it contradicts, and
+    what the guards kept it apart from)."""
 
     match: Match | None
-    contradicts: tuple[tuple[Memory, Conflict], ...] = ()
+    contradicts: tuple[tuple[Memory, Guarded], ...] = ()
+    decisions: tuple[Decision, ...] = ()
+
+    @property
+    def reason(self) -> str:
+        """Why, in a line: the decision that matched, else every guard that stopped one."""
+        if self.match is not None:
+            return self.decisions[-1].reason
+        return "; ".join(f"{d.reason} ({d.existing.id})" for d in self.decisions)
 
 
 def shares_subject(a: MemoryDraft, b: MemoryDraft) -> bool:
@@ -227,10 +248,11 @@ def _bare(text: str) -> str:
 def recognise(new: MemoryDraft, candidates: Iterable[Candidate]) -> Verdict:
     """Decide whether `new` is one of `candidates` (best score first wins).
 
-    A candidate that would match but disagrees on a value is recorded as a contradiction
-    and skipped: a lower one may still be the memory (the other side of an old
-    contradiction, say)."""
-    contradicts: list[tuple[Memory, Conflict]] = []
+    Every candidate a tier would take goes past the guards first: one they stop is another
+    fact (a contradiction is recorded, to be linked) and is skipped, and a lower one may
+    still be the memory (the other side of an old contradiction, say)."""
+    contradicts: list[tuple[Memory, Guarded]] = []
+    decisions: list[Decision] = []
     for candidate in sorted(candidates, key=lambda c: -c.judged.score):
         existing, judged = candidate.memory, candidate.judged
         score, t = judged.score, judged.thresholds
@@ -242,11 +264,22 @@ def recognise(new: MemoryDraft, candidates: Iterable[Candidate]) -> Verdict:
         found = found or reach(score, same_type, shared, words, t)
         if found is None:
             continue
-        disagreement = conflict(existing.draft, new)
-        if disagreement is not None:
-            contradicts.append((existing, disagreement))
+        stopped = None if found == "exact" else guard(existing.draft, new)
+        if stopped is None and found != "exact" and words.one_word_swap:
+            stopped = Guarded("slot", "the same sentence but for one word", DISTINCT)
+        if stopped is not None:
+            decisions.append(Decision(existing, "guard", f"guard {stopped}"))
+            if stopped.verdict == CONTRADICTION:
+                contradicts.append((existing, stopped))
             continue
-        if found != "exact" and words.one_word_swap:
-            continue  # another fact in the same sentence, not a contradiction of it
-        return Verdict(Match(existing, found, score, judged.model), tuple(contradicts))
-    return Verdict(None, tuple(contradicts))
+        why = f"tier {found}: {_cosine(judged)}" if found != "exact" else "tier exact: same words"
+        decisions.append(Decision(existing, "tier", why))
+        match = Match(existing, found, score, judged.model)
+        return Verdict(match, tuple(contradicts), tuple(decisions))
+    return Verdict(None, tuple(contradicts), tuple(decisions))
+
+
+def _cosine(judged: Judged) -> str:
+    t = judged.thresholds
+    by = judged.model or "the embedder"
+    return f"cosine {judged.score:.3f} by {by} (close {t.high:.2f}, shared {t.low:.2f})"

@@ -97,8 +97,12 @@ RELATIONS = {
     **dict.fromkeys(("aunt", "tante"), "aunt"),
     **dict.fromkeys(("uncle", "oncle"), "uncle"),
     **dict.fromkeys(("cousin", "cousine"), "cousin"),
-    **dict.fromkeys(("grandmother", "grandma", "granny", "grand-mère"), "grandmother"),
-    **dict.fromkeys(("grandfather", "grandad", "grandpa", "grand-père"), "grandfather"),
+    **dict.fromkeys(
+        ("grandmother", "grandma", "granny", "nan", "grand-mère", "mamie", "mémé"), "grandmother"
+    ),
+    **dict.fromkeys(
+        ("grandfather", "grandad", "grandpa", "grand-père", "papi", "papy", "pépé"), "grandfather"
+    ),
     **dict.fromkeys(("friend", "ami", "amie", "copain", "copine"), "friend"),
     **dict.fromkeys(("neighbour", "neighbor", "voisin", "voisine"), "neighbour"),
     **dict.fromkeys(("boss", "manager", "chef", "patron", "patronne"), "boss"),
@@ -522,8 +526,10 @@ def conflict(a: MemoryDraft, b: MemoryDraft) -> Conflict | None:
     for kind in KINDS[1:]:
         x, y = ours.get(kind), theirs.get(kind)
         if kind == "name" and x and y:
-            # A name the other memory says too, even where it starts a sentence, is shared.
-            x, y = x - _words((b.text,)), y - _words((a.text,))
+            # A name the other memory says too, even where it starts a sentence, is shared;
+            # accents aside, as a name keeps them in one language only ("Crete", "Crète").
+            x = frozenset(plain(v) for v in x) - {plain(w) for w in _words((b.text,))}
+            y = frozenset(plain(v) for v in y) - {plain(w) for w in _words((a.text,))}
         if x and y and not (x <= y or y <= x):
             return Conflict(kind, x, y)
     return None
