@@ -4,6 +4,7 @@ which message a say answers)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from actors.context import Context
@@ -45,7 +46,7 @@ def build_messages(
     during_reply: bool,
     after_interrupt: bool,
     context: Context | None = None,
-    reply_note: str | None = None,
+    data_notes: Sequence[str | None] = (),
 ) -> tuple[list[ChatMessage], PromptStats]:
     """The messages of one model call. With a `context` (every real turn), it ends the
     first system message, and the session's cards are in it (working memories) rather than
@@ -67,8 +68,8 @@ def build_messages(
     ]
     if notes:
         messages.append(ChatMessage("system", " ".join(notes)))
-    if reply_note:  # next to the says it is about (actors/replies.py)
-        messages.append(ChatMessage("system", reply_note))
+    # Next to the says they are about: which message they answer, what is left open.
+    messages.extend(ChatMessage("system", note) for note in data_notes if note)
     messages.extend(_as_message(t) for t in new)
     chars = sum(len(m.content) for m in messages)
     return messages, PromptStats(len(history), len(cards), speaker, chars, context)

@@ -17,6 +17,7 @@ from uuid import UUID, uuid4
 
 from actors.context import Context, assemble
 from actors.echo import NO_REPEAT, EchoGuard, sources_for
+from actors.loose_ends import note_after, note_for, read_open
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
 from actors.prompt import build_messages
 from actors.replies import Matching, match_replies
@@ -256,7 +257,9 @@ async def run_turn(
     # next turn, and its place in the record is after this reply (`records.say_place`).
     start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
     # Matched while the context is gathered: a judgement costs the reply no extra wait.
-    context, matching = await asyncio.gather(_context(rt, req, generation), match_replies(rt, req))
+    context, matching, ends = await asyncio.gather(
+        _context(rt, req, generation), match_replies(rt, req), read_open(rt, req)
+    )
     _tell_replies_to(stream, matching)
     messages, stats = build_messages(
         req.history,
@@ -266,7 +269,7 @@ async def run_turn(
         during_reply=req.during_reply,
         after_interrupt=req.after_interrupt,
         context=context,
-        reply_note=matching.note,
+        data_notes=(matching.note, note_for(ends, req, matching)),
     )
     log.info(
         "turn in conversation %s: handing the model %s; %s",
@@ -307,6 +310,7 @@ async def run_turn(
     _count_echoes(rt, req, guard)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
     mailbox.tell(TurnEnded(turn, matched=_matched(req, matching)))
+    rt.jobs.start(note_after(rt, req, turn), "noting loose ends")
 
 
 def _tell_replies_to(stream: ConversationStream, matching: Matching) -> None:

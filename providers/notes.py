@@ -21,3 +21,8 @@ SUMMARY_PROMPT = (
 REPLY_CONTEXT = "REPLY CONTEXT (data)"
 REPLY_ASK = "Ask the person, in one short question, which one they meant."
 REPLY_WAITING = "Still waiting for an answer:"
+# Loose ends (actors/loose_ends.py): what earlier exchanges left unaddressed.
+LOOSE_ENDS = "LOOSE ENDS (data)"
+LOOSE_PERSON = "Points of theirs you have not addressed yet:"
+LOOSE_ASSISTANT = "Your own questions still unanswered (raise one only if it fits now):"
+LOOSE_THREADS = "Open threads you may come back to later:"

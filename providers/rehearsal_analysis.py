@@ -179,6 +179,43 @@ def reply_matching(lines: Sequence[str]) -> dict[str, Any]:
     return {"answers": answers, "open": open_, "lull": lull}
 
 
+_PROMISE = re.compile(
+    r"\b(?:i(?:'|\u2019)ll|i will|let me)\s+(?:tell you|look into|get back to you|finish)"
+    r"|\b(?:more on that|tell you the rest|tell you)\s+later\b|\bto be continued\b",
+    re.IGNORECASE,
+)
+
+
+def loose_ends(lines: Sequence[str]) -> dict[str, Any]:
+    """Unanswered questions of ours (but in the reply, the last A line: too soon), their
+    questions the reply shares no word with, and promises to go on later (threads)."""
+    assistant, person = _parse(lines)
+    reply = assistant[-1] if assistant else None
+    waiting = set(reply_matching(lines)["open"])
+    found = [_end("assistant", a, "question") for a in assistant[:-1] if a.ref in waiting]
+    if reply is not None:
+        found += [
+            _end("person", p, "question")
+            for p in person
+            if p.is_question and not p.content_words & reply.content_words
+        ]
+    found += [
+        _end("assistant" if m.ref[0] == "A" else "person", m, "thread")
+        for m in [*assistant, *person]
+        if _PROMISE.search(m.text) and not (reply is not None and _taken_up(m, reply))
+    ]
+    return {"loose_ends": found}
+
+
+def _taken_up(thread: _Message, reply: _Message) -> bool:
+    """A thread is taken up by a later reply that speaks of it."""
+    return thread is not reply and bool(thread.content_words & reply.content_words)
+
+
+def _end(by: str, message: _Message, kind: str) -> dict[str, str]:
+    return {"by": by, "ref": message.ref, "text": message.text, "kind": kind}
+
+
 class RehearsalAnalysis:
     """The built-in analysis: the `Analysis` of a server without an analysis model."""
 
@@ -190,6 +227,8 @@ class RehearsalAnalysis:
         request_text(task, lines)  # the same refusal of unknown tasks as the model's
         if task == "reply-matching":
             return reply_matching(lines)
+        if task == "loose-ends":
+            return loose_ends(lines)
         return None  # no rules for it: the caller goes on as without an analysis
 
     async def close(self) -> None:

@@ -16,6 +16,7 @@ import orjson
 
 from storage.context import ContextReads
 from storage.event_log import EventLog
+from storage.loose_ends import LooseEndStore
 from storage.migrate import migrate
 from storage.pool import open_pool
 from storage.records import (
@@ -89,6 +90,7 @@ class Store:
         self.events = EventLog(pool)  # stream events and replies, group-committed
         self.says = SayLog(pool)  # says, group-committed
         self.rules = RuleStore(pool)  # personal rules, edited over HTTP
+        self.loose_ends = LooseEndStore(pool)  # what exchanges left unaddressed
 
     @classmethod
     async def open(cls, dsn: str, *, max_size: int = 10) -> Store:

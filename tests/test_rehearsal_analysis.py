@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from providers.rehearsal_analysis import RehearsalAnalysis, is_lull, reply_matching
+from providers.rehearsal_analysis import RehearsalAnalysis, is_lull, loose_ends, reply_matching
 
 WEEKEND = "A1: How was your weekend?"
 BOOK = "A2: Did you finish that book?"
@@ -68,3 +68,32 @@ async def test_other_tasks_have_no_rules() -> None:
     assert await analysis.ask("same-memory", ["M1: a", "M2: b"], "") is None
     with pytest.raises(ValueError):
         await analysis.ask("mood", [], "")
+
+
+def test_loose_ends_our_waiting_questions_their_skipped_ones_and_promises() -> None:
+    lines = [
+        "A1: How was your weekend?",
+        "A2: Did you finish that book?",
+        "A3: Glad you liked it. I'll tell you about the sequel later.",
+        "P1: yes, loved it!",
+        "P2: what time is the dentist?",
+    ]
+    assert loose_ends(lines)["loose_ends"] == [
+        {"by": "assistant", "ref": "A1", "text": "How was your weekend?", "kind": "question"},
+        {"by": "person", "ref": "P2", "text": "what time is the dentist?", "kind": "question"},
+        {
+            "by": "assistant",
+            "ref": "A3",
+            "text": "Glad you liked it. I'll tell you about the sequel later.",
+            "kind": "thread",
+        },
+    ]
+
+
+def test_a_thread_is_taken_up_by_a_reply_that_speaks_of_it() -> None:
+    lines = [
+        "A1: I'll tell you the rest of the lighthouse story later.",
+        "A2: So, the lighthouse keeper came home.",
+        "P1: go on",
+    ]
+    assert loose_ends(lines) == {"loose_ends": []}

@@ -153,7 +153,7 @@ async def test_weekend_story_over_sse_hands_the_model_the_note(
     client, stream, ends = await weekend_over_sse(harness, fake_llm, analysis, loved)
     weekend, book, _ = ends
     # "hi" had no candidate; "brb" a question back to a question; "yes" two candidates.
-    assert [a.lines for a in analysis.asked] == [
+    assert [a.lines for a in analysis.tasks("reply-matching")] == [
         ["A1: How was your weekend?", "P1: brb, coffee?"],
         ["A1: How was your weekend?", "A2: Did you finish that book?", "P1: yes, loved it!"],
     ]
@@ -173,7 +173,7 @@ async def test_weekend_story_over_sse_hands_the_model_the_note(
         "guessed": False,
     }
     assert reply_to.seq is not None and reply_to.seq > ack["seq"]
-    assert analysis.asked[-1].lines == [
+    assert analysis.tasks("reply-matching")[-1].lines == [
         "A1: How was your weekend?",
         "A2: So glad you liked it.",
         "P1: it was great, went hiking",
@@ -213,7 +213,7 @@ async def test_easy_cases_make_no_analysis_request(
     phone = await harness.phone()
     for text in ("hi", "fine, thanks", "ok"):
         await turn(phone, text)
-    assert analysis.asked == []
+    assert analysis.tasks("reply-matching") == []
     assert await counters(harness, "stillhere_reply_matching") == {
         'how="no_candidate"': 1.0,
         'how="just_before"': 2.0,

@@ -34,6 +34,7 @@ from transport.memory_api import add_routes as add_memory_routes
 from transport.rules_api import add_routes as add_rule_routes
 from transport.server import SERVER_KEY, Server, close_links
 from transport.sse import events_handler, interrupt_handler, leave_handler, say_handler
+from transport.threads_api import add_routes as add_thread_routes
 from transport.websocket import websocket_handler
 
 log = logging.getLogger("stillhere.server")
@@ -96,6 +97,7 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     app.router.add_get("/metrics", metrics_handler)
     add_memory_routes(app.router)
     add_rule_routes(app.router)
+    add_thread_routes(app.router)
     return app
 
 

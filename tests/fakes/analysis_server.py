@@ -9,6 +9,7 @@ no loose ends, no pairs), so a test that does not care about the analysis need n
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -73,12 +74,19 @@ def neutral(request: Asked) -> AnalysisResponse:
 
 
 class FakeAnalysis(FakeApi["AnalysisResponse"]):
+    """Each task has its own script, so answers queued for one are never taken by another
+    (loose ends are asked after every reply, beside the test's reply matching)."""
+
     path = "/v1/chat/completions"
 
     def __init__(self, default: Callable[[Asked], AnalysisResponse] | None = None) -> None:
         super().__init__()
         self.default = default or neutral
         self.asked: list[Asked] = []
+        self._scripts: dict[str, deque[AnalysisResponse]] = defaultdict(deque)
+
+    def queue(self, *responses: AnalysisResponse, task: str = "reply-matching") -> None:
+        self._scripts[task].extend(responses)
 
     def tasks(self, task: str) -> list[Asked]:
         return [a for a in self.asked if a.task == task]
@@ -93,7 +101,8 @@ class FakeAnalysis(FakeApi["AnalysisResponse"]):
         """The answer to one request; also used by the chat fake for its non-streamed calls."""
         request = asked(body)
         self.asked.append(request)
-        response = self._script.popleft() if self._script else self.default(request)
+        script = self._scripts[request.task]
+        response = script.popleft() if script else self.default(request)
         if isinstance(response, Down):
             return web.Response(status=response.status, text="analysis unavailable")
         if isinstance(response, Stall):

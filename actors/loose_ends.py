@@ -1,0 +1,157 @@
+"""Loose ends: what an exchange left unaddressed, and which of them the next replies get.
+
+After each reply, off its critical path, a `loose-ends` analysis is shown the exchange (the
+assistant message the says followed, the says, the reply) and the loose ends still open,
+and answers what is left unaddressed on either side. What it lists from the exchange is
+noted; an open one it is shown and no longer lists was addressed, and is closed. Those of
+kind `thread` are the person's open threads (`GET /v1/threads`).
+
+Each reply gets at most three loose ends from the last six hours, the person's first:
+answering what they said matters more than having our own questions answered. The
+assistant's own questions come back only when the person is winding a topic down (the
+analysis's `lull`, or a phrasing such as "ok thanks"), never in the middle of another one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS, LOOSE_PERSON, LOOSE_THREADS
+from providers.rehearsal_analysis import is_lull
+from storage.loose_ends import BY, KINDS, LooseEnd, Noted
+from storage.records import Turn, excerpt
+
+if TYPE_CHECKING:
+    from actors.messages import TurnRequest
+    from actors.replies import Matching
+    from actors.runtime import Runtime
+
+log = logging.getLogger("stillhere.loose_ends")
+
+TASK = "loose-ends"
+HORIZON_S = 6 * 3600  # a loose end older than this is not brought up again
+SHOWN = 3  # loose ends a reply gets, at most
+READ = 20  # open loose ends read per turn, to choose from
+TEXT_CHARS = 200  # of a loose end as stored and shown
+INSTRUCTIONS = (
+    "You read an exchange between an assistant (A lines, oldest first) and a person (P "
+    "lines). List what neither side addressed: a point or question of the person's that the "
+    "assistant's last message skipped, a question of the assistant's the person left "
+    "unanswered, or a thread left open (a story not finished, something promised). Each "
+    'has "by" (person or assistant, whose line it is), "ref" (that line\'s label), "text" '
+    '(what is left open, in a few words) and "kind" (point, question or thread). Answer '
+    'only this JSON: {"loose_ends": [{"by": "person", "ref": "P2", "text": "...", '
+    '"kind": "point"}]}'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenEnds:
+    """The open loose ends a turn read, to choose its note from."""
+
+    recent: list[LooseEnd]  # from the last six hours, oldest first
+    threads: list[LooseEnd]  # open threads, however old
+
+
+async def read_open(rt: Runtime, req: TurnRequest) -> OpenEnds:
+    """Never raises: without them the reply only lacks its note."""
+    try:
+        since = rt.clock.now() - timedelta(seconds=HORIZON_S)
+        store = rt.store.loose_ends
+        recent = await store.open_since(req.person, since, READ)
+        return OpenEnds(recent, await store.threads(req.person))
+    except Exception:
+        log.exception("loose ends could not be read; the reply goes ahead without them")
+        return OpenEnds([], [])
+
+
+def note_for(ends: OpenEnds, req: TurnRequest, matching: Matching) -> str | None:
+    """The prompt's LOOSE ENDS note: at most three, the person's first; the assistant's own
+    questions only while the person winds a topic down."""
+    winding_down = matching.lull or (bool(req.new) and all(is_lull(t.text) for t in req.new))
+    person = [e for e in reversed(ends.recent) if e.by == "person" and e.kind != "thread"]
+    ours = [e for e in reversed(ends.recent) if e.by == "assistant" and e.kind != "thread"]
+    chosen = (person + (ours if winding_down else []))[:SHOWN]
+    lines = [LOOSE_ENDS]
+    for title, group in (
+        (LOOSE_PERSON, [e for e in chosen if e.by == "person"]),
+        (LOOSE_ASSISTANT, [e for e in chosen if e.by == "assistant"]),
+        (LOOSE_THREADS, ends.threads[-SHOWN:]),
+    ):
+        if group:
+            lines.append(title + " " + "; ".join(f'"{e.text}"' for e in group) + ".")
+    return "\n".join(lines) if len(lines) > 1 else None
+
+
+async def note_after(rt: Runtime, req: TurnRequest, reply: Turn) -> None:
+    """After a reply: note what the exchange left unaddressed, close what it addressed."""
+    ends = await read_open(rt, req)
+    shown = _dedup(ends.recent + ends.threads)
+    before = next((t for t in reversed(req.history) if t.role == "assistant"), None)
+    exchange_a = [t.text for t in (before, reply) if t is not None and t.text]
+    a_open = [e for e in shown if e.by == "assistant"]
+    p_open = [e for e in shown if e.by == "person"]
+    a_lines = [e.text for e in a_open] + exchange_a
+    p_lines = [e.text for e in p_open] + [t.text for t in req.new]
+    lines = [_line(f"A{i}", text) for i, text in enumerate(a_lines, 1)]
+    lines += [_line(f"P{i}", text) for i, text in enumerate(p_lines, 1)]
+    answer = await rt.analysis.ask(TASK, lines, INSTRUCTIONS)
+    listed = _read(answer, len(a_lines), len(p_lines)) if answer is not None else None
+    if listed is None:
+        if answer is not None:
+            log.warning("analysis %s failed (bad_shape): %.200s", TASK, answer)
+            rt.metrics.count_analysis_failure(TASK, "bad_shape")
+        return  # nothing learnt: nothing closed either
+    kept = {a_open[i].id for side, i, _ in listed if side == "A" and i < len(a_open)}
+    kept |= {p_open[i].id for side, i, _ in listed if side == "P" and i < len(p_open)}
+    noted = [
+        n
+        for side, i, n in listed
+        if (side == "A" and i >= len(a_open)) or (side == "P" and i >= len(p_open))
+    ]
+    closed = [e.id for e in shown if e.id not in kept]
+    await rt.store.loose_ends.settle(req.person, req.conversation, rt.clock.now(), closed, noted)
+    log.info(
+        "loose ends in conversation %s: %d noted, %d closed, %d still open",
+        str(req.conversation)[:8],
+        len(noted),
+        len(closed),
+        len(kept),
+    )
+
+
+def _dedup(ends: list[LooseEnd]) -> list[LooseEnd]:
+    """Once each (a recent thread is read twice), in first-seen order."""
+    return list({e.id: e for e in ends}.values())
+
+
+def _line(label: str, text: str) -> str:
+    return f"{label}: {excerpt(text, TEXT_CHARS)}"
+
+
+def _read(
+    answer: dict[str, Any], assistant: int, people: int
+) -> list[tuple[str, int, Noted]] | None:
+    """Each loose end as (side, 0-based line index, what to note); None if not the shape."""
+    items = answer.get("loose_ends")
+    if not isinstance(items, list):
+        return None
+    listed = []
+    for item in items:
+        if not isinstance(item, dict):
+            return None
+        by, ref, text, kind = (item.get(k) for k in ("by", "ref", "text", "kind"))
+        side = "P" if by == "person" else "A"
+        count = people if side == "P" else assistant
+        if by not in BY or kind not in KINDS or not isinstance(text, str) or not text.strip():
+            return None
+        if not isinstance(ref, str) or not ref.startswith(side) or not ref[1:].isdigit():
+            return None
+        index = int(ref[1:]) - 1
+        if not 0 <= index < count:
+            return None
+        listed.append((side, index, Noted(str(by), str(kind), excerpt(text, TEXT_CHARS))))
+    return listed

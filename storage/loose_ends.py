@@ -1,0 +1,96 @@
+"""Loose ends and open threads (migration 010): what an exchange left unaddressed.
+
+Every read and write is scoped to the person, like the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+import asyncpg
+
+BY = ("person", "assistant")
+KINDS = ("point", "question", "thread")
+
+
+@dataclass(frozen=True, slots=True)
+class LooseEnd:
+    id: UUID
+    by: str  # person | assistant
+    kind: str  # point | question | thread
+    text: str
+    at: datetime
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "by": self.by,
+            "kind": self.kind,
+            "text": self.text,
+            "at": self.at.isoformat(),
+        }
+
+
+def _loose_end(row: asyncpg.Record) -> LooseEnd:
+    return LooseEnd(row["id"], row["by"], row["kind"], row["text"], row["at"])
+
+
+@dataclass(frozen=True, slots=True)
+class Noted:
+    """A new loose end, before it has an id."""
+
+    by: str
+    kind: str
+    text: str
+
+
+class LooseEndStore:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def open_since(self, person: str, since: datetime, limit: int) -> list[LooseEnd]:
+        """The person's open loose ends noted since `since`, oldest first."""
+        rows = await self._pool.fetch(
+            "SELECT * FROM (SELECT * FROM loose_ends WHERE person = $1 AND closed_at IS NULL "
+            "AND at >= $2 ORDER BY at DESC, id LIMIT $3) t ORDER BY at, id",
+            person,
+            since,
+            limit,
+        )
+        return [_loose_end(r) for r in rows]
+
+    async def threads(self, person: str) -> list[LooseEnd]:
+        """The person's open threads, oldest first, however old."""
+        rows = await self._pool.fetch(
+            "SELECT * FROM loose_ends WHERE person = $1 AND kind = 'thread' "
+            "AND closed_at IS NULL ORDER BY at, id",
+            person,
+        )
+        return [_loose_end(r) for r in rows]
+
+    async def settle(
+        self,
+        person: str,
+        conversation: UUID,
+        now: datetime,
+        closed: Sequence[UUID],
+        noted: Sequence[Noted],
+    ) -> None:
+        """Close the loose ends addressed and note the new ones, in one transaction."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "UPDATE loose_ends SET closed_at = $3 "
+                "WHERE person = $1 AND id = ANY($2::uuid[]) AND closed_at IS NULL",
+                person,
+                list(closed),
+                now,
+            )
+            await conn.executemany(
+                "INSERT INTO loose_ends (id, person, conversation, by, kind, text, at) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+                [(uuid4(), person, conversation, n.by, n.kind, n.text, now) for n in noted],
+            )
