@@ -100,11 +100,11 @@ async def time_size(keeper: MemoryKeeper, args: argparse.Namespace) -> dict[str,
     started = time.perf_counter()
     await keeper.search(PERSON, texts[0], LIMIT)
     first_ms = (time.perf_counter() - started) * 1000
-    vectors = await keeper.fingerprint(texts)
+    vectors = [await keeper.meaning.embed(text) for text in texts]
     subjects: dict[str, Callable[[int], Awaitable[Any]]] = {
         "search": lambda i: keeper.search(PERSON, texts[i], LIMIT),
         "given_fingerprint": lambda i: keeper.search_by(PERSON, texts[i], vectors[i], LIMIT),
-        "embed": lambda i: keeper.fingerprint([texts[i]]),
+        "embed": lambda i: keeper.meaning.embed(texts[i]),
     }
     timed: dict[str, list[float]] = {name: [] for name in SUBJECTS}
     for i in range(len(texts)):

@@ -338,10 +338,14 @@ class MemoryStore:
     async def named(self, person: str, names: Sequence[str], limit: int) -> list[Memory]:
         """The person's active memories set with any of `names` (lowercase) as a person or
         a theme, the most recently mentioned first (migration 011's index)."""
+        # The keys alone find the rows (they carry the person); the fence (OFFSET 0) keeps
+        # the planner from starting with the person's rows instead, which on a table not
+        # yet analyzed it did: 10,000 rows, each computing its keys, in 57 ms instead of
+        # 0.06 through the index.
         rows = await self._pool.fetch(
-            f"SELECT {_SHOWN} FROM cards c WHERE c.person = $1 AND c.status = 'active' "
-            "AND memory_name_keys(c.person, c.people, c.themes) && $2::text[] "
-            "ORDER BY c.last_mentioned DESC, c.id DESC LIMIT $3",
+            f"SELECT {_SHOWN} FROM (SELECT * FROM cards WHERE status = 'active' "
+            "AND memory_name_keys(person, people, themes) && $2::text[] OFFSET 0) c "
+            "WHERE c.person = $1 ORDER BY c.last_mentioned DESC, c.id DESC LIMIT $3",
             person,
             [f"{person}:{name}" for name in names],
             limit,

@@ -244,14 +244,14 @@ class MemoryKeeper:
         """The person's memories that answer `query`, best first, each followed by those
         one link away from it (see `actors.memory.search`). Raises EmbeddingError if the
         query cannot be embedded."""
-        vectors, named = await asyncio.gather(self.fingerprint([query]), self._named(person, query))
-        return await self._found(person, query, vectors[0], named, limit)
+        vector, named = await asyncio.gather(self.meaning.embed(query), self._named(person, query))
+        return await self._found(person, query, vector, named, limit)
 
     async def search_by(
         self, person: str, query: str, vector: np.ndarray, limit: int = 5
     ) -> list[Found]:
-        """`search` with the query's fingerprint already made (`bench.search` times the
-        two apart)."""
+        """`search` with the query's fingerprint already made by `meaning.embed`
+        (`bench.search` times the two apart)."""
         return await self._found(person, query, vector, await self._named(person, query), limit)
 
     async def _named(self, person: str, query: str) -> list[Memory]:

@@ -28,7 +28,7 @@ from uuid import UUID
 
 import numpy as np
 
-from providers.embedding import Embedder
+from providers.embedding import Embedder, EmbeddingError
 from providers.multilingual import Paired
 from storage.records import Memory, MemoryLink
 
@@ -118,20 +118,31 @@ class Meaning:
     judge's choice of model, puts a French memory behind English near-misses). Measured by
     `stillhere eval search` over the labelled corpus (docs/memories.md): cross-language
     MRR 0.96 by the multilingual cosine, 0.79 by the judge's, 0.68 by the mean; the other
-    kinds alike. The index is looked up both ways, by the pair's mean and by the
-    multilingual half, so a memory in another language is among the candidates.
+    kinds alike. So a query is embedded by the multilingual model alone, which halves its
+    cost, and the index is looked up by the multilingual half of each fingerprint.
     """
 
     def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
         self._split = embedder.parts[0].dim if isinstance(embedder, Paired) else 0
 
+    async def embed(self, query: str) -> np.ndarray:
+        """The query's fingerprint, shaped as the embedder's (a pair's first half zero).
+        Raises EmbeddingError."""
+        if not isinstance(self._embedder, Paired):
+            return await _one(self._embedder, query)
+        vector = np.zeros(self._embedder.dim, dtype=np.float32)
+        vector[self._split :] = await _one(self._embedder.parts[1], query) / np.sqrt(2.0)
+        return vector
+
     def views(self, vector: np.ndarray) -> np.ndarray:
-        """The query vectors to look the index up with."""
+        """The query vectors to look the index up with: with a pair, the multilingual
+        half alone, at unit length (ranked by its cosine, which is all `score` reads)."""
         if not self._split:
             return vector.reshape(1, -1)
         multilingual = np.zeros_like(vector)
         multilingual[self._split :] = vector[self._split :] * np.float32(np.sqrt(2.0))
-        return np.vstack([vector, multilingual])
+        return multilingual.reshape(1, -1)
 
     def score(self, vector: np.ndarray, stored: np.ndarray) -> float:
         # Each half of a paired fingerprint is scaled by 1/sqrt(2): twice the dot of the
@@ -139,6 +150,13 @@ class Meaning:
         if not self._split:
             return float(np.dot(vector, stored))
         return 2.0 * float(np.dot(vector[self._split :], stored[self._split :]))
+
+
+async def _one(embedder: Embedder, text: str) -> np.ndarray:
+    vectors = await embedder.embed([text])
+    if vectors.shape != (1, embedder.dim):
+        raise EmbeddingError("bad_response", f"embedder gave shape {vectors.shape}")
+    return vectors[0]
 
 
 def rank(
