@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
 import numpy as np
+import orjson
 
 from storage.fingerprints import decode
 from storage.pool import open_pool
@@ -46,10 +48,12 @@ def memory(row: asyncpg.Record) -> Memory:
         all_day=row["all_day"],
         resolved_at=row["resolved_at"],
         fingerprint_model=row["fingerprint_model"],
+        recognition=row.get("recognition"),
     )
 
 
 def _reinforcement(row: asyncpg.Record) -> Reinforcement:
+    said = orjson.loads(row["draft"]) if row.get("draft") else None
     return Reinforcement(
         id=row["id"],
         person=row["person"],
@@ -59,6 +63,40 @@ def _reinforcement(row: asyncpg.Record) -> Reinforcement:
         existing=row["existing"],
         new_id=row["new_id"],
         at=row["at"],
+        decided_by=row.get("decided_by"),
+        reason=row.get("reason"),
+        draft=_draft(row["new_text"], said) if said is not None else None,
+        split_into=row.get("split_into"),
+    )
+
+
+def _said(draft: MemoryDraft) -> str:
+    """A restatement's type, people, themes and times, as its trace keeps them (jsonb)."""
+    times = {k: getattr(draft, k) for k in ("starts_at", "ends_at", "due_at")}
+    return orjson.dumps(
+        {
+            "type": draft.type,
+            "people": list(draft.people),
+            "themes": list(draft.themes),
+            "all_day": draft.all_day,
+            **{k: v.isoformat() for k, v in times.items() if v is not None},
+        }
+    ).decode()
+
+
+def _draft(text: str, said: dict[str, Any]) -> MemoryDraft:
+    def when(key: str) -> datetime | None:
+        return datetime.fromisoformat(said[key]) if said.get(key) else None
+
+    return MemoryDraft(
+        text,
+        said.get("type") or "fact",
+        tuple(said.get("people") or ()),
+        tuple(said.get("themes") or ()),
+        when("starts_at"),
+        when("ends_at"),
+        when("due_at"),
+        bool(said.get("all_day")),
     )
 
 
@@ -206,7 +244,8 @@ ORDER BY c.created_at, c.id
 _SHOWN = (
     "c.id, c.person, c.conversation, c.kind, c.text, c.people, c.themes, c.status, "
     "c.corrected_by, c.mention_count, c.created_at, c.first_mentioned, c.last_mentioned, "
-    "c.starts_at, c.ends_at, c.due_at, c.all_day, c.resolved_at, c.fingerprint_model"
+    "c.starts_at, c.ends_at, c.due_at, c.all_day, c.resolved_at, c.fingerprint_model, "
+    "c.recognition"
 )
 # The hits' rows and the person's generation in one round trip (one row of nulls when no
 # hit is found, so the generation always comes back).
@@ -382,14 +421,16 @@ class MemoryStore:
         fingerprint: bytes | None = None,
         model: str | None = None,
         contradicts: Sequence[UUID] = (),
+        recognition: str | None = None,
     ) -> tuple[Memory, int]:
-        """Store a new memory (and its contradiction links); return it and the generation."""
+        """Store a new memory (and its contradiction links); return it and the generation.
+        `recognition` says why it was stored although others came near."""
         async with self._pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(
                 "INSERT INTO cards (id, person, conversation, kind, text, created_at, people, "
                 "themes, first_mentioned, last_mentioned, starts_at, ends_at, due_at, all_day, "
-                "fingerprint, fingerprint_model) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $6, "
-                "$6, $9, $10, $11, $12, $13, $14) RETURNING *",
+                "fingerprint, fingerprint_model, recognition) VALUES ($1, $2, $3, $4, $5, $6, "
+                "$7, $8, $6, $6, $9, $10, $11, $12, $13, $14, $15) RETURNING *",
                 uuid4(),
                 person,
                 conversation,
@@ -404,6 +445,7 @@ class MemoryStore:
                 draft.all_day,
                 fingerprint,
                 model if fingerprint is not None else None,
+                recognition,
             )
             await conn.executemany(
                 "INSERT INTO memory_links (source, target, kind, person, created_at) "
@@ -435,12 +477,15 @@ class MemoryStore:
         *,
         tier: str,
         score: float,
-        new_text: str,
+        said: MemoryDraft,
         now: datetime,
         conversation: UUID | None = None,
+        decided_by: str = "tier",
+        reason: str | None = None,
     ) -> Memory | None:
-        """Count one more mention of an active memory and trace it; None if it is no longer
-        active (muted or forgotten meanwhile)."""
+        """Count one more mention of an active memory and trace it, with the restatement
+        as `said` (so it can be split back out); None if the memory is no longer active
+        (muted or forgotten meanwhile)."""
         async with self._pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(
                 "UPDATE cards SET mention_count = mention_count + 1, "
@@ -454,16 +499,114 @@ class MemoryStore:
                 return None
             await conn.execute(
                 "INSERT INTO reinforcements (person, conversation, tier, score, new_text, "
-                "existing, new_id, at) VALUES ($1, $2, $3, $4, $5, $6, NULL, $7)",
+                "existing, new_id, at, decided_by, reason, draft) "
+                "VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8, $9, $10::jsonb)",
                 person,
                 conversation,
                 tier,
                 score,
-                new_text,
+                said.text,
                 existing,
                 now,
+                decided_by,
+                reason,
+                _said(said),
             )
         return memory(row)
+
+    async def mentions(self, person: str, memory_id: UUID) -> list[Reinforcement]:
+        """The restatements recognised as `memory_id`, and the memories still merged into
+        it (by the judge or the consolidation pass), oldest first."""
+        rows = await self._pool.fetch(
+            "SELECT r.* FROM reinforcements r WHERE r.person = $1 AND r.existing = $2 "
+            "AND ((r.new_id IS NULL AND r.tier = ANY($3::text[])) OR EXISTS (SELECT 1 FROM "
+            "memory_links l WHERE l.source = r.new_id AND l.target = r.existing "
+            "AND l.kind = 'merged_into')) ORDER BY r.id",
+            person,
+            memory_id,
+            list(RECOGNITION_TIERS),
+        )
+        return [_reinforcement(r) for r in rows]
+
+    async def split(
+        self,
+        person: str,
+        mention: int,
+        now: datetime,
+        *,
+        fingerprint: bytes | None,
+        model: str | None,
+    ) -> tuple[Memory, Memory, int] | None:
+        """Make mention `mention` (a reinforcement of one of the person's active memories)
+        a memory of its own, as it was said, in one transaction: the memory it was counted
+        in gives back that mention, a `distinct` link keeps the two apart from then on, and
+        the trace row points at the new memory. Returns (new, former, generation); None if
+        there is no such mention, or it was split already."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            said = await conn.fetchrow(
+                "SELECT * FROM reinforcements WHERE id = $1 AND person = $2 AND new_id IS NULL "
+                "AND split_into IS NULL AND tier = ANY($3::text[]) FOR UPDATE",
+                mention,
+                person,
+                list(RECOGNITION_TIERS),
+            )
+            if said is None:
+                return None
+            trace = _reinforcement(said)
+            draft = trace.draft or MemoryDraft(trace.new_text)
+            former = await conn.fetchrow(
+                "UPDATE cards SET mention_count = GREATEST(1, mention_count - 1) "
+                "WHERE id = $1 AND person = $2 RETURNING *",
+                trace.existing,
+                person,
+            )
+            row = await conn.fetchrow(
+                "INSERT INTO cards (id, person, conversation, kind, text, created_at, people, "
+                "themes, first_mentioned, last_mentioned, starts_at, ends_at, due_at, all_day, "
+                "fingerprint, fingerprint_model, recognition) VALUES ($1, $2, $3, $4, $5, $6, "
+                "$7, $8, $9, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING *",
+                uuid4(),
+                person,
+                said["conversation"],
+                draft.type,
+                draft.text,
+                now,
+                list(draft.people),
+                list(draft.themes),
+                trace.at,
+                draft.starts_at,
+                draft.ends_at,
+                draft.due_at,
+                draft.all_day,
+                fingerprint,
+                model if fingerprint is not None else None,
+                f"split out of {trace.existing}, where it had been counted as a mention",
+            )
+            await conn.execute(
+                "UPDATE reinforcements SET split_into = $2 WHERE id = $1", mention, row["id"]
+            )
+            await conn.execute(
+                "INSERT INTO memory_links (source, target, kind, person, created_at) "
+                "VALUES ($1, $2, 'distinct', $3, $4) ON CONFLICT DO NOTHING",
+                row["id"],
+                trace.existing,
+                person,
+                now,
+            )
+            generation = await conn.fetchval(
+                "SELECT generation FROM memory_generations WHERE person = $1", person
+            )
+        return memory(row), memory(former), int(generation)
+
+    async def set_recognition(self, person: str, memory_id: UUID, note: str) -> None:
+        """Add `note` to what the memory's `recognition` says of how it was decided."""
+        await self._pool.execute(
+            "UPDATE cards SET recognition = concat_ws('; ', recognition, $3::text) "
+            "WHERE id = $1 AND person = $2",
+            memory_id,
+            person,
+            note,
+        )
 
     async def unfingerprinted(self, model: str, limit: int) -> list[Unfingerprinted]:
         """Memories with no fingerprint of `model` (failed, or made by another model),
@@ -531,6 +674,9 @@ class MemoryStore:
         reference: UUID,
         absorbed: Sequence[tuple[UUID, float, str]],
         now: datetime,
+        *,
+        decided_by: str = "consolidation",
+        reason: str | None = None,
     ) -> list[UUID]:
         """Mute each `(id, score, tier)` of `absorbed` into `reference`, in one transaction:
         status muted, a `merged_into` link, a trace row, and the reference takes their
@@ -567,7 +713,7 @@ class MemoryStore:
                 )
                 await conn.execute(
                     "INSERT INTO reinforcements (person, tier, score, new_text, existing, "
-                    "new_id, at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    "new_id, at, decided_by, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                     person,
                     f"consolidated:{tier}",
                     score,
@@ -575,6 +721,8 @@ class MemoryStore:
                     reference,
                     other,
                     now,
+                    decided_by,
+                    reason,
                 )
                 await conn.execute(
                     "UPDATE cards SET mention_count = mention_count + $2, "

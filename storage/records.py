@@ -204,6 +204,7 @@ class Memory:
     all_day: bool = False
     resolved_at: datetime | None = None
     fingerprint_model: str | None = None
+    recognition: str | None = None  # why it was stored although others came near
 
     @property
     def draft(self) -> MemoryDraft:
@@ -243,6 +244,7 @@ class Memory:
             "due_at": _iso_or_str(self.due_at),
             "all_day": self.all_day,
             "resolved_at": _iso_or_str(self.resolved_at),
+            "recognition": self.recognition,
         }
 
     def brief(self) -> dict[str, Any]:
@@ -275,3 +277,21 @@ class Reinforcement:
     existing: UUID
     new_id: UUID | None
     at: datetime
+    decided_by: str | None = None  # tier or judge (None: traced before paths were)
+    reason: str | None = None
+    draft: MemoryDraft | None = None  # the restatement as said: what a split makes of it
+    split_into: UUID | None = None  # the memory it was split out into, if it was
+
+    def wire(self) -> dict[str, Any]:
+        """A mention as the memories API shows it: what was said, when, and how it was
+        recognised."""
+        return {
+            "id": self.id,
+            "text": self.new_text,
+            "at": self.at.isoformat(),
+            "tier": self.tier,
+            "score": round(self.score, 4),
+            "decided_by": self.decided_by,
+            "reason": self.reason,
+            "split_into": _iso_or_str(self.split_into),
+        }

@@ -78,7 +78,8 @@ async def test_eval_dedup_reports_precision_and_recall(
 
     report = orjson.loads(out.read_bytes())
     assert report["embedder"] == "fake-embed"
-    assert report["thresholds"] == {"fake-embed": {"high": 0.85, "low": 0.70, "worded": None}}
+    expected = {"high": 0.85, "low": 0.70, "worded": None, "judged": 0.55}
+    assert report["thresholds"] == {"fake-embed": expected}
     assert (report["pairs"], report["same"], report["merged"]) == (5, 3, 2)
     assert (report["false_merges"], report["missed"]) == (0, 1)
     assert report["precision"] == 1.0

@@ -234,7 +234,7 @@ async def test_consolidation_mutes_duplicates_into_the_most_complete(
     script.close_to(LISBON.text, PORTO.text, 0.97)
     first = await store_as_is(keeper, OWEN)
     await keeper.store.reinforce(
-        PERSON, first.id, tier="close", score=1.0, new_text=OWEN.text, now=clock.now()
+        PERSON, first.id, tier="close", score=1.0, said=OWEN, now=clock.now()
     )
     clock.advance(60)
     second = await store_as_is(keeper, short)

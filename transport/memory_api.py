@@ -30,7 +30,7 @@ from aiohttp import web
 from multidict import MultiDictProxy
 
 from actors.memory.consolidation import unmerge
-from actors.memory.keeper import MemoryKeeper
+from actors.memory.keeper import MemoryKeeper, NoSuchMention
 from actors.memory.search import BadQuery, query_text
 from actors.tools import BadArgument, memory_draft
 from providers.embedding import EmbeddingError
@@ -192,6 +192,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/v1/memories/{id}/mute", mute_memory)
     router.add_post("/v1/memories/{id}/unmute", unmute_memory)
     router.add_post("/v1/memories/{id}/erroneous", mark_erroneous)
+    router.add_post("/v1/memories/{id}/split", split_memory)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -228,7 +229,22 @@ async def get_memory(g: Gesture) -> Answer:
                     "memory": other.brief(),
                 }
             )
-    return 200, {"memory": memory.wire(), "links": shown}
+    mentions = await g.keeper.store.mentions(g.person, memory_id)
+    return 200, {"memory": memory.wire(), "links": shown, "mentions": [m.wire() for m in mentions]}
+
+
+@gesture
+async def split_memory(g: Gesture) -> Answer:
+    """`POST /v1/memories/{id}/split` with `{"mention": n}`: a restatement counted as a
+    mention of `{id}` becomes a memory of its own, as it was said (a wrong merge undone)."""
+    mention = g.body.get("mention")
+    if not isinstance(mention, int) or isinstance(mention, bool):
+        raise invalid("mention must be the id of one of the memory's mentions (an integer)")
+    try:
+        split = await g.keeper.split(g.person, _path_id(g.request), mention)
+    except NoSuchMention:
+        raise Refusal(404, "unknown_mention", "no such mention left to split") from None
+    return 201, {"memory": split.memory.wire(), "from": split.former.wire()}
 
 
 @gesture
@@ -334,6 +350,7 @@ async def create_memory(g: Gesture) -> Answer:
         "memory": outcome.memory.wire(),
         "tier": outcome.tier,
         "score": outcome.score,
+        "reason": outcome.reason,
     }
 
 

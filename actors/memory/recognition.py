@@ -59,6 +59,9 @@ class Thresholds:
     high: float = 0.85
     low: float = 0.70
     worded: float | None = None
+    # From here up, a pair no tier takes and no guard stops is uncertain: it is stored, and
+    # put to the analysis model when there is one (`actors.memory.same_memory`).
+    judged: float = 0.55
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.low <= self.high <= 1.0:
@@ -85,8 +88,8 @@ SEED = Thresholds(0.85, 0.70)
 # above 0.80 misses one more restatement and a low under 0.60 adds a false merge, so the
 # pair sits inside both stretches. The seed's 0.85/0.70 for both models: 0.915 / 0.878.
 THRESHOLDS: dict[str, Thresholds] = {
-    "all-MiniLM-L6-v2": Thresholds(0.87, 0.73, worded=0.55),
-    "use-multilingual-v3": Thresholds(0.80, 0.64),
+    "all-MiniLM-L6-v2": Thresholds(0.87, 0.73, worded=0.55, judged=0.30),
+    "use-multilingual-v3": Thresholds(0.80, 0.64, judged=0.40),
 }
 
 
@@ -146,6 +149,7 @@ class Verdict:
     match: Match | None
     contradicts: tuple[tuple[Memory, Guarded], ...] = ()
     decisions: tuple[Decision, ...] = ()
+    uncertain: tuple[Candidate, ...] = ()  # for the judge: no tier took them, no guard stopped
 
     @property
     def reason(self) -> str:
@@ -253,16 +257,18 @@ def recognise(new: MemoryDraft, candidates: Iterable[Candidate]) -> Verdict:
     still be the memory (the other side of an old contradiction, say)."""
     contradicts: list[tuple[Memory, Guarded]] = []
     decisions: list[Decision] = []
+    uncertain: list[Candidate] = []
     for candidate in sorted(candidates, key=lambda c: -c.judged.score):
         existing, judged = candidate.memory, candidate.judged
         score, t = judged.score, judged.thresholds
         found = "exact" if same_text(new.text, existing.text) else None
         same_type, shared = new.type == existing.type, shares_subject(new, existing.draft)
-        if found is None and score < t.high and not (same_type and shared):
+        band = score >= t.judged
+        if found is None and score < t.high and not (same_type and shared) and not band:
             continue  # no tier can take it: spare the word-by-word comparison
         words = wording(new, existing.draft)
         found = found or reach(score, same_type, shared, words, t)
-        if found is None:
+        if found is None and not band:
             continue
         stopped = None if found == "exact" else guard(existing.draft, new)
         if stopped is None and found != "exact" and words.one_word_swap:
@@ -272,11 +278,14 @@ def recognise(new: MemoryDraft, candidates: Iterable[Candidate]) -> Verdict:
             if stopped.verdict == CONTRADICTION:
                 contradicts.append((existing, stopped))
             continue
+        if found is None:
+            uncertain.append(candidate)
+            continue
         why = f"tier {found}: {_cosine(judged)}" if found != "exact" else "tier exact: same words"
         decisions.append(Decision(existing, "tier", why))
         match = Match(existing, found, score, judged.model)
         return Verdict(match, tuple(contradicts), tuple(decisions))
-    return Verdict(None, tuple(contradicts), tuple(decisions))
+    return Verdict(None, tuple(contradicts), tuple(decisions), tuple(uncertain))
 
 
 def _cosine(judged: Judged) -> str:
