@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
+from typing import Protocol
 from uuid import UUID
 
 import numpy as np
@@ -36,9 +37,9 @@ from actors.memory.search import (
 )
 from providers.embedding import Embedder, EmbeddingError
 from storage.fingerprints import decode, encode
-from storage.memories import Changed, Cleanup, MemoryStore
+from storage.memories import Changed, Cleanup, MemoryStore, UnknownMemories
 from storage.memory_index import FingerprintIndex
-from storage.records import Memory, MemoryDraft
+from storage.records import Memory, MemoryDraft, Reinforcement
 
 log = logging.getLogger("stillhere.memory")
 
@@ -58,6 +59,29 @@ class Remembered:
     score: float | None = None
     contradicts: tuple[Memory, ...] = ()  # stored beside these, linked as contradictions
     fingerprinted: bool = True
+    reason: str = ""  # which path decided (tier, guard) and why
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A mention made a memory of its own, and the memory it had been counted in."""
+
+    memory: Memory
+    former: Memory
+
+
+class NoSuchMention(LookupError):
+    """Not a mention of that memory, or split out already."""
+
+    def __init__(self, mention: int) -> None:
+        super().__init__(f"no mention {mention} left to split")
+        self.mention = mention
+
+
+class SameMemory(Protocol):
+    """What the keeper hands the uncertain band to (`actors.memory.same_memory`)."""
+
+    def submit(self, person: str, new: Memory, uncertain: Sequence[Candidate]) -> None: ...
 
 
 class MemoryKeeper:
@@ -85,6 +109,8 @@ class MemoryKeeper:
         # Told (on the loop) which memories left the active set, so a live conversation
         # stops handing them to the model at once.
         self.on_withdrawn: Callable[[str, list[UUID]], None] | None = None
+        # Asks the analysis model about pairs in the uncertain band, after they are stored.
+        self.same_memory: SameMemory | None = None
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @property
@@ -167,9 +193,10 @@ class MemoryKeeper:
                     match.existing.id,
                     tier=match.tier,
                     score=match.score,
-                    new_text=draft.text,
+                    said=draft,
                     now=now,
                     conversation=conversation,
+                    reason=verdict.reason,
                 )
                 if reinforced is not None:
                     log.info(
@@ -181,8 +208,15 @@ class MemoryKeeper:
                         reinforced.id,
                         reinforced.mention_count,
                     )
+                    fingerprinted = vector is not None
                     return Remembered(
-                        reinforced, False, match.tier, match.score, contradicts, vector is not None
+                        reinforced,
+                        False,
+                        match.tier,
+                        match.score,
+                        contradicts,
+                        fingerprinted,
+                        verdict.reason,
                     )
             created, generation = await self.store.create(
                 person,
@@ -192,10 +226,13 @@ class MemoryKeeper:
                 fingerprint=encode(vector) if vector is not None else None,
                 model=self.model if vector is not None else None,
                 contradicts=[m.id for m in contradicts],
+                recognition=verdict.reason or None,
             )
             if self._index is not None:
                 added = (created.id, vector) if vector is not None else None
                 await self._index.applied(person, generation, added=added)
+        if verdict.uncertain and self.same_memory is not None:
+            self.same_memory.submit(person, created, verdict.uncertain)
         linked = {m.id for m in contradicts}
         for decision in verdict.decisions:
             log.info(
@@ -205,7 +242,8 @@ class MemoryKeeper:
                 "linked as a possible contradiction" if decision.existing.id in linked else "apart",
                 decision.reason,
             )
-        return Remembered(created, True, None, None, contradicts, vector is not None)
+        fingerprinted = vector is not None
+        return Remembered(created, True, None, None, contradicts, fingerprinted, verdict.reason)
 
     async def _candidates(
         self, person: str, draft: MemoryDraft, vector: np.ndarray | None
@@ -335,6 +373,47 @@ class MemoryKeeper:
                 len(changed.ids),
             )
         return changed
+
+    async def split(self, person: str, memory_id: UUID, mention: int) -> Split:
+        """Make one mention of `memory_id` (a restatement recognised as it) a memory of its
+        own, with its own fingerprint and the type, people, themes and times it was said
+        with; a mention the judge merged is unmerged. Raises UnknownMemories if the memory
+        is not the person's, NoSuchMention if it has no such mention left to split."""
+        found = {m.id: m for m in await self.mentions(person, memory_id)}
+        said = found.get(mention)
+        if said is None or said.split_into is not None:
+            raise NoSuchMention(mention)
+        if said.new_id is not None:  # a memory muted into this one: unmute it
+            reference = await self.store.unmerge(person, said.new_id, self.clock.now())
+            if reference is None:
+                raise NoSuchMention(mention)
+            again = await self.store.get(person, [said.new_id, memory_id])
+            self._tell("unmerged", person, Changed([said.new_id], None), 1)
+            return Split(again[said.new_id], again[memory_id])
+        vector = await self._fingerprint_or_none(said.new_text)
+        async with self._lock(person):
+            done = await self.store.split(
+                person,
+                mention,
+                self.clock.now(),
+                fingerprint=encode(vector) if vector is not None else None,
+                model=self.model if vector is not None else None,
+            )
+            if done is None:
+                raise NoSuchMention(mention)
+            new, former, generation = done
+            if self._index is not None:
+                added = (new.id, vector) if vector is not None else None
+                await self._index.applied(person, generation, added=added)
+        log.info("mention %d of %s split out as memory %s", mention, former.id, new.id)
+        return Split(new, former)
+
+    async def mentions(self, person: str, memory_id: UUID) -> list[Reinforcement]:
+        """How `memory_id` was said again: each restatement recognised as it, and each
+        memory the judge or the consolidation pass merged into it. Raises UnknownMemories."""
+        if not await self.store.get(person, [memory_id]):
+            raise UnknownMemories([memory_id])
+        return await self.store.mentions(person, memory_id)
 
     async def _follow(self, person: str, changed: Changed) -> None:
         """`changed.ids` left the active set: take them out of the index, if it is at the
