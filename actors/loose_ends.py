@@ -86,9 +86,9 @@ def note_for(ends: OpenEnds, req: TurnRequest, matching: Matching) -> str | None
     return "\n".join(lines) if len(lines) > 1 else None
 
 
-async def note_after(rt: Runtime, req: TurnRequest, reply: Turn) -> None:
-    """After a reply: note what the exchange left unaddressed, close what it addressed."""
-    ends = await read_open(rt, req)
+async def note_after(rt: Runtime, req: TurnRequest, reply: Turn, ends: OpenEnds) -> None:
+    """After a reply: note what the exchange left unaddressed, close what it addressed.
+    `ends` are those the turn read as it began (no other turn of the conversation ran since)."""
     shown = _dedup(ends.recent + ends.threads)
     before = next((t for t in reversed(req.history) if t.role == "assistant"), None)
     exchange_a = [t.text for t in (before, reply) if t is not None and t.text]
@@ -113,7 +113,10 @@ async def note_after(rt: Runtime, req: TurnRequest, reply: Turn) -> None:
         if (side == "A" and i >= len(a_open)) or (side == "P" and i >= len(p_open))
     ]
     closed = [e.id for e in shown if e.id not in kept]
-    await rt.store.loose_ends.settle(req.person, req.conversation, rt.clock.now(), closed, noted)
+    if not closed and not noted:
+        return  # nothing changed: no write, no log line
+    now = rt.clock.now()
+    await rt.store.loose_ends.settle(req.person, req.conversation, now, closed, noted)
     log.info(
         "loose ends in conversation %s: %d noted, %d closed, %d still open",
         str(req.conversation)[:8],

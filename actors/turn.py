@@ -310,7 +310,7 @@ async def run_turn(
     _count_echoes(rt, req, guard)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
     mailbox.tell(TurnEnded(turn, matched=_matched(req, matching)))
-    rt.jobs.start(note_after(rt, req, turn), "noting loose ends")
+    rt.jobs.start(note_after(rt, req, turn, ends), "noting loose ends")
 
 
 def _tell_replies_to(stream: ConversationStream, matching: Matching) -> None:
