@@ -115,6 +115,25 @@ async def test_sleep_and_dinner_asks_once_then_takes_the_likeliest(harness: Harn
     ) in end["text"]
 
 
+async def test_sleep_and_dinner_over_sse_on_a_first_run(harness: Harness) -> None:
+    await harness.start()
+    client = SseClient(harness.http, harness.url)
+    stream = await client.open()
+    await stream.expect("welcome")
+    ends = []
+    for text in ("ask me: did you sleep well?", "ask me: are you coming to dinner?", "yes!"):
+        await client.say(text)
+        ends.append((await stream.expect("reply.end")).data)
+    assert ends[-1]["text"].startswith("[rehearsal] Sorry, which did you mean:")
+    ack = await client.say("yes!", "again")
+    reply_to = await stream.expect("reply_to")
+    await stream.expect("reply.end")
+    assert reply_to.seq is not None and reply_to.seq > ack["seq"]
+    assert reply_to.data["reply"] == ends[1]["reply"] and reply_to.data["guessed"] is True
+    assert [e.type for e in stream.events].count("reply_to") == 1
+    await client.close()
+
+
 # -- fake models: what the chat model is handed ------------------------------------------------
 
 
