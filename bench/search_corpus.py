@@ -273,6 +273,36 @@ QUERIES = [
     ),
 ]
 
+# Written after the meaning score and the weights were chosen on QUERIES, and never used
+# to choose anything: `stillhere eval search --held-out` reads how far those choices carry.
+HELD_OUT = [
+    _named("Has Owen told me anything lately?", "owen"),
+    _named("Parle-moi de Priya", "priya"),
+    _named("Zoe", "zoe"),
+    _named("What's up with Clara?", "clara"),
+    _named("Inès", "ines"),
+    _themed("health stuff", "health"),
+    _themed("school things", "school"),
+    _themed("money matters", "money"),
+    _themed("my pets", "pets"),
+    _themed("sport and exercise", "sport"),
+    _q("paraphrase", "Owen does research at a university laboratory", "owen-job"),
+    _q("paraphrase", "my cello group practises midweek in the evening", "rehearsals"),
+    _q("paraphrase", "renting costs are paid at the start of each month", "rent"),
+    _q("paraphrase", "Grandad needs a phone call at the weekend", "grandad-call"),
+    _q("paraphrase", "Lucas must sleep with a light on", "lucas-dark"),
+    _q("question", "Who runs Pain Perdu?", "zoe-bakery"),
+    _q("question", "What do I avoid eating?", "pork"),
+    _q("question", "Where did Yuki live before?", "yuki-osaka"),
+    _q("question", "What did I plant by the fence?", "garlic"),
+    _q("question", "Where is the vet's practice?", "vet"),
+    _q("cross-language", "Où part-on cet été ?", "porto"),
+    _q("cross-language", "Qui m'apprend le japonais ?", "yuki-japanese"),
+    _q("cross-language", "Quand ai-je la migraine ?", "migraines"),
+    _q("cross-language", "Does my sister have a pet?", "ines-cat"),
+    _q("cross-language", "What colour is my car?", "clio"),
+]
+
 # Filler: other people, their doings, places and times, never an anchor's people or themes.
 _FILLER_PEOPLE = [
     "Marco",
@@ -424,10 +454,13 @@ def _cycle(items: list[str]) -> list[str]:
     return items * 1000
 
 
-def queries(kinds: tuple[str, ...] = KINDS, slice_: int | None = None) -> list[Query]:
-    """The labelled queries of `kinds`; with `slice_`, the first that many of each kind."""
+def queries(
+    kinds: tuple[str, ...] = KINDS, slice_: int | None = None, *, held_out: bool = False
+) -> list[Query]:
+    """The labelled queries of `kinds` (or the held-out ones); with `slice_`, the first
+    that many of each kind."""
     chosen = []
     for kind in kinds:
-        of_kind = [q for q in QUERIES if q.kind == kind]
+        of_kind = [q for q in (HELD_OUT if held_out else QUERIES) if q.kind == kind]
         chosen += of_kind[:slice_] if slice_ is not None else of_kind
     return chosen

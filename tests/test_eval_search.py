@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from bench.search_corpus import ANCHORS, KINDS, QUERIES, filler
+from bench.search_corpus import ANCHORS, HELD_OUT, KINDS, QUERIES, filler
 from transport.cli import _parser
 
 
@@ -31,7 +31,8 @@ async def test_the_eval_reports_recall_and_mrr_by_kind(
 def test_the_corpus_is_labelled_and_the_same_every_run() -> None:
     keys = {a.key for a in ANCHORS}
     assert len(QUERIES) >= 100 and {q.kind for q in QUERIES} == set(KINDS)
-    assert all(q.answers and q.answers <= keys for q in QUERIES)
+    assert all(q.answers and q.answers <= keys for q in [*QUERIES, *HELD_OUT])
+    assert not {q.text for q in QUERIES} & {q.text for q in HELD_OUT}
     assert filler(2000, seed=1) == filler(2000, seed=1) != filler(2000, seed=2)
     named = {n for a in ANCHORS for n in (*a.draft.people, *a.draft.themes)}
     assert not any((set(d.people) | set(d.themes)) & named for d in filler(10_000, seed=0))

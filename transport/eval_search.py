@@ -170,6 +170,11 @@ def add_parser(commands: Any) -> None:
         "--slice", type=int, default=None, help="only the first N queries of each kind"
     )
     search.add_argument(
+        "--held-out",
+        action="store_true",
+        help="the 25 held-out queries, never used to choose the weights, instead",
+    )
+    search.add_argument(
         "--json",
         nargs="?",
         const="-",
@@ -186,7 +191,7 @@ async def run(args: argparse.Namespace) -> int:
         print(f"--size must be at least {len(ANCHORS) + len(MUTED) + len(ERRONEOUS)}, --persons 1")
         return 2
     started = time.perf_counter()
-    chosen = queries(slice_=args.slice)
+    chosen = queries(slice_=args.slice, held_out=args.held_out)
     run_id = uuid.uuid4().hex[:8]
     async with database(args, scratch=True) as dsn, keeper_on(dsn, args) as keeper:
         try:
@@ -201,6 +206,7 @@ async def run(args: argparse.Namespace) -> int:
         "embedder": model,
         "size": args.size,
         "persons": args.persons,
+        "held_out": args.held_out,
         **report(scored),
         "seconds": round(time.perf_counter() - started, 2),
         "details": [_row(s) for s in scored],
