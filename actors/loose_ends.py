@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from actors.asking import ask_shaped
 from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS, LOOSE_PERSON, LOOSE_THREADS
 from providers.rehearsal_analysis import is_lull
 from storage.loose_ends import BY, KINDS, LooseEnd, Noted
@@ -98,12 +99,10 @@ async def note_after(rt: Runtime, req: TurnRequest, reply: Turn, ends: OpenEnds)
     p_lines = [e.text for e in p_open] + [t.text for t in req.new]
     lines = [_line(f"A{i}", text) for i, text in enumerate(a_lines, 1)]
     lines += [_line(f"P{i}", text) for i, text in enumerate(p_lines, 1)]
-    answer = await rt.analysis.ask(TASK, lines, INSTRUCTIONS)
-    listed = _read(answer, len(a_lines), len(p_lines)) if answer is not None else None
+    listed = await ask_shaped(
+        rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, len(a_lines), len(p_lines))
+    )
     if listed is None:
-        if answer is not None:
-            log.warning("analysis %s failed (bad_shape): %.200s", TASK, answer)
-            rt.metrics.count_analysis_failure(TASK, "bad_shape")
         return  # nothing learnt: nothing closed either
     kept = {a_open[i].id for side, i, _ in listed if side == "A" and i < len(a_open)}
     kept |= {p_open[i].id for side, i, _ in listed if side == "P" and i < len(p_open)}

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from actors.asking import ask_shaped
 from providers.notes import REPLY_ASK, REPLY_CONTEXT, REPLY_WAITING
 from storage.records import ReplyMatch, Turn, excerpt
 
@@ -111,12 +112,10 @@ async def _match(rt: Runtime, req: TurnRequest) -> Matching:
         return Matching("just_before")
     lines = [_line(f"A{i}", t.text) for i, t in enumerate(found, 1)]
     lines += [_line(f"P{i}", t.text) for i, t in enumerate(req.new, 1)]
-    answer = await rt.analysis.ask(TASK, lines, INSTRUCTIONS)
-    read = _read(answer, len(found), len(req.new)) if answer is not None else None
+    read = await ask_shaped(
+        rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, len(found), len(req.new))
+    )
     if read is None:
-        if answer is not None:
-            log.warning("analysis %s failed (bad_shape): %.200s", TASK, answer)
-            rt.metrics.count_analysis_failure(TASK, "bad_shape")
         return Matching("asked", failed=True)
     return _matching(req, found, *read)
 
