@@ -11,6 +11,7 @@ from aiohttp import web
 
 from actors.clock import Clock, SystemClock
 from actors.directory import Directory, stop_actors
+from actors.memory.same_memory import SameMemoryJudge
 from actors.memory.setup import close_keeper, make_embedder, open_keeper, warm
 from actors.metrics import Metrics
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
@@ -141,6 +142,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     await warm(embedder)
     metrics = Metrics()
     analysis = make_analysis(settings, metrics.count_analysis_failure)
+    memory.same_memory = SameMemoryJudge(analysis, memory.store, clock)
     rt = Runtime(
         loop,
         store,

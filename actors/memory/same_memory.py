@@ -130,7 +130,7 @@ class SameMemoryJudge:
         found = verdicts(answer, len(pairs))
         if found is None:
             why = "no answer" if answer is None else "an answer of the wrong shape"
-            log.warning("same-memory: %s from %s", why, self.analysis.label)
+            log.info("same-memory: %s from %s; the memories stay apart", why, self.analysis.label)
         merged: set[object] = set()
         for pair, verdict in zip(pairs, found or [None] * len(pairs), strict=True):
             if pair.new.id not in merged and await self._apply(pair, verdict, found is None):

@@ -1,0 +1,173 @@
+"""The uncertain band goes to the analysis model (a fake over real HTTP): its answer is
+applied after the memory is stored; a judge that is down, slow or answers garbage leaves
+the memory stored, and the memory says so. Real PostgreSQL, scripted cosines."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from actors.memory.keeper import MemoryKeeper
+from actors.memory.recognition import Candidate, Judged, Thresholds
+from actors.memory.same_memory import SameMemoryJudge
+from providers.analysis import AnalysisModel
+from storage.records import MemoryDraft
+from tests.fakes.analysis_server import Answer, Asked, Down, FakeAnalysis
+from tests.memory_support import Script
+
+PERSON = "person-judged"
+TOM = MemoryDraft("Tom doesn't drink alcohol.", "fact", ("tom",), ("drinks",))
+TEETOTAL = MemoryDraft("Tom is teetotal.", "fact", ("tom",), ("drinks",))
+
+
+def pairs_answer(verdict: str) -> Answer:
+    return Answer({"pairs": [{"existing": "M1", "new": "M2", "verdict": verdict}]})
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnalysis]:
+    async with FakeAnalysis() as server:
+        yield server
+
+
+@pytest.fixture
+async def judge(keeper: MemoryKeeper, fake: FakeAnalysis) -> AsyncIterator[SameMemoryJudge]:
+    analysis = AnalysisModel(fake.url, "fake-analysis", timeout=0.5)
+    keeper.same_memory = judge = SameMemoryJudge(analysis, keeper.store, keeper.clock)
+    yield judge
+    await analysis.close()
+
+
+async def remember_pair(keeper: MemoryKeeper, script: Script, cosine: float = 0.6) -> tuple:
+    """TOM, then TEETOTAL at `cosine`: below the tiers (0.70), inside the band (0.55)."""
+    script.close_to(TOM.text, TEETOTAL.text, cosine)
+    first = await keeper.remember(PERSON, TOM)
+    second = await keeper.remember(PERSON, TEETOTAL)
+    assert second.created  # stored at once, whatever the judge will say
+    return first.memory, second.memory
+
+
+async def test_the_band_goes_to_the_judge_and_same_merges(
+    keeper: MemoryKeeper,
+    judge: SameMemoryJudge,
+    fake: FakeAnalysis,
+    script: Script,
+    db: asyncpg.Connection,
+) -> None:
+    fake.queue(pairs_answer("same"), task="same-memory")
+    tom, teetotal = await remember_pair(keeper, script)
+    await judge.drain()
+
+    (asked,) = fake.tasks("same-memory")
+    assert asked.lines == [
+        f"M1: {TOM.text}",
+        "  meta: type=fact people=tom themes=drinks",
+        f"M2: {TEETOTAL.text}",
+        "  meta: type=fact people=tom themes=drinks",
+    ]
+    rows = {r["id"]: r for r in await db.fetch("SELECT * FROM cards")}
+    assert rows[teetotal.id]["status"] == "muted" and rows[tom.id]["mention_count"] == 2
+    assert rows[teetotal.id]["recognition"].startswith(f"judge: the same as {tom.id}")
+    trace = await db.fetchrow("SELECT * FROM reinforcements")
+    assert (trace["decided_by"], trace["new_id"], trace["new_text"]) == (
+        "judge",
+        teetotal.id,
+        TEETOTAL.text,
+    )
+
+    # The merge is undone by splitting that mention back out: nothing was lost.
+    (mention,) = await keeper.mentions(PERSON, tom.id)
+    split = await keeper.split(PERSON, tom.id, mention.id)
+    assert (split.memory.id, split.memory.status, split.former.mention_count) == (
+        teetotal.id,
+        "active",
+        1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("verdict", "link"), [("distinct", None), ("contradiction", "contradicts")]
+)
+async def test_distinct_and_contradiction_keep_it(
+    keeper: MemoryKeeper,
+    judge: SameMemoryJudge,
+    fake: FakeAnalysis,
+    script: Script,
+    db: asyncpg.Connection,
+    verdict: str,
+    link: str | None,
+) -> None:
+    fake.queue(pairs_answer(verdict), task="same-memory")
+    tom, teetotal = await remember_pair(keeper, script)
+    await judge.drain()
+    row = await db.fetchrow("SELECT status, recognition FROM cards WHERE id = $1", teetotal.id)
+    assert row["status"] == "active"
+    assert row["recognition"] == f"judge: {verdict} from {tom.id} (cosine 0.600)"
+    assert await db.fetchval("SELECT kind FROM memory_links") == link
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Down(503),
+        Answer({"pairs": []}, delay=2.0),  # slower than the 0.5 s timeout
+        Answer("the same, I think"),
+        Answer({"pairs": [{"existing": "M1", "new": "M2", "verdict": "maybe"}]}),
+        Answer({"pairs": [{"existing": "M3", "new": "M4", "verdict": "same"}]}),
+    ],
+    ids=["down", "slow", "not-json", "bad-verdict", "unknown-pair"],
+)
+async def test_without_a_usable_answer_the_memory_is_stored_and_says_so(
+    keeper: MemoryKeeper,
+    judge: SameMemoryJudge,
+    fake: FakeAnalysis,
+    script: Script,
+    db: asyncpg.Connection,
+    failure: object,
+) -> None:
+    fake.queue(failure, task="same-memory")  # type: ignore[arg-type]
+    tom, teetotal = await remember_pair(keeper, script)
+    await judge.drain()
+    row = await db.fetchrow("SELECT status, recognition FROM cards WHERE id = $1", teetotal.id)
+    assert row["status"] == "active"
+    assert row["recognition"] == f"no judge answered about {tom.id} (cosine 0.600): kept"
+    assert await db.fetchval("SELECT count(*) FROM cards WHERE status = 'active'") == 2
+
+
+async def test_pairs_are_batched_in_one_request(
+    keeper: MemoryKeeper, judge: SameMemoryJudge, fake: FakeAnalysis
+) -> None:
+    def all_distinct(asked: Asked) -> Answer:
+        count = sum(line.startswith("M") for line in asked.lines) // 2
+        found = [
+            {"existing": f"M{2 * i + 1}", "new": f"M{2 * i + 2}", "verdict": "distinct"}
+            for i in range(count)
+        ]
+        return Answer({"pairs": found})
+
+    fake.default = all_distinct
+    base = await keeper.remember(PERSON, TOM)
+    news = [MemoryDraft(f"Tom skips the wine, take {i}.", "fact", ("tom",)) for i in range(3)]
+    stored = [(await keeper.store.create(PERSON, d, keeper.clock.now()))[0] for d in news]
+    for memory in stored:  # told within one turn of the loop: one request
+        judge.submit(PERSON, memory, [Candidate(base.memory, Judged(0.6, "m", Thresholds()))])
+    await judge.drain()
+    (asked,) = fake.tasks("same-memory")
+    assert [line[:3] for line in asked.lines if line.startswith("M")] == [
+        "M1:", "M2:", "M3:", "M4:", "M5:", "M6:",
+    ]  # fmt: skip
+
+
+async def test_a_pair_a_guard_decides_never_reaches_the_judge(
+    keeper: MemoryKeeper, judge: SameMemoryJudge, fake: FakeAnalysis, script: Script
+) -> None:
+    cats = MemoryDraft("I am allergic to cats.", "fact", (), ("health",))
+    daughter = MemoryDraft("My daughter is allergic to cats.", "fact", (), ("health",))
+    script.close_to(cats.text, daughter.text, 0.6)
+    await keeper.remember(PERSON, cats)
+    outcome = await keeper.remember(PERSON, daughter)
+    await judge.drain()
+    assert outcome.created and outcome.reason.startswith("guard subject")
+    assert fake.tasks("same-memory") == []
