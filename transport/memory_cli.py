@@ -1,4 +1,7 @@
-"""`stillhere memory consolidate` and `stillhere memory search`, run by hand.
+"""`stillhere memory consolidate`, `search` and `split`, run by hand.
+
+`split` undoes a wrong merge: it lists how a memory was said again, and makes one of those
+mentions a memory of its own, as the memories API's split does.
 
 `search` is the search the model's `search_memories` tool and `GET /v1/memories/search`
 run (`actors.memory.search`), for one person, printed one memory a line with why it came.
@@ -27,11 +30,12 @@ import orjson
 
 from actors.clock import SystemClock
 from actors.memory.consolidation import consolidate, maintain, unmerge
-from actors.memory.keeper import MemoryKeeper
+from actors.memory.keeper import MemoryKeeper, NoSuchMention
 from actors.memory.search import BadQuery, Found, query_text
 from actors.memory.setup import close_keeper, make_embedder, open_keeper, parse_thresholds
 from providers.embedding import EmbeddingError
 from storage.embedded import EmbeddedPostgres
+from storage.memories import UnknownMemories
 from storage.store import Store
 from transport.config import env_value
 from transport.memory_api import SEARCH_LIMIT, SEARCH_MAX
@@ -163,6 +167,38 @@ def add_parser(subparsers: Any) -> None:
     add_db_options(search, scratch=False)
     add_embed_options(search)
     search.set_defaults(run=run_search)
+    split = commands.add_parser(
+        "split",
+        help="list a memory's mentions, or split one back out as a memory of its own",
+        description="Undo a wrong merge: without --mention, list how the memory was said "
+        "again; with it, make that mention a memory of its own, as it was said.",
+    )
+    split.add_argument("memory", type=UUID, help="the memory's id")
+    split.add_argument("--person", required=True, help="the person key, as in the database")
+    split.add_argument("--mention", type=int, help="the mention to split out (see the list)")
+    add_db_options(split, scratch=False)
+    add_embed_options(split)
+    split.set_defaults(run=run_split)
+
+
+async def run_split(args: argparse.Namespace) -> int:
+    async with database(args, scratch=False) as dsn, keeper_on(dsn, args) as keeper:
+        try:
+            if args.mention is None:
+                for said in await keeper.mentions(args.person, args.memory):
+                    done = f"  (split into {said.split_into})" if said.split_into else ""
+                    print(f"{said.id:>6}  {said.at:%Y-%m-%d %H:%M}  {said.new_text}{done}")
+                    print(f"        {said.decided_by or said.tier}: {said.reason or said.tier}")
+                return 0
+            split = await keeper.split(args.person, args.memory, args.mention)
+        except UnknownMemories:
+            print(f"no memory {args.memory} of that person")
+            return 1
+        except NoSuchMention:
+            print(f"memory {args.memory} has no mention {args.mention} left to split")
+            return 1
+    print(f"mention {args.mention} split out as memory {split.memory.id}: {split.memory.text}")
+    return 0
 
 
 def _limit(text: str) -> int:
