@@ -11,6 +11,7 @@ import asyncpg
 import orjson
 import pytest
 
+from tests.fakes.analysis_server import Answer, Asked, FakeAnalysis
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import Script
 from transport import eval_dedup
@@ -173,3 +174,47 @@ def test_each_judging_models_thresholds_are_searched_with_the_others_kept() -> N
     assert (xx["precision"], xx["recall"]) == (1.0, 1.0) and 0.55 < xx["low"] <= 0.62
     en = eval_dedup.search_thresholds(outcomes, 0.95, "en", fixed)[0]
     assert en["recall"] == pytest.approx(1 / 2)  # the xx pair keeps its fixed 0.70
+
+
+async def test_with_a_judge_the_band_is_asked_and_guarded_pairs_never_are(
+    dsn: str, tmp_path: Path, script: Script, fake_embeddings: FakeEmbeddings
+) -> None:
+    """A judge that calls every pair it is asked about the same: it catches the rewording
+    below the tiers, and is never asked about a pair a guard decided."""
+
+    def all_same(asked: Asked) -> Answer:
+        count = sum(line.startswith("M") for line in asked.lines) // 2
+        return Answer({"pairs": [
+            {"existing": f"M{2 * i + 1}", "new": f"M{2 * i + 2}", "verdict": "same"}
+            for i in range(count)
+        ]})  # fmt: skip
+
+    tom = memory("Tom doesn't drink alcohol.", ["tom"], ["drinks"])
+    cats = memory("I am allergic to cats.", [], ["health"])
+    judged = [
+        (tom, memory("Tom is teetotal.", ["tom"], ["drinks"]), True, "paraphrase", 0.6),
+        (cats, memory("I am allergic to dogs.", [], ["health"]), False, "slot_swap", 0.8),
+        (cats, memory("My daughter is allergic to cats.", [], ["health"]), False, "subject", 0.6),
+    ]
+    path = tmp_path / "judged.jsonl"
+    lines = []
+    for existing, new, same, kind, cosine in judged:
+        script.close_to(existing["text"], new["text"], cosine)
+        lines.append(orjson.dumps({"existing": existing, "new": new, "same": same, "kind": kind}))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "out.json"
+    async with FakeAnalysis(default=all_same) as judge:
+        args = parse(
+            "--pairs", str(path), "--json", str(out), "--db", dsn,
+            "--embed-url", fake_embeddings.url, "--embed-model", "fake-embed",
+            "--analysis-url", judge.url,
+        )  # fmt: skip
+        assert await args.run(args) == 0
+        asked = [line for a in judge.tasks("same-memory") for line in a.lines]
+    report = orjson.loads(out.read_bytes())
+    assert (report["precision"], report["recall"], report["false_merges"]) == (1.0, 1.0, 0)
+    assert report["paths"] == {"judge": 1, "guard": 2}
+    assert [line for line in asked if line.startswith("M")] == [
+        "M1: Tom doesn't drink alcohol.",
+        "M2: Tom is teetotal.",
+    ]

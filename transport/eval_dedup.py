@@ -19,18 +19,21 @@ its thresholds; `--thresholds` sets every model's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import numpy as np
 import orjson
 
 from actors.memory.guards import guard
-from actors.memory.keeper import MemoryKeeper
+from actors.memory.keeper import MemoryKeeper, Remembered
 from actors.memory.language import english
 from actors.memory.recognition import (
     Thresholds,
@@ -40,8 +43,12 @@ from actors.memory.recognition import (
     shares_subject,
     wording,
 )
+from actors.memory.same_memory import SameMemoryJudge
+from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
+from providers.analysis import AnalysisModel
 from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
+from transport.config import env_value
 from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
 
 
@@ -84,6 +91,7 @@ class Outcome:
     swap: bool = False  # the same sentence but for one word
     slot: bool = False  # two appointments on the same day at the same time
     language: str = "en"
+    path: str = "none"  # what decided: tier, guard, judge, or none (nothing came near)
 
 
 def _draft(value: Any, where: str) -> MemoryDraft:
@@ -210,6 +218,7 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
         second = await keeper.remember(person, pair.new)
         if not (first.fingerprinted and second.fingerprinted):
             raise EmbeddingError("failed", f"pair {number + 1}: a fingerprint failed (see log)")
+        merged, path = await _settled(keeper, person, first.memory.id, second)
         vectors = await keeper.fingerprint([pair.existing.text, pair.new.text])
         judged = keeper.judge.judge(pair.existing.text, vectors[0], pair.new.text, vectors[1])
         disagreement = guard(pair.existing, pair.new)
@@ -218,7 +227,7 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
             Outcome(
                 kind=pair.kind,
                 same=pair.same,
-                merged=not second.created and second.memory.id == first.memory.id,
+                merged=merged,
                 tier=second.tier,
                 cosine=round(judged.score, 4),
                 model=judged.model,
@@ -232,11 +241,27 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
                 swap=words.one_word_swap,
                 slot=words.same_slot,
                 language=pair.language,
+                path=path,
             )
         )
         keeper.drop(person)
     await keeper.store.forget_persons(f"eval-{run}-%")
     return outcomes
+
+
+async def _settled(
+    keeper: MemoryKeeper, person: str, existing: UUID, second: Remembered
+) -> tuple[bool, str]:
+    """Whether the new memory ended up as the existing one, once any judge has answered,
+    and which path decided."""
+    if not second.created:
+        return second.memory.id == existing, "tier"
+    if isinstance(keeper.same_memory, SameMemoryJudge):
+        await keeper.same_memory.drain()
+    now = (await keeper.store.get(person, [second.memory.id]))[second.memory.id]
+    said = now.recognition or ""
+    path = "judge" if "judge" in said else "guard" if said.startswith("guard") else "none"
+    return now.status == "muted", path
 
 
 def _f1(row: dict[str, Any]) -> float:
@@ -282,6 +307,15 @@ def add_parser(subparsers: Any) -> Any:
         default=0.95,
         help="the precision the best threshold pair must reach (default 0.95)",
     )
+    dedup.add_argument(
+        "--analysis-url",
+        default=env_value("analysis-url"),
+        help="an OpenAI-compatible analysis model to judge the uncertain band (the same-memory "
+        "task); without it, none judges: the figures of a server without one",
+    )
+    dedup.add_argument("--analysis-model", default=env_value("analysis-model") or "default")
+    dedup.add_argument("--analysis-key", default=env_value("analysis-key"))
+    dedup.add_argument("--analysis-timeout", type=float, default=DEFAULT_ANALYSIS_TIMEOUT_S)
     add_db_options(dedup, scratch=True)
     add_embed_options(dedup)
     dedup.set_defaults(run=run)
@@ -295,17 +329,27 @@ async def run(args: argparse.Namespace) -> int:
         print(f"cannot read the pairs: {wrong}")
         return 2
     started = time.perf_counter()
-    async with database(args, scratch=True) as dsn, keeper_on(dsn, args) as keeper:
+    async with (
+        database(args, scratch=True) as dsn,
+        keeper_on(dsn, args) as keeper,
+        _analysis(args) as analysis,
+    ):
+        if analysis is not None:
+            keeper.same_memory = SameMemoryJudge(analysis, keeper.store, keeper.clock)
         try:
             outcomes = await run_pairs(keeper, pairs)
         except EmbeddingError as failure:
             print(f"the embedder failed, no figures: {failure}")
             return 1
         fixed, model, judging = keeper.judge.thresholds, keeper.model, keeper.judge.describe()
+        if analysis is not None:
+            judging += f"; the uncertain band judged by {analysis.label}"
     result = report(outcomes, [o.merged for o in outcomes])
+    result["paths"] = dict(Counter(o.path for o in outcomes))
     print(f"{len(pairs)} pairs, embedder {model}, judged by {judging}")
     print(table(result))
     print(table(result, "languages"))
+    print("decided by: " + ", ".join(f"{k} {v}" for k, v in sorted(result["paths"].items())))
     searched = {m: search_thresholds(outcomes, args.target_precision, m, fixed) for m in fixed}
     found = {m: best_pair(grid, args.target_precision) for m, grid in searched.items()}
     for judge_model, grid in searched.items():
@@ -324,6 +368,20 @@ async def run(args: argparse.Namespace) -> int:
         }
         args.json_out.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     return 0
+
+
+@contextlib.asynccontextmanager
+async def _analysis(args: argparse.Namespace) -> AsyncIterator[AnalysisModel | None]:
+    if not args.analysis_url:
+        yield None
+        return
+    model = AnalysisModel(
+        args.analysis_url, args.analysis_model, args.analysis_key, timeout=args.analysis_timeout
+    )
+    try:
+        yield model
+    finally:
+        await model.close()
 
 
 def _print_best(
