@@ -2,8 +2,9 @@
 
 The turn's log line says how much was handed over; the trace says which: the recent
 conversations and the memories of each layer by id, the rules, the sources that failed or
-were late and how long each read took, the size of the whole, and each tool called with
-what it returned, in a line. A live conversation keeps its last `TRACED_TURNS` on its
+were late and how long each read took, the size of the whole, the notes beside it (which
+message a say answers, the loose ends and open threads), and each tool called with what it
+returned, in a line. A live conversation keeps its last `TRACED_TURNS` on its
 stream (loop side, written by the turn, read by the admin API), so "it forgot" can be told
 apart from "it was never handed": both go when the conversation leaves memory.
 """
@@ -31,6 +32,7 @@ class TurnTrace:
     at: datetime
     answering: tuple[str, ...]  # the client ids of the says it answered
     context: Context
+    notes: tuple[str, ...]  # the notes handed beside the context: reply context, loose ends
     tools: tuple[str, ...]  # one line per tool call, in order
     error: str | None
 
@@ -51,6 +53,7 @@ class TurnTrace:
             "problems": list(c.problems),
             "timings_ms": c.timings,
             "context_chars": len(c.text),
+            "notes": list(self.notes),
             "tools": list(self.tools),
             "error": self.error,
         }

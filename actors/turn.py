@@ -261,6 +261,7 @@ async def run_turn(
         _context(rt, req, generation), match_replies(rt, req), read_open(rt, req)
     )
     _tell_replies_to(stream, matching)
+    notes = (matching.note, note_for(ends, req, matching))
     messages, stats = build_messages(
         req.history,
         req.new,
@@ -269,7 +270,7 @@ async def run_turn(
         during_reply=req.during_reply,
         after_interrupt=req.after_interrupt,
         context=context,
-        data_notes=(matching.note, note_for(ends, req, matching)),
+        data_notes=notes,
     )
     log.info(
         "turn in conversation %s: handing the model %s; %s",
@@ -304,9 +305,11 @@ async def run_turn(
         tuple(matching.matches.items()),
     )
     stream.end_reply(row, **end)
-    stream.traces.append(
-        TurnTrace(reply, started, tuple(in_reply_to), context, tuple(tools.calls), error)
+    handed = tuple(note for note in notes if note)
+    trace = TurnTrace(
+        reply, started, tuple(in_reply_to), context, handed, tuple(tools.calls), error
     )
+    stream.traces.append(trace)
     _count_echoes(rt, req, guard)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
     mailbox.tell(TurnEnded(turn, matched=_matched(req, matching)))

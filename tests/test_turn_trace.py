@@ -5,8 +5,10 @@ it called, kept for a live conversation's last 20 turns, shown by
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
+import asyncpg
 import pytest
 
 from actors.trace import TRACED_TURNS
@@ -75,3 +77,26 @@ async def test_only_the_last_20_turns_are_kept_and_they_go_with_the_conversation
     options = ["--admin-url", url, "--admin-token", TOKEN]
     assert await asyncio.to_thread(main, ["inspect", "--turns", *options]) == 1
     assert "--turns needs a PERSON" in capsys.readouterr().err
+
+
+async def test_the_trace_shows_the_open_threads_handed_beside_the_context(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    url = await _start(harness)
+    phone = await harness.phone()
+    person = harness.person(phone)
+    await phone.say("hello", "m0")
+    await phone.reply()
+    await db.execute(
+        "INSERT INTO loose_ends (id, person, conversation, by, kind, text, at) "
+        "VALUES (gen_random_uuid(), $1, $2, 'person', 'thread', 'the boiler quote', $3)",
+        person,
+        uuid.UUID(phone.welcome["conversation"]),
+        harness.clock.now(),
+    )
+    await phone.say("anything else?", "m1")
+    await phone.reply()
+    _, answer = await traced(harness, url, person)
+    first, second = answer["turns"]
+    assert not any("boiler" in note for note in first["notes"])
+    assert any('"the boiler quote"' in note for note in second["notes"])

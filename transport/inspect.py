@@ -296,6 +296,7 @@ def _trace_text(turn: dict[str, Any]) -> str:
         f"  memories       {memories}",
         f"  sources        {timings}",
         f"  problems       {'; '.join(turn['problems']) or 'none'}",
+        *(f"  note           {' / '.join(note.splitlines())}" for note in turn["notes"]),
         *(f"  tool           {line}" for line in turn["tools"]),
     ]
     if turn["error"]:
