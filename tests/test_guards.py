@@ -125,3 +125,14 @@ async def test_allergic_to_dogs_is_stored_not_reinforced_through_the_api(
     assert again["reason"] == "tier exact: same words"
     texts = await db.fetch("SELECT text, mention_count FROM cards ORDER BY created_at")
     assert [tuple(r) for r in texts] == [(cats["text"], 1), (dogs["text"], 2)]
+
+
+def test_the_local_embedder_is_selectable() -> None:
+    """The pair is the default; either of its models alone stays selectable."""
+    from actors.memory.setup import make_embedder
+
+    assert make_embedder(local="use").name == "use-multilingual-v3"
+    assert make_embedder(local="minilm").name == "all-MiniLM-L6-v2"
+    assert make_embedder().name == "all-MiniLM-L6-v2+use-multilingual-v3"
+    with pytest.raises(ValueError, match="pair"):
+        make_embedder(local="bert")

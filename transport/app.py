@@ -136,7 +136,11 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     store = await Store.open(dsn)
     model = make_model(settings)
     embedder = make_embedder(
-        settings.embed_url, settings.embed_model, settings.embed_key, path=settings.embed_path
+        settings.embed_url,
+        settings.embed_model,
+        settings.embed_key,
+        path=settings.embed_path,
+        local=settings.embed_local,
     )
     memory = await open_keeper(dsn, embedder, clock)
     await warm(embedder)

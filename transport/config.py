@@ -30,6 +30,12 @@ def _gc_thresholds(text: str) -> tuple[int, int, int]:
         raise argparse.ArgumentTypeError(str(wrong)) from None
 
 
+def _local_embedder(text: str) -> str:
+    if text not in ("pair", "minilm", "use"):
+        raise argparse.ArgumentTypeError("pair, minilm or use")
+    return text
+
+
 def _longer_than_zero(text: str) -> float:
     seconds = parse_duration(text)
     if seconds <= 0:
@@ -97,6 +103,7 @@ class Settings:
     embed_model: str | None = None
     embed_key: str | None = field(default=None, repr=False)  # a secret: never shown
     embed_path: str | None = None
+    embed_local: str = "pair"  # without embed_url: pair, minilm or use
     admin_token: str | None = field(default=None, repr=False)  # a secret: never shown
     admin_host: str = "127.0.0.1"
     admin_port: int = 8766
@@ -149,6 +156,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("embed-model", str, "model name sent to the embeddings API"),
     ("embed-key", str, "API key for the embeddings API"),
     ("embed-path", str, "folder of the local all-MiniLM-L6-v2 weights"),
+    ("embed-local", _local_embedder, "without --embed-url: pair (default), minilm or use"),
     ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),

@@ -32,7 +32,13 @@ from actors.clock import SystemClock
 from actors.memory.consolidation import consolidate, maintain, unmerge
 from actors.memory.keeper import MemoryKeeper, NoSuchMention
 from actors.memory.search import BadQuery, Found, query_text
-from actors.memory.setup import close_keeper, make_embedder, open_keeper, parse_thresholds
+from actors.memory.setup import (
+    LOCAL_EMBEDDERS,
+    close_keeper,
+    make_embedder,
+    open_keeper,
+    parse_thresholds,
+)
 from providers.embedding import EmbeddingError
 from storage.embedded import EmbeddedPostgres
 from storage.memories import UnknownMemories
@@ -67,6 +73,12 @@ def add_embed_options(parser: argparse.ArgumentParser) -> None:
         "--embed-path",
         default=env_value("embed-path"),
         help="folder of the local model's weights (otherwise looked for in the usual places)",
+    )
+    parser.add_argument(
+        "--embed-local",
+        choices=LOCAL_EMBEDDERS,
+        default=env_value("embed-local") or "pair",
+        help="without --embed-url: both local models (pair, the default), or one alone",
     )
     parser.add_argument(
         "--thresholds",
@@ -123,7 +135,13 @@ async def database(args: argparse.Namespace, *, scratch: bool) -> AsyncIterator[
 
 @contextlib.asynccontextmanager
 async def keeper_on(dsn: str, args: argparse.Namespace) -> AsyncIterator[MemoryKeeper]:
-    embedder = make_embedder(args.embed_url, args.embed_model, args.embed_key, path=args.embed_path)
+    embedder = make_embedder(
+        args.embed_url,
+        args.embed_model,
+        args.embed_key,
+        path=args.embed_path,
+        local=args.embed_local,
+    )
     keeper = await open_keeper(dsn, embedder, SystemClock(), thresholds=args.thresholds)
     try:
         yield keeper

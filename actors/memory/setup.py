@@ -23,6 +23,7 @@ from storage.memories import MemoryStore
 log = logging.getLogger("stillhere.memory")
 
 DEFAULT_API_MODEL = "text-embedding-3-small"
+LOCAL_EMBEDDERS = ("pair", "minilm", "use")
 
 
 def make_embedder(
@@ -32,14 +33,22 @@ def make_embedder(
     *,
     path: str | None = None,
     timeout: float = 30.0,
+    local: str = "pair",
 ) -> Embedder:
-    """An OpenAI-compatible embeddings client if `url` is given, else the local pair (with
-    MiniLM's weights from `path`, if given)."""
+    """An OpenAI-compatible embeddings client if `url` is given, else the local `local`
+    model: the pair (the default), or one of its two alone (MiniLM's weights from `path`,
+    if given). The comparison that chose the pair is in docs/memories.md."""
     if url:
         return OpenAIEmbeddings(url, model or DEFAULT_API_MODEL, key, timeout=timeout)
+    if local not in LOCAL_EMBEDDERS:
+        raise ValueError(
+            f"the local embedder is one of {', '.join(LOCAL_EMBEDDERS)}, not {local!r}"
+        )
+    if local == "use":
+        return UseMultilingual()
     from providers.minilm import MiniLM  # ONNX Runtime; imported only when used
 
-    return Paired(MiniLM(path), UseMultilingual())
+    return MiniLM(path) if local == "minilm" else Paired(MiniLM(path), UseMultilingual())
 
 
 def parse_thresholds(text: str) -> Thresholds:
