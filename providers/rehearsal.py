@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from providers.chat import ChatEvent, ChatMessage, TextDelta, ToolCall, ToolSpec
 from providers.notes import (
     CUT_MARK,
@@ -39,6 +41,10 @@ _FLAGS = re.IGNORECASE | re.DOTALL
 
 _REMEMBER = re.compile(_LEAD + r"(?:(?:note|remember)\s+that|remember)\s+(.+?)" + _END, _FLAGS)
 _REMIND = re.compile(_LEAD + r"remind\s+me\s+to\s+(.+?)" + _END, _FLAGS)
+_RECALL = re.compile(
+    _LEAD + r"(?:what\s+do\s+you\s+(?:know|remember)\s+about|do\s+you\s+remember)\s+(.+?)" + _END,
+    _FLAGS,
+)
 _WHEN = re.compile(r"\s(?:on|at|by|next)\s|\s(?:tomorrow|tonight)\b", re.IGNORECASE)
 _GREETING = r"^(?:(?:hi|hello|hey)[,!]?\s+)?"
 _SPEAKER_EXPLICIT = (
@@ -98,6 +104,14 @@ def _remind(text: str) -> _Intent | None:
     )
 
 
+def _recall(text: str) -> _Intent | None:
+    """ "What do you know about Owen?": a search of the person's memories."""
+    match = _RECALL.match(text)
+    if match is None:
+        return None
+    return _Intent("search_memories", {"query": _clean(match.group(1))})
+
+
 def _speaker(text: str) -> _Intent | None:
     """A lent phone: "this is Anna", "Anna speaking", "it's Anna here"; "it's me again"."""
     if text.rstrip().endswith("?"):
@@ -114,7 +128,12 @@ def _speaker(text: str) -> _Intent | None:
     return None
 
 
-_RECOGNISERS: tuple[Callable[[str], _Intent | None], ...] = (_remind, _remember, _speaker)
+_RECOGNISERS: tuple[Callable[[str], _Intent | None], ...] = (
+    _remind,
+    _remember,
+    _recall,
+    _speaker,
+)
 
 
 def _intent(text: str, offered: set[str]) -> _Intent | None:
@@ -196,9 +215,11 @@ def _echo(messages: list[ChatMessage], start: int) -> str:
     return " ".join(parts)
 
 
-def _confirm(call: ToolCall) -> str:
+def _confirm(call: ToolCall, result: str) -> str:
     """One sentence per executed tool call, for the round after the tool results."""
     args = call.arguments
+    if call.name == "search_memories":
+        return _recalled(result)
     if call.name == "remember":
         return f"Noted: {_clean(str(args.get('text', '')))}."
     if call.name == "schedule_reminder":
@@ -215,7 +236,20 @@ def _confirm(call: ToolCall) -> str:
 def _confirmation(messages: list[ChatMessage]) -> str:
     asked = next((m for m in reversed(messages) if m.role == "assistant" and m.tool_calls), None)
     calls = asked.tool_calls if asked is not None else []
-    return " ".join(_confirm(c) for c in calls) or "Done."
+    results = {m.tool_call_id: m.content for m in messages if m.role == "tool"}
+    return " ".join(_confirm(c, results.get(c.id, "")) for c in calls) or "Done."
+
+
+def _recalled(result: str) -> str:
+    """What a memory search found, said plainly: each memory's text, as the tool gave it."""
+    try:
+        found = orjson.loads(result).get("results") or []
+    except (orjson.JSONDecodeError, AttributeError):
+        found = []
+    texts = [str(r.get("text", "")) for r in found if isinstance(r, dict)]
+    if not texts:
+        return "I don't know anything about that yet."
+    return "Here is what I remember: " + " ".join(texts)
 
 
 def _summary(messages: list[ChatMessage]) -> str:

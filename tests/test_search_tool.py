@@ -78,3 +78,15 @@ async def test_a_bad_query_from_the_model_gets_a_coded_error(
     (result,) = tool_results(fake_llm.requests[1])
     assert result == {"error": words, "code": "invalid_argument"}
     assert end["text"] == "I know that "
+
+
+async def test_the_rehearsal_model_answers_what_it_knows_from_the_search(
+    harness: Harness,
+) -> None:
+    await harness.start()  # no model URL: the built-in rehearsal model
+    phone = await harness.phone()
+    await phone.say("Remember that Owen works in a lab")
+    assert (await phone.reply())["text"] == "Noted: Owen works in a lab."
+    await phone.say("What do you know about Owen?")
+    end = await phone.reply()
+    assert "Here is what I remember: Owen works in a lab" in end["text"]
