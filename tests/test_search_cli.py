@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from actors.memory.keeper import MemoryKeeper
+from storage.records import MemoryDraft
 from tests.test_search import HANNAH, OWEN_BRISTOL, OWEN_LAB, STRANGER, TEA, remember_all
 from transport.cli import _parser
 
@@ -20,10 +21,12 @@ async def test_the_cli_prints_one_persons_memories_with_why(
     local_keeper: MemoryKeeper, dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await remember_all(local_keeper, HANNAH, OWEN_BRISTOL, OWEN_LAB, TEA)
-    await remember_all(local_keeper, STRANGER, OWEN_BRISTOL)
-    assert await run("Owen", "--person", HANNAH, "--db", dsn, "--limit", "2") == 0
+    dog = MemoryDraft("Owen is my neighbour's dog.", "fact", ("owen",), ("pets",))
+    await remember_all(local_keeper, STRANGER, dog)
+    assert await run("Owen", "--person", HANNAH, "--db", dsn, "--limit", "3") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and all("person owen" in line for line in lines)
+    assert len(lines) == 3 and "neighbour's dog" not in "".join(lines)
+    lines = [line for line in lines if "person owen" in line]
     assert {line.split("  (")[0].split("active     ")[1] for line in lines} == {
         OWEN_BRISTOL.text,
         OWEN_LAB.text,
