@@ -23,6 +23,7 @@ KEPT_APART = [
     ("subject", fact("I am allergic to cats."), fact("My daughter is allergic to cats.")),
     ("subject", fact("Léa is a pilot.", "léa"), fact("Léa is dating a pilot.", "léa")),
     ("subject", fact("Sam is afraid of flying.", "sam"), fact("I am afraid of flying.")),
+    ("subject", fact("I'm vegetarian."), fact("Léa is vegetarian.", "Léa")),
     ("subject", fact("Priya is my boss.", "priya"), fact("Priya is my sister's boss.", "priya")),
     ("subject", fact("J'adore le jazz."), fact("Mon compagnon adore le jazz.")),
     ("subject", fact("Léa est pilote.", "léa"), fact("Léa sort avec un pilote.", "léa")),

@@ -92,8 +92,8 @@ def _relations(draft: MemoryDraft, other: MemoryDraft) -> dict[str, bool]:
     "my brother Owen" (named), "my daughter" (not), "Owen's son" (never: Owen is the owner).
     A "my R" in a memory about named people whom `other` names too may be one of them."""
     words = _words_with_case(draft.text)
-    people = {p.casefold() for p in draft.people}
-    others = {w for w, _ in _words_with_case(other.text)} & {plain(p) for p in people}
+    people = {plain(p) for p in draft.people}
+    others = {w for w, _ in _words_with_case(other.text)} & people
     found: dict[str, bool] = {}
     for i, (word, _) in enumerate(words):
         relation = _KIN.get(word.removesuffix("'s"))
@@ -159,7 +159,7 @@ def _subject(draft: MemoryDraft) -> str | None:
     first = words[0][0].removesuffix("'s")
     if first in _FIRST_PERSON or first.startswith(("i'", "j'")):
         return "self"
-    if first in {p.casefold() for p in draft.people} and not words[0][0].endswith("'s"):
+    if first in {plain(p) for p in draft.people} and not words[0][0].endswith("'s"):
         return first
     return None
 
