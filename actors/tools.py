@@ -115,7 +115,8 @@ TOOLS = [
         "about someone or something and the context does not already hold it. Each result "
         "gives the memory's type, status, people, themes, dates, why it was found, and the "
         "link it came through; an erroneous memory is an outdated one, shown with the "
-        "memory that corrects it.",
+        "memory that corrects it. The closest memories always come back: one found by "
+        "meaning alone under about 0.3 is likely unrelated.",
         {
             "type": "object",
             "properties": {
