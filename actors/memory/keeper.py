@@ -83,6 +83,8 @@ class SameMemory(Protocol):
 
     def submit(self, person: str, new: Memory, uncertain: Sequence[Candidate]) -> None: ...
 
+    async def drain(self) -> None: ...
+
 
 class MemoryKeeper:
     def __init__(
@@ -134,6 +136,8 @@ class MemoryKeeper:
             self._index.drop(person)
 
     async def close(self) -> None:
+        if self.same_memory is not None:
+            await self.same_memory.drain()  # what is queued is stored already; let it settle
         if self._index is not None:
             self._index.clear()
 
