@@ -11,7 +11,7 @@ apart from "it was never handed": both go when the conversation leaves memory.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -31,10 +31,17 @@ class TurnTrace:
     reply: UUID
     at: datetime
     answering: tuple[str, ...]  # the client ids of the says it answered
-    context: Context
+    context: Context  # kept without its text (see __post_init__)
     notes: tuple[str, ...]  # the notes handed beside the context: reply context, loose ends
     tools: tuple[str, ...]  # one line per tool call, in order
     error: str | None
+    context_chars: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Only its size is shown: kept whole, 20 contexts would cost a live conversation
+        # up to 20 budgets of text (6,000 characters each by default).
+        object.__setattr__(self, "context_chars", len(self.context.text))
+        object.__setattr__(self, "context", replace(self.context, text=""))
 
     def wire(self) -> dict[str, Any]:
         c = self.context
@@ -52,7 +59,7 @@ class TurnTrace:
             "failed": list(c.failed),
             "problems": list(c.problems),
             "timings_ms": c.timings,
-            "context_chars": len(c.text),
+            "context_chars": self.context_chars,
             "notes": list(self.notes),
             "tools": list(self.tools),
             "error": self.error,
