@@ -56,10 +56,17 @@ import numpy as np  # noqa: E402
 from actors.clock import SystemClock  # noqa: E402
 from actors.memory.keeper import MemoryKeeper  # noqa: E402
 from actors.memory.setup import close_keeper, make_embedder, open_keeper  # noqa: E402
-from bench.search_corpus import ANCHORS, ERRONEOUS, MUTED, QUERIES, filler  # noqa: E402
+from bench.search_corpus import (  # noqa: E402
+    ANCHORS,
+    ERRONEOUS,
+    MUTED,
+    QUERIES,
+    filler,
+    store_corpus,
+    store_drafts,
+)
 from storage.embedded import EmbeddedPostgres  # noqa: E402
 from storage.store import Store  # noqa: E402
-from transport.eval_search import store_corpus, store_drafts  # noqa: E402
 
 TARGET_MS = 20.0
 TARGET_SIZE = 10_000

@@ -23,71 +23,17 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
 import orjson
 
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.search import Found
-from bench.search_corpus import ANCHORS, ERRONEOUS, KINDS, MUTED, RELATED, Query, filler, queries
+from bench.search_corpus import ANCHORS, ERRONEOUS, KINDS, MUTED, Base, Query, queries, store_corpus
 from providers.embedding import EmbeddingError
-from storage.fingerprints import encode
-from storage.records import MemoryDraft
 from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
 
-BATCH = 64
 RECALL_AT = 5
 MRR_AT = 10
-
-
-@dataclass(frozen=True, slots=True)
-class Base:
-    """One person's stored corpus: anchor ids by key, and what must never be shown alone."""
-
-    person: str
-    anchors: dict[str, UUID]
-    muted: frozenset[UUID]
-
-
-async def store_drafts(keeper: MemoryKeeper, person: str, drafts: list[MemoryDraft]) -> list[UUID]:
-    """Store `drafts` as they are (no recognition: the corpus holds no restatement but the
-    muted ones), fingerprinted in batches. Shared with `bench.search`."""
-    ids = []
-    now = keeper.clock.now()
-    for start in range(0, len(drafts), BATCH):
-        batch = drafts[start : start + BATCH]
-        vectors = await keeper.fingerprint([d.text for d in batch])
-        for draft, vector in zip(batch, vectors, strict=True):
-            memory, _ = await keeper.store.create(
-                person, draft, now, fingerprint=encode(vector), model=keeper.model
-            )
-            ids.append(memory.id)
-    return ids
-
-
-async def store_corpus(keeper: MemoryKeeper, person: str, size: int, seed: int) -> Base:
-    """The corpus for one person: anchors, their muted and erroneous companions, links,
-    then filler up to `size` memories in all."""
-    anchors = {a.key: a.draft for a in ANCHORS}
-    muted = [_worded(anchors[k], t) for k, t in MUTED.items()]
-    wrong = [_worded(anchors[k], t) for k, t in ERRONEOUS.items()]
-    extra = size - len(anchors) - len(muted) - len(wrong)
-    drafts = [*anchors.values(), *muted, *wrong, *filler(max(0, extra), seed)]
-    ids = await store_drafts(keeper, person, drafts)
-    by_key = dict(zip(anchors, ids, strict=False))
-    muted_ids = ids[len(anchors) : len(anchors) + len(muted)]
-    wrong_ids = ids[len(anchors) + len(muted) : len(anchors) + len(muted) + len(wrong)]
-    await keeper.mute(person, muted_ids)
-    now = keeper.clock.now()
-    for key, memory in zip(ERRONEOUS, wrong_ids, strict=True):
-        await keeper.mark_erroneous(person, memory, by_key[key])
-    for a, b in RELATED:
-        await keeper.store.link(person, by_key[a], by_key[b], "related", now)
-    return Base(person, by_key, frozenset(muted_ids))
-
-
-def _worded(draft: MemoryDraft, text: str) -> MemoryDraft:
-    return MemoryDraft(text, draft.type, draft.people, draft.themes)
 
 
 @dataclass(frozen=True, slots=True)
