@@ -10,8 +10,8 @@ gives, by kind of query (name, paraphrase, theme, question, cross-language) and 
 - `recall_at_5`: of the memories that answer a query, the share among its first five
   results, out of at most five (a name with seven memories is answered whole by five);
 - `mrr`: the mean of 1 / the rank of the first answer among the first ten (0 if none);
-- what must never happen, counted: a muted memory shown, an erroneous one without the
-  memory that corrects it just before, another person's memory.
+- what must never happen, counted: a muted memory shown, an erroneous one not brought by
+  the memory that corrects it, another person's memory.
 """
 
 from __future__ import annotations
@@ -55,9 +55,8 @@ def score_query(query: Query, base: Base, found: list[Found]) -> Scored:
     in_top = len(answers & set(ids[:RECALL_AT]))
     first = next((r for r in ranks if r <= MRR_AT), None)
     alone = sum(
-        f.memory.status == "erroneous"
-        and (i == 0 or found[i - 1].memory.id != f.memory.corrected_by)
-        for i, f in enumerate(found)
+        f.memory.status == "erroneous" and (f.via is None or f.via.through != f.memory.corrected_by)
+        for f in found
     )
     return Scored(
         query.kind,
