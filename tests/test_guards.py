@@ -9,8 +9,10 @@ import pytest
 
 from actors.memory.guards import guard
 from actors.memory.keeper import MemoryKeeper
+from storage.fingerprints import encode
 from storage.records import MemoryDraft
 from tests.conftest import Harness
+from tests.memory_support import MODEL, Script
 from tests.test_memory_api import Api
 
 
@@ -137,3 +139,19 @@ def test_the_local_embedder_is_selectable() -> None:
     assert make_embedder().name == "all-MiniLM-L6-v2+use-multilingual-v3"
     with pytest.raises(ValueError, match="pair"):
         make_embedder(local="bert")
+
+
+async def test_consolidation_never_merges_what_a_guard_keeps_apart(
+    keeper: MemoryKeeper, script: Script
+) -> None:
+    """Two memories stored before the guards existed, 0.95 apart, stay two."""
+    from actors.memory.consolidation import consolidate
+
+    cats, daughter = KEPT_APART[0][1], KEPT_APART[0][2]
+    script.close_to(cats.text, daughter.text, 0.95)
+    for draft in (cats, daughter):
+        vector = (await keeper.fingerprint([draft.text]))[0]
+        await keeper.store.create(
+            "person-old", draft, keeper.clock.now(), fingerprint=encode(vector), model=MODEL
+        )
+    assert await consolidate(keeper, "person-old") == []

@@ -19,9 +19,9 @@ import logging
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from actors.memory.guards import guard
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.recognition import same_text, tier
-from actors.memory.values import conflict
 from storage.records import Memory
 
 log = logging.getLogger("stillhere.memory")
@@ -88,8 +88,8 @@ async def consolidate(keeper: MemoryKeeper, person: str) -> list[Merge]:
         score = judged.score
         found = "exact" if same_text(first.text, second.text) else None
         found = found or tier(first.draft, second.draft, score, judged.thresholds)
-        if found is None or conflict(first.draft, second.draft) is not None:
-            continue
+        if found is None or (found != "exact" and guard(first.draft, second.draft)):
+            continue  # the guards keep apart what recognition would never have merged
         edges.setdefault(a, {})[b] = (score, found)
         edges.setdefault(b, {})[a] = (score, found)
     merges: list[Merge] = []
@@ -102,7 +102,7 @@ async def consolidate(keeper: MemoryKeeper, person: str) -> list[Merge]:
         near = sorted(edges[reference.id].items(), key=lambda item: -item[1][0])
         for other, (score, found) in near:
             member = memories[other]
-            if other in taken or any(conflict(member.draft, g.draft) for g, _, _ in group):
+            if other in taken or any(guard(member.draft, g.draft) for g, _, _ in group):
                 continue
             group.append((member, score, found))
         if not group:
