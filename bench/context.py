@@ -17,11 +17,14 @@ the end, whatever happens):
    "recent"), mention counts 1 to 20, 5% muted; then `ANALYZE`.
 3. Times, `--rounds` times after `--warmup` rounds, in an order that rotates each round so
    all subjects share the machine's conditions:
-   - `assemble`: `actors.context.assemble`, the whole context as a turn gets it (five
-     sources at once on the store's pool, then the budget);
+   - `assemble`: `actors.context.assemble`, as a turn calls it. Nothing changes between
+     rounds and the clock stands still, so after the first call it finds every source's
+     answer kept (actors/context_cache.py): it times a turn whose person's context
+     generation has not moved (one read of the generation, the turn's own memories, the
+     budget);
    - `rules`: the baseline, the `rules` source alone (one indexed query of a few rows);
-   - each other source alone (`conversations`, `recent`, `sample`), to see which one sets
-     the pace.
+   - each other source alone (`conversations`, `recent`, `sample`): the reads a turn makes
+     once the generation has moved, to see which one sets the pace.
 4. Prints a table of p50 / p99 / max in ms, with `--json PATH` writes the report.
 
 Exit code 0 when `assemble` p99 at 10,000 memories is under 50 ms (or 10,000 is not among
@@ -51,7 +54,7 @@ from actors import context
 from actors.clock import ManualClock
 from actors.handles import TurnHandles
 from actors.messages import TurnRequest
-from actors.runtime import ConversationSettings, Runtime
+from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from providers.rehearsal import RehearsalModel
 from storage.embedded import EmbeddedPostgres
 from storage.records import Card
@@ -226,7 +229,7 @@ async def measure(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         for i in range(5):
             await store.rules.add(person, f"Rule number {i}: answer briefly.", NOW, limit=50)
         clock = ManualClock(NOW)
-        settings = ConversationSettings(context=context.ContextSettings(source_timeout_s=10.0))
+        settings = ConversationSettings(context=ContextSettings(source_timeout_s=10.0))
         rt = Runtime(asyncio.get_running_loop(), store, RehearsalModel(), clock, settings)
         req = request(person)
         rows, have = [], 0
@@ -237,7 +240,7 @@ async def measure(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             timings = await time_subjects(subjects(rt, req), args.rounds, args.warmup)
             row = {
                 "memories": size,
-                "conversations": args.conversations,
+                "past_conversations": args.conversations,  # beside the `conversations` source
                 "context_chars": len(built.text),
                 "handed": str(built),
                 **{name: percentiles(values) for name, values in timings.items()},
