@@ -51,7 +51,7 @@ from providers.loop_lag import loop_lag_probe
 DESCRIPTION = "phones on flapping mobile links: resume, loss, latency, memory, baselines"
 SETTLE_S = 2.0  # before reading an RSS figure
 BASELINE_SETTLE_TIMEOUT_S = 30.0
-PHONES_GC_THRESHOLDS = (50_000, 50, 100)  # this process's collector: see `main`
+PHONES_GC_THRESHOLDS = (50_000, 50, 100)  # this process's collector: see `run`
 
 TARGETS = {
     "resume_p99_ms": 50.0,
@@ -993,8 +993,8 @@ async def run(args: argparse.Namespace) -> int:
     # The phones' process holds a large long-lived heap too: at CPython's thresholds, its
     # full collections froze its loop for a second now and then, and every resume timed
     # across one looked a second slower (bench_loop_lag_ms max). These thresholds hold for
-    # the whole run; while the phones flap, `--phones-gc off` (the default since stop 17)
-    # holds their collector off altogether (bench/phones_gc.py).
+    # the whole run; while the phones flap, `--phones-gc off` (the default) holds their
+    # collector off altogether (bench/phones_gc.py says why).
     tune_collector(PHONES_GC_THRESHOLDS)
     try:
         report = await measure(args)

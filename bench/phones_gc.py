@@ -1,27 +1,27 @@
 """The phones' own garbage collector: timed, and kept from stopping the phones for seconds.
 
 The bench runs every phone in one process, and its ledger keeps every say, reply and
-welcome until the end. Left to CPython's collector, the old generations of that one heap
-grow to millions of objects, and collecting them stopped this process for 2.5 to 3.9 s in
-a 300 s run at 2,000 phones (stop 14): the resumes and turns in flight across such a pause
-were timed that much slower, though the server had answered in time. A real phone does
-not share a heap with 1,999 others.
+welcome until the end. The old generations of that one heap grow to millions of objects,
+and a collection that walks them stops every phone at once: the resumes and turns in flight
+across the pause are timed that much slower, though the server answered in time. A real
+phone does not share a heap with 1,999 others. Every mode times every collection (`bench_gc`
+in the flap report), so a run says what its phones' collector cost it.
 
-So, in "freeze" mode, whatever survives a collection is frozen (`gc.freeze`): no later
-collection walks it again, and each one walks only what was made since the last. Young
-collections then come every 10,000 net allocations instead of 50,000: each object is still
-walked once, in pauses about a third as long (at 2,000 phones, 47.5 ms at the longest
-against 148 to 170 ms; bench/README.md, stop 15). The price: a cycle that becomes garbage
-after surviving a collection is never freed until the run ends, so the phones' process
-grows a little; the report gives how many objects were frozen. "plain" mode leaves the
-collector as it was (the bench before stop 15). Both time every collection.
-
-Even frozen, young collections stopped the phones for 3% of a 300 s run at 2,000 phones, up
-to 97 ms at a time (stop 17): every resume timed across one looked that much slower. In
-"off" mode (the default since stop 17) the collector does not run while the phones flap;
-the cycles they leave meanwhile stay in memory until the run ends, when one full collection
-frees them. The report gives what that cost: how much this process grew, and how many
-objects the final collection freed.
+- "plain" leaves the collector at the bench's thresholds. Its full collections stop the
+  phones for seconds: 2.5 to 3.9 s at the longest in a 300 s run at 2,000 phones
+  (`python -m bench.flap --clients 2000 --duration 300 --phones-gc plain`, `pause_ms_max`).
+- "freeze" freezes whatever survives a collection (`gc.freeze`): no later collection walks
+  it again, and each one walks only what was made since the last. Young collections come
+  every 10,000 net allocations instead of 50,000: each object is still walked once, but a
+  pause walks at most what 10,000 allocations left. The price: a cycle that becomes garbage
+  after surviving a collection is not freed until the run ends; the report gives how many
+  objects were frozen.
+- "off", the default, holds the collector off while the phones flap, since even frozen,
+  young collections stopped them for 3% of the same run, up to 97 ms at a time, each inside
+  the timed resumes in flight (the command above with `--phones-gc freeze`: `pause_s_total`,
+  `pause_ms_max`). The cycles the phones leave meanwhile stay in memory until the run ends,
+  when one full collection frees them; the report gives what that cost: how much this
+  process grew, and how many objects the final collection freed.
 """
 
 from __future__ import annotations
