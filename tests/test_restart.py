@@ -31,6 +31,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+async def spawn_serve(options: list[str], log_path: Path) -> asyncio.subprocess.Process:
+    """`stillhere serve OPTIONS` in a subprocess, its stderr (the log) written to `log_path`."""
+    with log_path.open("wb") as log:
+        return await asyncio.create_subprocess_exec(
+            str(STILLHERE),
+            "serve",
+            *options,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=log,
+            cwd=ROOT,
+        )
+
+
 class ServerProcess:
     """`stillhere serve` in a subprocess, its stderr (the log) kept in a file."""
 
@@ -46,23 +60,8 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self, http: aiohttp.ClientSession) -> None:
-        with self.log_path.open("wb") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                str(STILLHERE),
-                "serve",
-                "--db",
-                self.dsn,
-                "--data-dir",
-                str(self.data_dir),
-                "--port",
-                str(self.port),
-                "--secret",
-                "s",
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=log,
-                cwd=ROOT,
-            )
+        options = ["--db", self.dsn, "--data-dir", str(self.data_dir), "--secret", "s"]
+        self.proc = await spawn_serve([*options, "--port", str(self.port)], self.log_path)
         await self._wait_ready(http)
 
     async def _wait_ready(self, http: aiohttp.ClientSession) -> None:

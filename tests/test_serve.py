@@ -6,15 +6,13 @@ import asyncio
 import contextlib
 import re
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parent.parent
-STILLHERE = Path(sys.executable).parent / "stillhere"
-START_TIMEOUT = 60.0
+from tests.test_restart import START_TIMEOUT, spawn_serve
+
 TOKEN = "admin-token-for-tests-0123456789abcdef"
 LINE = re.compile(
     r"INFO stillhere\.server: listening on http://127\.0\.0\.1:(\d+)/ "
@@ -30,16 +28,7 @@ async def serving(dsn: str, tmp_path: Path) -> AsyncIterator[Path]:
     log_path = tmp_path / "serve.log"
     options = ["--db", dsn, "--data-dir", str(tmp_path / "data"), "--secret", "s"]
     options += ["--port", "0", "--admin-port", "0", "--admin-token", TOKEN]
-    with log_path.open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            str(STILLHERE),
-            "serve",
-            *options,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=log,
-            cwd=ROOT,
-        )
+    proc = await spawn_serve(options, log_path)
     try:
         yield log_path
     finally:
