@@ -51,11 +51,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence  # noqa
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-import numpy as np  # noqa: E402
-
 from actors.clock import SystemClock  # noqa: E402
 from actors.memory.keeper import MemoryKeeper  # noqa: E402
 from actors.memory.setup import close_keeper, make_embedder, open_keeper  # noqa: E402
+from bench.fingerprint import percentiles  # noqa: E402
 from bench.search_corpus import (  # noqa: E402
     ANCHORS,
     ERRONEOUS,
@@ -73,16 +72,6 @@ TARGET_SIZE = 10_000
 PERSON = "bench-search"
 LIMIT = 5
 SUBJECTS = ("search", "given_fingerprint", "embed")
-
-
-def percentiles(values: Sequence[float]) -> dict[str, float]:
-    p50, p95, p99 = np.percentile(np.asarray(values), [50, 95, 99])
-    return {
-        "p50": round(float(p50), 3),
-        "p95": round(float(p95), 3),
-        "p99": round(float(p99), 3),
-        "mean": round(float(np.mean(values)), 3),
-    }
 
 
 def pin(cpus: set[int]) -> None:
