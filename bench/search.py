@@ -56,10 +56,8 @@ from actors.memory.keeper import MemoryKeeper  # noqa: E402
 from actors.memory.setup import close_keeper, make_embedder, open_keeper  # noqa: E402
 from bench.fingerprint import percentiles  # noqa: E402
 from bench.search_corpus import (  # noqa: E402
-    ANCHORS,
-    ERRONEOUS,
-    MUTED,
     QUERIES,
+    SMALLEST,
     filler,
     store_corpus,
     store_drafts,
@@ -87,8 +85,7 @@ async def grow(keeper: MemoryKeeper, size: int, stored: int) -> int:
     if stored == 0:
         await store_corpus(keeper, PERSON, size, seed=0)
         return size
-    corpus = len(ANCHORS) + len(MUTED) + len(ERRONEOUS)
-    drafts = filler(size - corpus, seed=0)[stored - corpus :]
+    drafts = filler(size - SMALLEST, seed=0)[stored - SMALLEST :]
     await store_drafts(keeper, PERSON, drafts)
     return size
 
@@ -209,9 +206,8 @@ def _sizes(text: str) -> list[int]:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"comma-separated integers, not {text!r}") from None
-    floor = len(ANCHORS) + len(MUTED) + len(ERRONEOUS)
-    if not values or min(values) < floor:
-        raise argparse.ArgumentTypeError(f"sizes of at least {floor} (the labelled corpus)")
+    if not values or min(values) < SMALLEST:
+        raise argparse.ArgumentTypeError(f"sizes of at least {SMALLEST} (the labelled corpus)")
     return values
 
 

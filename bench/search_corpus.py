@@ -152,6 +152,8 @@ ERRONEOUS = {
     "owen-birthday": "Owen's birthday is on the 4th of March.",
 }
 RELATED = [("biscuit-worming", "vet"), ("cello", "rehearsals"), ("grandad-pills", "doctor")]
+# The labelled memories alone, before any filler: the smallest base `store_corpus` makes.
+SMALLEST = len(ANCHORS) + len(MUTED) + len(ERRONEOUS)
 
 
 def _q(kind: str, text: str, *answers: str) -> Query:
@@ -504,8 +506,7 @@ async def store_corpus(keeper: MemoryKeeper, person: str, size: int, seed: int) 
     anchors = {a.key: a.draft for a in ANCHORS}
     muted = [_worded(anchors[k], t) for k, t in MUTED.items()]
     wrong = [_worded(anchors[k], t) for k, t in ERRONEOUS.items()]
-    extra = size - len(anchors) - len(muted) - len(wrong)
-    drafts = [*anchors.values(), *muted, *wrong, *filler(max(0, extra), seed)]
+    drafts = [*anchors.values(), *muted, *wrong, *filler(max(0, size - SMALLEST), seed)]
     ids = await store_drafts(keeper, person, drafts)
     by_key = dict(zip(anchors, ids, strict=False))
     muted_ids = ids[len(anchors) : len(anchors) + len(muted)]
