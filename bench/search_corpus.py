@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from itertools import product
+from itertools import cycle, product
 from uuid import UUID
 
 from actors.memory.keeper import MemoryKeeper
@@ -430,13 +430,13 @@ def filler(count: int, seed: int) -> list[MemoryDraft]:
     made = [
         MemoryDraft(f"{who} {doing}.", "fact", (who.lower(),), (theme,))
         for (who, doing), theme in zip(
-            product(_FILLER_PEOPLE, _DOINGS), _cycle(_FILLER_THEMES), strict=False
+            product(_FILLER_PEOPLE, _DOINGS), cycle(_FILLER_THEMES), strict=False
         )
     ]
     made += [
         MemoryDraft(f"{errand} {when}.", "task", (), (theme,))
         for (errand, when), theme in zip(
-            product(_ERRANDS, _WHEN), _cycle(_FILLER_THEMES), strict=False
+            product(_ERRANDS, _WHEN), cycle(_FILLER_THEMES), strict=False
         )
     ]
     made += [
@@ -457,10 +457,6 @@ def filler(count: int, seed: int) -> list[MemoryDraft]:
     if count > len(made):
         raise ValueError(f"filler can make {len(made)} memories, not {count}")
     return made[:count]
-
-
-def _cycle(items: list[str]) -> list[str]:
-    return items * 1000
 
 
 def queries(
