@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from providers.analysis import request_text
@@ -70,31 +71,34 @@ _STOP = _set(
 _TIE = 0.25
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: its readings are cached on it
 class _Message:
+    """One line. Each reading is made once, not once per comparison: every say is weighed
+    against every candidate, and it all runs on the loop."""
+
     ref: str
     text: str
 
-    @property
+    @cached_property
     def words(self) -> list[str]:
         return [w.lower().replace("\u2019", "'") for w in _WORD.findall(self.text)]
 
-    @property
+    @cached_property
     def content_words(self) -> set[str]:
         return {_stem(w) for w in self.words if w not in _STOP and len(w) > 2}
 
-    @property
+    @cached_property
     def is_question(self) -> bool:
         return "?" in _QUOTED.sub("", self.text)  # a question quoted is not asked
 
-    @property
+    @cached_property
     def asks_yes_no(self) -> bool:
         question = self.text[: self.text.rfind("?")]
         sentence = re.split(r"[.!]\s+", question)[-1]
         first = _Message(self.ref, sentence).words[:1]
         return bool(first) and first[0] in _ASKS_YES_NO
 
-    @property
+    @cached_property
     def asks_how(self) -> bool:
         return bool(re.search(r"\bhow\s+(?:was|were|is|are|did)\b|\bcomment\b", self.text, re.I))
 
