@@ -105,13 +105,11 @@ class AnalysisModel:
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         api = self._api
-        try:
+        with api.network_failures(_Failed):  # "timeout" or "connect", as the chat client's
             async with api.session().post(
                 api.endpoint, data=orjson.dumps(body), headers=api.headers("application/json")
             ) as response:
                 raw = await response.read()
-        except aiohttp.ClientError as exc:
-            raise _Failed("connect", api.scrub(f"cannot reach {api.endpoint}: {exc}")) from None
         if not 200 <= response.status < 300:
             raise _Failed("http", api.scrub(f"answered {response.status}: {excerpt(raw)}"))
         return _answer_object(_content(raw))
