@@ -4,6 +4,7 @@ the memory stored, and the memory says so. Real PostgreSQL, scripted cosines."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -171,3 +172,33 @@ async def test_a_pair_a_guard_decides_never_reaches_the_judge(
     await judge.drain()
     assert outcome.created and outcome.reason.startswith("guard subject")
     assert fake.tasks("same-memory") == []
+
+
+async def test_closing_finishes_the_batch_in_flight_and_drops_the_rest(
+    keeper: MemoryKeeper, fake: FakeAnalysis
+) -> None:
+    def distinct_slowly(asked: Asked) -> Answer:
+        found = [{"existing": "M1", "new": "M2", "verdict": "distinct"}]
+        return Answer({"pairs": found}, delay=0.2)
+
+    fake.default = distinct_slowly
+    analysis = AnalysisModel(fake.url, "fake-analysis", timeout=0.5)
+    judge = SameMemoryJudge(analysis, keeper.store, keeper.clock, batch=1)
+    base = await keeper.remember(PERSON, TOM)
+    news = [MemoryDraft(f"Tom skips the wine, take {i}.", "fact", ("tom",)) for i in range(3)]
+    stored = [(await keeper.store.create(PERSON, d, keeper.clock.now()))[0] for d in news]
+    for memory in stored:
+        judge.submit(PERSON, memory, [Candidate(base.memory, Judged(0.6, "m", Thresholds()))])
+    while not fake.tasks("same-memory"):
+        await asyncio.sleep(0.01)
+    await judge.close()  # the first batch is in flight: it is answered, the others dropped
+    await analysis.close()
+
+    assert len(fake.tasks("same-memory")) == 1
+    rows = await keeper.store.get(PERSON, [m.id for m in stored])
+    assert [rows[m.id].status for m in stored] == ["active"] * 3
+    assert [rows[m.id].recognition for m in stored] == [
+        f"judge: distinct from {base.memory.id} (cosine 0.600)",
+        None,
+        None,
+    ]

@@ -182,8 +182,8 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         await stop_actors([supervisor])
         await directory.stop_all()
         await model.close()
+        await close_keeper(memory)  # first: the same-memory judge's last batch asks analysis
         await analysis.close()
-        await close_keeper(memory)
         await store.close()
         if embedded is not None:
             await loop.run_in_executor(None, embedded.stop)

@@ -85,6 +85,8 @@ class SameMemory(Protocol):
 
     async def drain(self) -> None: ...
 
+    async def close(self) -> None: ...
+
 
 class MemoryKeeper:
     def __init__(
@@ -137,7 +139,7 @@ class MemoryKeeper:
 
     async def close(self) -> None:
         if self.same_memory is not None:
-            await self.same_memory.drain()  # what is queued is stored already; let it settle
+            await self.same_memory.close()  # what is queued is stored already
         if self._index is not None:
             self._index.clear()
 

@@ -112,9 +112,21 @@ class SameMemoryJudge:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def drain(self) -> None:
-        """Wait until every queued pair is judged (the eval, the tests, a clean stop)."""
+        """Wait until every queued pair is judged (the eval, the tests)."""
         while self._task is not None and not self._task.done():
             await asyncio.shield(self._task)
+
+    async def close(self) -> None:
+        """Stop at shutdown: the batch being judged is finished (one request, bounded by
+        the analysis model's timeout), the pairs still queued are dropped. Their memories
+        are stored already and stay apart, as with no judge at all."""
+        if self._queue:
+            log.info(
+                "same-memory: %d pairs left unjudged at shutdown; the memories stay apart",
+                len(self._queue),
+            )
+            self._queue = []
+        await self.drain()
 
     async def _run(self) -> None:
         await asyncio.sleep(0)  # let the memories told in one turn join one batch
