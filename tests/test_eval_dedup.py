@@ -15,6 +15,7 @@ from tests.fakes.analysis_server import Answer, Asked, FakeAnalysis
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import Script
 from transport import eval_dedup
+from transport.cli import _parser
 
 
 def memory(text: str, people: list[str] = [], themes: list[str] = []) -> dict[str, Any]:  # noqa: B006
@@ -45,9 +46,7 @@ PAIRS = [
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="stillhere")
-    eval_dedup.add_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["eval", "dedup", *argv])
+    return _parser().parse_args(["eval", "dedup", *argv])
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from providers.event_loop import run as run_on_loop
 from transport import eval_dedup, eval_search, eval_turns, memory_cli
 from transport.app import build_app, log_listening
 from transport.config import Settings, add_options, env_value, settings_from
+from transport.eval_io import add_eval_command
 from transport.identity import Identity, load_or_create_secret
 from transport.inspect import add_inspect_options, run_inspect
 from transport.listener import serve
@@ -36,9 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_inspect_options(inspect)
     memory_cli.add_parser(commands)  # memory consolidate
-    evals = eval_dedup.add_parser(commands)  # eval dedup
-    eval_turns.add_parser(evals)  # eval turns
-    eval_search.add_parser(evals)  # eval search
+    evals = add_eval_command(commands)
+    for evaluation in (eval_dedup, eval_turns, eval_search):
+        evaluation.add_parser(evals)  # eval dedup, eval turns, eval search
     bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
     flap.add_parser(bench.add_subparsers(dest="bench", required=True))  # bench flap
     return parser

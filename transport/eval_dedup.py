@@ -30,7 +30,6 @@ from typing import Any
 from uuid import UUID
 
 import numpy as np
-import orjson
 
 from actors.memory.guards import guard
 from actors.memory.keeper import MemoryKeeper, Remembered
@@ -49,6 +48,7 @@ from providers.analysis import AnalysisModel
 from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
 from transport.config import env_value
+from transport.eval_io import add_command, figure, json_lines, json_report
 from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
 
 
@@ -112,14 +112,7 @@ def _draft(value: Any, where: str) -> MemoryDraft:
 def read_pairs(path: Path) -> list[Pair]:
     """The labelled pairs, one JSON object a line; a bad line is an error naming it."""
     pairs = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as error:
-            raise PairsError(f"{where}: not JSON ({error})") from None
+    for where, row in json_lines(path, PairsError):
         if not isinstance(row, dict) or not isinstance(row.get("same"), bool):
             raise PairsError(f"{where}: needs existing, new, same (true or false) and kind")
         existing = _draft(row.get("existing"), f"{where} existing")
@@ -269,10 +262,6 @@ def _f1(row: dict[str, Any]) -> float:
     return 2 * p * r / (p + r) if p + r else 0.0
 
 
-def _figure(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def table(result: dict[str, Any], by: str = "kinds") -> str:
     head = f"{by.removesuffix('s'):<16}{'pairs':>6}{'same':>6}{'merged':>8}"
     head += f"{'precision':>11}{'recall':>8}{'false merges':>14}{'missed':>8}"
@@ -283,24 +272,18 @@ def table(result: dict[str, Any], by: str = "kinds") -> str:
             lines.append("-" * len(head))
         lines.append(
             f"{kind:<16}{r['pairs']:>6}{r['same']:>6}{r['merged']:>8}"
-            f"{_figure(r['precision']):>11}{_figure(r['recall']):>8}"
+            f"{figure(r['precision']):>11}{figure(r['recall']):>8}"
             f"{r['false_merges']:>14}{r['missed']:>8}"
         )
     return "\n".join(lines)
 
 
-def add_parser(subparsers: Any) -> Any:
-    """Add `eval dedup` to the `stillhere` command; return the `eval` commands, for others."""
-    evaluate = subparsers.add_parser("eval", help="measure stillhere against labelled data")
-    commands = evaluate.add_subparsers(dest="eval_command", required=True)
-    dedup = commands.add_parser(
-        "dedup",
-        help="precision and recall of memory recognition on labelled pairs",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+def add_parser(commands: Any) -> None:
+    """Add `dedup` to the `stillhere eval` commands."""
+    dedup = add_command(
+        commands, "dedup", "precision and recall of memory recognition on labelled pairs", __doc__
     )
     dedup.add_argument("--pairs", type=Path, required=True, help="JSON lines of labelled pairs")
-    dedup.add_argument("--json", type=Path, dest="json_out", help="write the full report here")
     dedup.add_argument(
         "--target-precision",
         type=float,
@@ -319,7 +302,6 @@ def add_parser(subparsers: Any) -> Any:
     add_db_options(dedup, scratch=True)
     add_embed_options(dedup)
     dedup.set_defaults(run=run)
-    return commands
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -346,27 +328,27 @@ async def run(args: argparse.Namespace) -> int:
             judging += f"; the uncertain band judged by {analysis.label}"
     result = report(outcomes, [o.merged for o in outcomes])
     result["paths"] = dict(Counter(o.path for o in outcomes))
+    searched = {m: search_thresholds(outcomes, args.target_precision, m, fixed) for m in fixed}
+    found = {m: best_pair(grid, args.target_precision) for m, grid in searched.items()}
+    document = {
+        "embedder": model,
+        "thresholds": {m: asdict(t) for m, t in fixed.items()},
+        **result,
+        "seconds": round(time.perf_counter() - started, 2),
+        "best": {m: best for m, (best, _) in found.items()},
+        "target_reached": {m: reached for m, (_, reached) in found.items()},
+        "best_f1": {m: max(grid, key=_f1) for m, grid in searched.items()},
+        "grid_top": {m: grid[:10] for m, grid in searched.items()},
+        "details": [asdict(o) for o in outcomes],
+    }
+    if json_report(document, args.json_out):
+        return 0
     print(f"{len(pairs)} pairs, embedder {model}, judged by {judging}")
     print(table(result))
     print(table(result, "languages"))
     print("decided by: " + ", ".join(f"{k} {v}" for k, v in sorted(result["paths"].items())))
-    searched = {m: search_thresholds(outcomes, args.target_precision, m, fixed) for m in fixed}
-    found = {m: best_pair(grid, args.target_precision) for m, grid in searched.items()}
     for judge_model, grid in searched.items():
         _print_best(judge_model, grid, *found[judge_model], args.target_precision)
-    if args.json_out is not None:
-        document = {
-            "embedder": model,
-            "thresholds": {m: asdict(t) for m, t in fixed.items()},
-            **result,
-            "seconds": round(time.perf_counter() - started, 2),
-            "best": {m: best for m, (best, _) in found.items()},
-            "target_reached": {m: reached for m, (_, reached) in found.items()},
-            "best_f1": {m: max(grid, key=_f1) for m, grid in searched.items()},
-            "grid_top": {m: grid[:10] for m, grid in searched.items()},
-            "details": [asdict(o) for o in outcomes],
-        }
-        args.json_out.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
     return 0
 
 
@@ -391,7 +373,7 @@ def _print_best(
     balanced = max(grid, key=_f1)
     print(
         f"{model}: best balanced pair {balanced['high']}/{balanced['low']} gives precision "
-        f"{_figure(balanced['precision'])}, recall {_figure(balanced['recall'])}"
+        f"{figure(balanced['precision'])}, recall {figure(balanced['recall'])}"
     )
     lead = (
         f"best pair for precision >= {target}:"
@@ -400,5 +382,5 @@ def _print_best(
     )
     print(
         f"{model}: {lead} {best['high']}/{best['low']} gives precision "
-        f"{_figure(best['precision'])}, recall {_figure(best['recall'])}"
+        f"{figure(best['precision'])}, recall {figure(best['recall'])}"
     )

@@ -17,19 +17,17 @@ gives, by kind of query (name, paraphrase, theme, question, cross-language) and 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.search import Found
 from bench.search_corpus import ANCHORS, ERRONEOUS, KINDS, MUTED, Base, Query, queries, store_corpus
 from providers.embedding import EmbeddingError
+from transport.eval_io import add_command, json_report
 from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
 
 RECALL_AT = 5
@@ -103,11 +101,11 @@ def table(result: dict[str, Any]) -> str:
 
 def add_parser(commands: Any) -> None:
     """Add `search` to the `stillhere eval` commands."""
-    search = commands.add_parser(
+    search = add_command(
+        commands,
         "search",
-        help="recall@5 and MRR of search by meaning on a labelled synthetic corpus",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "recall@5 and MRR of search by meaning on a labelled synthetic corpus",
+        __doc__,
     )
     search.add_argument("--size", type=int, default=1000, help="memories per person (1000)")
     search.add_argument("--persons", type=int, default=2, help="people, each a corpus (2)")
@@ -118,13 +116,6 @@ def add_parser(commands: Any) -> None:
         "--held-out",
         action="store_true",
         help="the 25 held-out queries, never used to choose the weights, instead",
-    )
-    search.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        dest="json_out",
-        help="print the report as JSON, or write it to the file given",
     )
     add_db_options(search, scratch=True)
     add_embed_options(search)
@@ -156,14 +147,9 @@ async def run(args: argparse.Namespace) -> int:
         "seconds": round(time.perf_counter() - started, 2),
         "details": [_row(s) for s in scored],
     }
-    if args.json_out == "-":
-        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
-        return 0
-    print(f"{len(chosen)} queries x {args.persons} people of {args.size} memories, {model}")
-    print(table(result))
-    if args.json_out is not None:
-        with open(args.json_out, "wb") as out:
-            out.write(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    if not json_report(result, args.json_out):
+        print(f"{len(chosen)} queries x {args.persons} people of {args.size} memories, {model}")
+        print(table(result))
     return 0
 
 

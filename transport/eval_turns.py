@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -34,10 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from actors.echo import EchoGuard, sources_for
 from storage.records import Turn
+from transport.eval_io import add_command, figure, json_lines, json_report
 
 ECHO_CAUGHT_TARGET = 0.95
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # cases carry no times; the guard reads none
@@ -58,14 +56,7 @@ class Case:
 def read_cases(path: Path) -> list[Case]:
     """The labelled cases; a line that is not a JSON object with a `kind` is an error."""
     cases = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as error:
-            raise CasesError(f"{where}: not JSON ({error})") from None
+    for where, row in json_lines(path, CasesError):
         kind = row.get("kind") if isinstance(row, dict) else None
         if not isinstance(kind, str) or "/" not in kind:
             raise CasesError(f'{where}: needs a "kind" such as "echo/person_exact"')
@@ -187,10 +178,6 @@ async def evaluate(cases: list[Case], args: argparse.Namespace) -> dict[str, Any
 # -- the command ----------------------------------------------------------------------------
 
 
-def _figure(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def echo_table(echo: dict[str, Any]) -> str:
     head = f"{'kind':<22}{'cases':>6}{'echoes':>8}{'cuts':>6}{'right':>7}{'wrong':>7}"
     head += f"{'missed':>8}{'caught':>8}"
@@ -200,7 +187,7 @@ def echo_table(echo: dict[str, Any]) -> str:
             lines.append("-" * len(head))
         lines.append(
             f"{kind:<22}{r['cases']:>6}{r['echoes']:>8}{r['cuts']:>6}{r['right']:>7}"
-            f"{r['wrong']:>7}{r['missed']:>8}{_figure(r['caught']):>8}"
+            f"{r['wrong']:>7}{r['missed']:>8}{figure(r['caught']):>8}"
         )
     met = "met" if echo["targets_met"] else "NOT met"
     lines.append(f"targets (0 wrong cuts, caught >= {ECHO_CAUGHT_TARGET}): {met}")
@@ -209,20 +196,10 @@ def echo_table(echo: dict[str, Any]) -> str:
 
 def add_parser(commands: Any) -> None:
     """Add `turns` to the `stillhere eval` commands."""
-    turns = commands.add_parser(
-        "turns",
-        help="echo-guard cuts (and, later, reply matching) on labelled cases",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    turns = add_command(
+        commands, "turns", "echo-guard cuts (and, later, reply matching) on labelled cases", __doc__
     )
     turns.add_argument("--cases", type=Path, required=True, help="JSON lines of labelled cases")
-    turns.add_argument(
-        "--json",
-        nargs="?",
-        const="-",
-        dest="json_out",
-        help="print the report as JSON, or write it to the file given",
-    )
     turns.add_argument(
         "--piece-chars",
         type=int,
@@ -239,13 +216,8 @@ async def run(args: argparse.Namespace) -> int:
     except (OSError, CasesError) as wrong:
         print(f"cannot read the cases: {wrong}")
         return 2
-    document = orjson.dumps(report, option=orjson.OPT_INDENT_2)
-    if args.json_out == "-":
-        sys.stdout.write(document.decode() + "\n")
-        return 0
-    print(f"{report['cases']} cases from {args.cases}")
-    if "echo" in report:
-        print(echo_table(report["echo"]))
-    if args.json_out is not None:
-        Path(args.json_out).write_bytes(document)
+    if not json_report(report, args.json_out):
+        print(f"{report['cases']} cases from {args.cases}")
+        if "echo" in report:
+            print(echo_table(report["echo"]))
     return 0

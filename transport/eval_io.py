@@ -1,0 +1,65 @@
+"""What the `stillhere eval` commands share: the `eval` command itself, labelled data read
+as JSON lines, and the report's way out (`--json`: printed alone, or written to a file
+beside the table)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def add_eval_command(subparsers: Any) -> Any:
+    """Add `eval` to the `stillhere` command; return its commands, for each eval to join."""
+    evaluate = subparsers.add_parser("eval", help="measure stillhere against labelled data")
+    return evaluate.add_subparsers(dest="eval_command", required=True)
+
+
+def add_command(commands: Any, name: str, help: str, doc: str | None) -> argparse.ArgumentParser:
+    """One eval command, its module's `doc` as its description, with `--json`."""
+    command = commands.add_parser(
+        name, help=help, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    command.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        dest="json_out",
+        help="print the report as JSON, or write it to the file given",
+    )
+    return command
+
+
+def json_lines(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
+    """Each line of `path` but the blank ones, parsed, with where it stands (`path:line`,
+    for the reader's own errors); a line that is not JSON raises `error`, naming it."""
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as wrong:
+            raise error(f"{where}: not JSON ({wrong})") from None
+        yield where, row
+
+
+def json_report(report: dict[str, Any], json_out: str | None) -> bool:
+    """Send the report where `--json` says: alone, printed as JSON (True: print nothing
+    else); with a file, written to it; without, nowhere."""
+    document = orjson.dumps(report, option=orjson.OPT_INDENT_2)
+    if json_out == "-":
+        sys.stdout.write(document.decode() + "\n")
+        return True
+    if json_out is not None:
+        Path(json_out).write_bytes(document)
+    return False
+
+
+def figure(value: float | None) -> str:
+    """A ratio in a report's table; "-" where there was nothing to measure."""
+    return "-" if value is None else f"{value:.3f}"
