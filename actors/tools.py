@@ -17,7 +17,7 @@ from uuid import UUID
 import orjson
 
 from actors.handles import Page, TurnHandles
-from actors.memory.search import BadQuery, Found, query_text
+from actors.memory.search import BadQuery, Found, query_limit, query_text
 from actors.messages import CardCreated, SpeakerSet
 from actors.runtime import Runtime
 from actors.trace import tool_line
@@ -253,11 +253,9 @@ async def _search_memories(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
         return {"error": "this server keeps no memories"}
     try:
         query = query_text(args.get("query"))
+        limit = query_limit(args.get("limit", SEARCH_LIMIT), SEARCH_MAX)
     except BadQuery as wrong:
         raise BadArgument(str(wrong)) from None
-    limit = args.get("limit", SEARCH_LIMIT)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_MAX:
-        raise BadArgument(f"limit must be an integer from 1 to {SEARCH_MAX}")
     try:
         found = await keeper.search(ctx.person, query, limit)
     except EmbeddingError as failure:

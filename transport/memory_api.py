@@ -31,7 +31,7 @@ from multidict import MultiDictProxy
 
 from actors.memory.consolidation import unmerge
 from actors.memory.keeper import MemoryKeeper, NoSuchMention
-from actors.memory.search import BadQuery, query_text
+from actors.memory.search import BadQuery, query_limit, query_text
 from actors.tools import BadArgument, memory_draft
 from providers.embedding import EmbeddingError
 from storage.memories import (
@@ -265,15 +265,13 @@ async def search_memories(g: Gesture) -> Answer:
 def _search_args(g: Gesture) -> tuple[str, int]:
     if g.request.method == "POST":
         q, limit = g.body.get("q"), g.body.get("limit", SEARCH_LIMIT)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_MAX:
-            raise invalid(f"limit must be an integer from 1 to {SEARCH_MAX}")
     else:
         if len(g.request.query.getall("q", [])) > 1:
             raise invalid("give q once")
         q = g.request.query.get("q")
         limit = _integer(g.request.query, "limit", SEARCH_LIMIT, 1, SEARCH_MAX)
     try:
-        return query_text(q, "q"), limit
+        return query_text(q, "q"), query_limit(limit, SEARCH_MAX)
     except BadQuery as wrong:
         raise invalid(str(wrong)) from None
 

@@ -179,7 +179,10 @@ def add_parser(subparsers: Any) -> None:
     search.add_argument("query", help="a name, a topic or a question")
     search.add_argument("--person", required=True, help="the person key, as in the database")
     search.add_argument(
-        "--limit", type=_limit, default=SEARCH_LIMIT, help=f"1 to {SEARCH_MAX} (default 10)"
+        "--limit",
+        type=_limit,
+        default=SEARCH_LIMIT,
+        help=f"1 to {SEARCH_MAX} (default {SEARCH_LIMIT})",
     )
     search.add_argument("--json", action="store_true", help="print the HTTP API's answer")
     add_db_options(search, scratch=False)

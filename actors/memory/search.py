@@ -94,6 +94,13 @@ def query_text(value: object, field: str = "query") -> str:
     return value.strip()
 
 
+def query_limit(value: object, most: int) -> int:
+    """A search's limit, checked alike whichever way it came in (HTTP, the model)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise BadQuery(f"limit must be an integer from 1 to {most}")
+    return value
+
+
 def name_words(query: str) -> list[str]:
     """The words and two-word phrases of `query` that could be a person or a theme set on a
     memory (those are lowercase, as the model sets them), also without accents, and plurals
