@@ -7,6 +7,8 @@ import asyncpg
 import pytest
 
 from tests.conftest import Harness
+from tests.fakes.embeddings_server import Fail, FakeEmbeddings
+from tests.memory_support import MODEL
 from tests.test_memory_api import Api, snapshot
 
 OWEN = [
@@ -121,3 +123,18 @@ async def test_a_repeated_query_and_missing_credentials_are_refused(hannah: Api)
     assert (status, answer["code"]) == (400, "invalid_field")
     status, answer = await hannah.call("GET", "/v1/memories/search?q=owen", headers={})
     assert (status, answer["code"]) == (401, "unauthorized")
+
+
+async def test_a_query_the_embedder_cannot_take_gets_503_and_then_is_served(
+    harness: Harness, fake_embeddings: FakeEmbeddings
+) -> None:
+    await harness.start(embed_url=fake_embeddings.url, embed_model=MODEL)
+    api = Api(harness)
+    await api.create(OWEN[0])
+    fake_embeddings.queue(Fail(503))
+    status, answer = await search(api, q="Owen")
+    assert (status, answer["code"]) == (503, "search_unavailable")
+    assert "could not be embedded" in answer["message"]
+    status, answer = await search(api, q="Owen")  # the embedder is back
+    assert status == 200
+    assert [r["memory"]["text"] for r in answer["results"]] == [OWEN[0]["text"]]

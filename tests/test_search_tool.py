@@ -10,7 +10,9 @@ import orjson
 import pytest
 
 from tests.conftest import Harness
+from tests.fakes.embeddings_server import Fail, FakeEmbeddings
 from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.memory_support import MODEL
 from tests.test_memory_api import Api
 from tests.test_search_api import OWEN, TEA
 
@@ -78,6 +80,23 @@ async def test_a_bad_query_from_the_model_gets_a_coded_error(
     (result,) = tool_results(fake_llm.requests[1])
     assert result == {"error": words, "code": "invalid_argument"}
     assert end["text"] == "I know that "
+
+
+async def test_a_search_the_embedder_cannot_serve_tells_the_model_so(
+    harness: Harness, fake_llm: FakeOpenAI, fake_embeddings: FakeEmbeddings
+) -> None:
+    fake_llm.default = answer_from_the_tool
+    await harness.start(llm_url=fake_llm.url, embed_url=fake_embeddings.url, embed_model=MODEL)
+    phone = await harness.phone()
+    await Api(harness, phone.device).create(OWEN[0])
+    fake_llm.queue(Reply("", tool_calls=[("search_memories", {"query": "Owen"})]))
+    fake_embeddings.queue(Fail(503))
+    await phone.say("What do you know about Owen?")
+    end = await phone.reply()
+    (result,) = tool_results(fake_llm.requests[1])
+    assert set(result) == {"error"}
+    assert result["error"].startswith("memory search is unavailable right now (")
+    assert end["text"] == "I know that " and "error" not in end
 
 
 async def test_the_rehearsal_model_answers_what_it_knows_from_the_search(
