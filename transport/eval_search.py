@@ -25,7 +25,7 @@ from typing import Any
 
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.search import Found
-from bench.search_corpus import ANCHORS, ERRONEOUS, KINDS, MUTED, Base, Query, queries, store_corpus
+from bench.search_corpus import KINDS, SMALLEST, Base, Query, queries, store_corpus
 from providers.embedding import EmbeddingError
 from transport.eval_io import add_command, json_report
 from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
@@ -123,8 +123,8 @@ def add_parser(commands: Any) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    if args.size < len(ANCHORS) + len(MUTED) + len(ERRONEOUS) or args.persons < 1:
-        print(f"--size must be at least {len(ANCHORS) + len(MUTED) + len(ERRONEOUS)}, --persons 1")
+    if args.size < SMALLEST or args.persons < 1:
+        print(f"--size must be at least {SMALLEST}, --persons 1")
         return 2
     started = time.perf_counter()
     chosen = queries(slice_=args.slice, held_out=args.held_out)
