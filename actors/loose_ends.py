@@ -53,7 +53,7 @@ INSTRUCTIONS = (
 class OpenEnds:
     """The open loose ends a turn read, to choose its note from."""
 
-    recent: list[LooseEnd]  # from the last six hours, oldest first
+    recent: list[LooseEnd]  # points and questions from the last six hours, oldest first
     threads: list[LooseEnd]  # open threads, however old
 
 
@@ -73,8 +73,8 @@ def note_for(ends: OpenEnds, req: TurnRequest, matching: Matching) -> str | None
     """The prompt's LOOSE ENDS note: at most three, the person's first; the assistant's own
     questions only while the person winds a topic down."""
     winding_down = matching.lull or (bool(req.new) and all(is_lull(t.text) for t in req.new))
-    person = [e for e in reversed(ends.recent) if e.by == "person" and e.kind != "thread"]
-    ours = [e for e in reversed(ends.recent) if e.by == "assistant" and e.kind != "thread"]
+    person = [e for e in reversed(ends.recent) if e.by == "person"]
+    ours = [e for e in reversed(ends.recent) if e.by == "assistant"]
     chosen = (person + (ours if winding_down else []))[:SHOWN]
     lines = [LOOSE_ENDS]
     for title, group in (
@@ -90,7 +90,7 @@ def note_for(ends: OpenEnds, req: TurnRequest, matching: Matching) -> str | None
 async def note_after(rt: Runtime, req: TurnRequest, reply: Turn, ends: OpenEnds) -> None:
     """After a reply: note what the exchange left unaddressed, close what it addressed.
     `ends` are those the turn read as it began (no other turn of the conversation ran since)."""
-    shown = _dedup(ends.recent + ends.threads)
+    shown = ends.recent + ends.threads
     before = next((t for t in reversed(req.history) if t.role == "assistant"), None)
     exchange_a = [t.text for t in (before, reply) if t is not None and t.text]
     a_open = [e for e in shown if e.by == "assistant"]
@@ -123,11 +123,6 @@ async def note_after(rt: Runtime, req: TurnRequest, reply: Turn, ends: OpenEnds)
         len(closed),
         len(kept),
     )
-
-
-def _dedup(ends: list[LooseEnd]) -> list[LooseEnd]:
-    """Once each (a recent thread is read twice), in first-seen order."""
-    return list({e.id: e for e in ends}.values())
 
 
 def _line(label: str, text: str) -> str:

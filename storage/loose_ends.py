@@ -53,10 +53,11 @@ class LooseEndStore:
         self._pool = pool
 
     async def open_since(self, person: str, since: datetime, limit: int) -> list[LooseEnd]:
-        """The person's open loose ends noted since `since`, oldest first."""
+        """The person's open loose ends other than threads noted since `since`, the newest
+        `limit`, oldest first."""
         rows = await self._pool.fetch(
             "SELECT * FROM (SELECT * FROM loose_ends WHERE person = $1 AND closed_at IS NULL "
-            "AND at >= $2 ORDER BY at DESC, id LIMIT $3) t ORDER BY at, id",
+            "AND kind <> 'thread' AND at >= $2 ORDER BY at DESC, id LIMIT $3) t ORDER BY at, id",
             person,
             since,
             limit,
