@@ -309,6 +309,14 @@ async def test_reply_to_is_in_the_history_and_the_replay_of_a_resume(harness: Ha
     await again.close()
 
 
+async def matches_stored(db: asyncpg.Connection, conversation: str, count: int) -> None:
+    """Wait until `count` says of the conversation have their match in the record."""
+    stored = "SELECT count(*) FROM turns WHERE conversation = $1 AND reply_match IS NOT NULL"
+    async with asyncio.timeout(10):
+        while await db.fetchval(stored, uuid.UUID(conversation)) < count:
+            await asyncio.sleep(0.01)
+
+
 async def test_the_reply_graph_survives_kill_9(
     dsn: str, tmp_path: Path, db: asyncpg.Connection
 ) -> None:
@@ -324,12 +332,7 @@ async def test_the_reply_graph_survives_kill_9(
             weekend = (await before.say(WEEKEND))[1]
             await before.say(BOOK)
             await before.say("yes, loved it!")  # leaves the weekend waiting, in its row
-            stored = (
-                "SELECT count(*) FROM turns WHERE conversation = $1 AND reply_match IS NOT NULL"
-            )
-            async with asyncio.timeout(10):
-                while await db.fetchval(stored, uuid.UUID(conversation)) < 2:
-                    await asyncio.sleep(0.01)
+            await matches_stored(db, conversation, 2)
             await first.kill()
             await before.ws.close()
 
@@ -340,9 +343,7 @@ async def test_the_reply_graph_survives_kill_9(
             reply_to = next(f for f in after.frames if f["type"] == "reply_to")
             assert reply_to["reply"] == weekend["reply"] and reply_to["seq"] > ack["seq"]
             # Its match is written with its reply, after the reply_to event.
-            async with asyncio.timeout(10):
-                while await db.fetchval(stored, uuid.UUID(conversation)) < 3:
-                    await asyncio.sleep(0.01)
+            await matches_stored(db, conversation, 3)
             await second.kill()
             await after.ws.close()
 
