@@ -173,13 +173,9 @@ class ReplyWriter:
     """
 
     def __init__(
-        self,
-        stream: ConversationStream,
-        reply: UUID,
-        window: float,
-        guard: EchoGuard | None = None,
+        self, stream: ConversationStream, reply: UUID, window: float, guard: EchoGuard
     ) -> None:
-        self.guard = guard or EchoGuard(())  # no sources: it passes everything
+        self.guard = guard
         self._stream = stream
         self._reply = str(reply)
         self._window = window
