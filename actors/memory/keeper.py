@@ -308,7 +308,7 @@ class MemoryKeeper:
         index = await self.ready()
         fingerprints, rows = await index.near(
             person,
-            self.meaning.views(vector),
+            vector.reshape(1, -1),
             max(CANDIDATES, 4 * limit),
             [m.id for m in named],
             lambda ids: self.store.found(person, ids),

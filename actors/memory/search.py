@@ -45,6 +45,7 @@ LINKED_STATUSES = ("active", "done")
 MIN_NAME_CHARS = 2
 MAX_QUERY_CHARS = 1000  # a question, not a document: longer is a mistake, not a search
 _WORD = re.compile(r"[^\W_]+")
+_SQRT2 = float(np.sqrt(2.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,29 +135,21 @@ class Meaning:
         self._split = embedder.parts[0].dim if isinstance(embedder, Paired) else 0
 
     async def embed(self, query: str) -> np.ndarray:
-        """The query's fingerprint, shaped as the embedder's (a pair's first half zero).
-        Raises EmbeddingError."""
-        if not isinstance(self._embedder, Paired):
+        """The query's vector to look the index up with, shaped as the embedder's
+        fingerprints: with a pair, the multilingual model's unit vector in its half and the
+        other half zero, so the index ranks by the multilingual cosine, which is all `score`
+        reads. Raises EmbeddingError."""
+        if not self._split:
             return await _one(self._embedder, query)
         vector = np.zeros(self._embedder.dim, dtype=np.float32)
-        vector[self._split :] = await _one(self._embedder.parts[1], query) / np.sqrt(2.0)
+        vector[self._split :] = await _one(self._embedder.parts[1], query)
         return vector
 
-    def views(self, vector: np.ndarray) -> np.ndarray:
-        """The query vectors to look the index up with: with a pair, the multilingual
-        half alone, at unit length (ranked by its cosine, which is all `score` reads)."""
-        if not self._split:
-            return vector.reshape(1, -1)
-        multilingual = np.zeros_like(vector)
-        multilingual[self._split :] = vector[self._split :] * np.float32(np.sqrt(2.0))
-        return multilingual.reshape(1, -1)
-
     def score(self, vector: np.ndarray, stored: np.ndarray) -> float:
-        # Each half of a paired fingerprint is scaled by 1/sqrt(2): twice the dot of the
-        # halves is the cosine.
-        if not self._split:
-            return float(np.dot(vector, stored))
-        return 2.0 * float(np.dot(vector[self._split :], stored[self._split :]))
+        # Each half of a paired fingerprint is scaled by 1/sqrt(2) (`Paired`), and the
+        # query's other half is zero: sqrt(2) times their dot is the multilingual cosine.
+        dot = float(np.dot(vector, stored))
+        return dot * _SQRT2 if self._split else dot
 
 
 async def _one(embedder: Embedder, text: str) -> np.ndarray:
