@@ -8,6 +8,8 @@ import pytest
 
 from actors.memory.keeper import MemoryKeeper
 from storage.records import MemoryDraft
+from tests.fakes.embeddings_server import Fail, FakeEmbeddings
+from tests.memory_support import MODEL
 from tests.test_search import HANNAH, OWEN_BRISTOL, OWEN_LAB, STRANGER, TEA, remember_all
 from transport.cli import _parser
 
@@ -49,3 +51,13 @@ async def test_the_cli_refuses_an_empty_or_long_query(
     assert "query is limited to 1000 characters" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         _parser().parse_args(["memory", "search", "tea", "--person", HANNAH, "--limit", "0"])
+
+
+async def test_a_query_the_embedder_cannot_take_is_an_error_on_stderr(
+    dsn: str, fake_embeddings: FakeEmbeddings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_embeddings.queue(Fail(503))
+    embedder = ["--embed-url", fake_embeddings.url, "--embed-model", MODEL]
+    assert await run("Owen", "--person", HANNAH, "--db", dsn, "--json", *embedder) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "the query could not be embedded" in err

@@ -238,7 +238,10 @@ async def run_search(args: argparse.Namespace) -> int:
         try:
             found = await keeper.search(args.person, query, args.limit)
         except EmbeddingError as failure:
-            print(f"stillhere memory search: the query could not be embedded: {failure}")
+            print(
+                f"stillhere memory search: the query could not be embedded: {failure}",
+                file=sys.stderr,
+            )
             return 1
     if args.json:
         print(orjson.dumps({"results": [f.wire() for f in found]}).decode())
