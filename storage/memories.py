@@ -677,11 +677,11 @@ class MemoryStore:
         *,
         decided_by: str = "consolidation",
         reason: str | None = None,
-    ) -> list[UUID]:
+    ) -> Changed:
         """Mute each `(id, score, tier)` of `absorbed` into `reference`, in one transaction:
         status muted, a `merged_into` link, a trace row, and the reference takes their
         mentions and their first and last mention times. Returns the ids muted (those still
-        active)."""
+        active) and the generation the write produced."""
         muted: list[UUID] = []
         async with self._pool.acquire() as conn, conn.transaction():
             ref = await conn.fetchrow(
@@ -691,7 +691,7 @@ class MemoryStore:
                 person,
             )
             if ref is None:
-                return []
+                return Changed([], None)
             for other, score, tier in absorbed:
                 row = await conn.fetchrow(
                     "UPDATE cards SET status = 'muted' WHERE id = $1 AND person = $2 "
@@ -733,7 +733,8 @@ class MemoryStore:
                     row["first_mentioned"],
                     row["last_mentioned"],
                 )
-        return muted
+            generation = await self._generation_after(conn, person, muted)
+        return Changed(muted, generation)
 
     async def unmerge(self, person: str, muted: UUID, now: datetime) -> UUID | None:
         """Undo a consolidation merge: the muted memory is active again, the reference gives

@@ -36,7 +36,7 @@ async def fake() -> AsyncIterator[FakeAnalysis]:
 @pytest.fixture
 async def judge(keeper: MemoryKeeper, fake: FakeAnalysis) -> AsyncIterator[SameMemoryJudge]:
     analysis = AnalysisModel(fake.url, "fake-analysis", timeout=0.5)
-    keeper.same_memory = judge = SameMemoryJudge(analysis, keeper.store, keeper.clock)
+    keeper.same_memory = judge = SameMemoryJudge(analysis, keeper)
     yield judge
     await analysis.close()
 
@@ -58,8 +58,11 @@ async def test_the_band_goes_to_the_judge_and_same_merges(
     db: asyncpg.Connection,
 ) -> None:
     fake.queue(pairs_answer("same"), task="same-memory")
+    withdrawn: list[tuple[str, list]] = []
+    keeper.on_withdrawn = lambda person, ids: withdrawn.append((person, ids))
     tom, teetotal = await remember_pair(keeper, script)
     await judge.drain()
+    assert withdrawn == [(PERSON, [teetotal.id])]  # the live conversation drops it too
 
     (asked,) = fake.tasks("same-memory")
     assert asked.lines == [
@@ -183,7 +186,7 @@ async def test_closing_finishes_the_batch_in_flight_and_drops_the_rest(
 
     fake.default = distinct_slowly
     analysis = AnalysisModel(fake.url, "fake-analysis", timeout=0.5)
-    judge = SameMemoryJudge(analysis, keeper.store, keeper.clock, batch=1)
+    judge = SameMemoryJudge(analysis, keeper, batch=1)
     base = await keeper.remember(PERSON, TOM)
     news = [MemoryDraft(f"Tom skips the wine, take {i}.", "fact", ("tom",)) for i in range(3)]
     stored = [(await keeper.store.create(PERSON, d, keeper.clock.now()))[0] for d in news]

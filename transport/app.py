@@ -146,7 +146,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     await warm(embedder)
     metrics = Metrics()
     analysis = make_analysis(settings, metrics.count_analysis_failure)
-    memory.same_memory = SameMemoryJudge(analysis, memory.store, clock)
+    memory.same_memory = SameMemoryJudge(analysis, memory)
     rt = Runtime(
         loop,
         store,

@@ -317,7 +317,7 @@ async def run(args: argparse.Namespace) -> int:
         _analysis(args) as analysis,
     ):
         if analysis is not None:
-            keeper.same_memory = SameMemoryJudge(analysis, keeper.store, keeper.clock)
+            keeper.same_memory = SameMemoryJudge(analysis, keeper)
         try:
             outcomes = await run_pairs(keeper, pairs)
         except EmbeddingError as failure:

@@ -94,7 +94,6 @@ async def consolidate(keeper: MemoryKeeper, person: str) -> list[Merge]:
         edges.setdefault(b, {})[a] = (score, found)
     merges: list[Merge] = []
     taken: set[UUID] = set()
-    now = keeper.clock.now()
     for reference in sorted((memories[m] for m in edges), key=completeness):
         if reference.id in taken:
             continue
@@ -107,9 +106,8 @@ async def consolidate(keeper: MemoryKeeper, person: str) -> list[Merge]:
             group.append((member, score, found))
         if not group:
             continue
-        muted = await store.merge(
-            person, reference.id, [(m.id, score, found) for m, score, found in group], now
-        )
+        absorbed = [(m.id, score, found) for m, score, found in group]
+        muted = await keeper.merge(person, reference.id, absorbed, decided_by="consolidation")
         if not muted:
             continue
         taken.update([reference.id, *muted])

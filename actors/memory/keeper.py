@@ -414,6 +414,25 @@ class MemoryKeeper:
         log.info("mention %d of %s split out as memory %s", mention, former.id, new.id)
         return Split(new, former)
 
+    async def merge(
+        self,
+        person: str,
+        reference: UUID,
+        absorbed: Sequence[tuple[UUID, float, str]],
+        *,
+        decided_by: str,
+        reason: str | None = None,
+    ) -> list[UUID]:
+        """Mute each `(id, score, tier)` of `absorbed` into `reference` (the judge's and the
+        consolidation pass's merges), under the person's lock; the index and a live
+        conversation are told they left the active set. Returns the ids muted."""
+        async with self._lock(person):
+            changed = await self.store.merge(
+                person, reference, absorbed, self.clock.now(), decided_by=decided_by, reason=reason
+            )
+        await self._follow(person, changed)
+        return changed.ids
+
     async def mentions(self, person: str, memory_id: UUID) -> list[Reinforcement]:
         """How `memory_id` was said again: each restatement recognised as it, and each
         memory the judge or the consolidation pass merged into it. Raises UnknownMemories."""

@@ -8,7 +8,8 @@ the answers applied:
 
 - `same`: the new memory is muted into the one it restates (a `merged_into` link, a trace
   row that names the judge), which takes its mentions; unmuting it, or splitting that
-  mention back out, undoes it;
+  mention back out, undoes it. The guards need no second look: `recognise` queues only
+  the pairs they let through;
 - `contradiction`: the two are linked as a possible contradiction;
 - `distinct`, or no usable answer (no model, an error, a timeout, garbage): it stays a
   memory of its own. Never lost for want of a judge.
@@ -24,11 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.clock import Clock
-from actors.memory.guards import guard
+from actors.memory.keeper import MemoryKeeper
 from actors.memory.recognition import Candidate
 from providers.analysis import Analysis
-from storage.memories import MemoryStore
 from storage.records import Memory
 
 log = logging.getLogger("stillhere.memory")
@@ -92,14 +91,12 @@ def verdicts(answer: dict[str, Any] | None, count: int) -> list[str | None] | No
 
 
 class SameMemoryJudge:
-    """Queues uncertain pairs and puts them to `analysis` in batches, on the loop."""
+    """Queues uncertain pairs and puts them to `analysis` in batches, on the loop; merges
+    through `keeper`, as the consolidation pass does."""
 
-    def __init__(
-        self, analysis: Analysis, store: MemoryStore, clock: Clock, *, batch: int = BATCH
-    ) -> None:
+    def __init__(self, analysis: Analysis, keeper: MemoryKeeper, *, batch: int = BATCH) -> None:
         self.analysis = analysis
-        self.store = store
-        self.clock = clock
+        self.keeper = keeper
         self.batch = batch
         self._queue: list[Pending] = []
         self._task: asyncio.Task[None] | None = None
@@ -151,26 +148,26 @@ class SameMemoryJudge:
     async def _apply(self, pair: Pending, verdict: str | None, failed: bool) -> bool:
         """Apply one verdict; True when the new memory was merged."""
         person, new, existing = pair.person, pair.new, pair.existing
-        now = self.clock.now()
-        if verdict == "same" and guard(existing.draft, new.draft) is None:
+        if verdict == "same":
             note = f"judge: the same as {existing.id} (cosine {pair.score:.3f}); merged into it"
             absorbed = [(new.id, pair.score, "judge")]
-            muted = await self.store.merge(
-                person, existing.id, absorbed, now, decided_by="judge", reason=note
+            muted = await self.keeper.merge(
+                person, existing.id, absorbed, decided_by="judge", reason=note
             )
             if muted:
-                await self.store.set_recognition(person, new.id, note)
+                await self.keeper.store.set_recognition(person, new.id, note)
                 log.info("memory %s merged into %s by the judge", new.id, existing.id)
                 return True
             verdict = None
         if verdict == "contradiction":
-            await self.store.link(person, new.id, existing.id, "contradicts", now)
+            now = self.keeper.clock.now()
+            await self.keeper.store.link(person, new.id, existing.id, "contradicts", now)
         if failed:
             note = f"no judge answered about {existing.id} (cosine {pair.score:.3f}): kept"
         elif verdict is None:
             note = f"the judge said nothing of {existing.id} (cosine {pair.score:.3f}): kept"
         else:
             note = f"judge: {verdict} from {existing.id} (cosine {pair.score:.3f})"
-        await self.store.set_recognition(person, new.id, note)
+        await self.keeper.store.set_recognition(person, new.id, note)
         log.info("memory %s kept beside %s: %s", new.id, existing.id, note)
         return False
