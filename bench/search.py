@@ -44,10 +44,8 @@ import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence  # noqa: E402
+from collections.abc import Awaitable, Callable, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -62,8 +60,7 @@ from bench.search_corpus import (  # noqa: E402
     store_corpus,
     store_drafts,
 )
-from storage.embedded import EmbeddedPostgres  # noqa: E402
-from storage.store import Store  # noqa: E402
+from transport.memory_cli import database  # noqa: E402
 
 TARGET_MS = 20.0
 TARGET_SIZE = 10_000
@@ -120,29 +117,11 @@ async def time_size(keeper: MemoryKeeper, args: argparse.Namespace) -> dict[str,
     }
 
 
-@contextlib.asynccontextmanager
-async def database(args: argparse.Namespace) -> AsyncIterator[str]:
-    if args.db:
-        await (await Store.open(args.db)).close()
-        yield args.db
-        return
-    root = Path(tempfile.mkdtemp(prefix="stillhere-search-"))
-    try:
-        postgres = await asyncio.to_thread(EmbeddedPostgres, root)
-        try:
-            await (await Store.open(postgres.dsn)).close()
-            yield postgres.dsn
-        finally:
-            await asyncio.to_thread(postgres.stop)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     embedder = make_embedder(args.embed_url, args.embed_model, args.embed_key)
     allowed = os.sched_getaffinity(0)
     rows = []
-    async with database(args) as dsn:
+    async with database(args, scratch=True) as dsn:
         keeper = await open_keeper(dsn, embedder, SystemClock())
         try:
             await keeper.store.forget_persons(PERSON)
