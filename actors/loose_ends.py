@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from actors.asking import ask_shaped
+from actors.asking import ask_shaped, line_index, numbered
 from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS, LOOSE_PERSON, LOOSE_THREADS
 from providers.rehearsal_analysis import is_lull
 from storage.loose_ends import BY, KINDS, LooseEnd, Noted
@@ -97,8 +97,7 @@ async def note_after(rt: Runtime, req: TurnRequest, reply: Turn, ends: OpenEnds)
     p_open = [e for e in shown if e.by == "person"]
     a_lines = [e.text for e in a_open] + exchange_a
     p_lines = [e.text for e in p_open] + [t.text for t in req.new]
-    lines = [_line(f"A{i}", text) for i, text in enumerate(a_lines, 1)]
-    lines += [_line(f"P{i}", text) for i, text in enumerate(p_lines, 1)]
+    lines = numbered(a_lines, p_lines, TEXT_CHARS)
     listed = await ask_shaped(
         rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, len(a_lines), len(p_lines))
     )
@@ -125,10 +124,6 @@ async def note_after(rt: Runtime, req: TurnRequest, reply: Turn, ends: OpenEnds)
     )
 
 
-def _line(label: str, text: str) -> str:
-    return f"{label}: {excerpt(text, TEXT_CHARS)}"
-
-
 def _read(
     answer: dict[str, Any], assistant: int, people: int
 ) -> list[tuple[str, int, Noted]] | None:
@@ -145,10 +140,8 @@ def _read(
         count = people if side == "P" else assistant
         if by not in BY or kind not in KINDS or not isinstance(text, str) or not text.strip():
             return None
-        if not isinstance(ref, str) or not ref.startswith(side) or not ref[1:].isdigit():
-            return None
-        index = int(ref[1:]) - 1
-        if not 0 <= index < count:
+        index = line_index(ref, side, count)
+        if index is None:
             return None
         listed.append((side, index, Noted(str(by), str(kind), excerpt(text, TEXT_CHARS))))
     return listed

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from actors.asking import ask_shaped
+from actors.asking import ask_shaped, line_index, numbered
 from providers.notes import REPLY_ASK, REPLY_CONTEXT, REPLY_WAITING
 from storage.records import ReplyMatch, Turn, excerpt
 
@@ -110,8 +110,7 @@ async def _match(rt: Runtime, req: TurnRequest) -> Matching:
         return Matching("no_candidate")
     if len(found) == 1 and req.history[-1] is found[0] and not _unsure(found[0], req):
         return Matching("just_before")
-    lines = [_line(f"A{i}", t.text) for i, t in enumerate(found, 1)]
-    lines += [_line(f"P{i}", t.text) for i, t in enumerate(req.new, 1)]
+    lines = numbered([t.text for t in found], [t.text for t in req.new], LINE_CHARS)
     read = await ask_shaped(
         rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, len(found), len(req.new))
     )
@@ -125,10 +124,6 @@ def _unsure(before: Turn, req: TurnRequest) -> bool:
     while it was still being written, or it asked a question and they ask one back."""
     asked_back = "?" in before.text and any("?" in t.text for t in req.new)
     return req.during_reply or asked_back
-
-
-def _line(label: str, text: str) -> str:
-    return f"{label}: {excerpt(text, LINE_CHARS)}"
 
 
 # -- the answer ----------------------------------------------------------------------------
@@ -149,27 +144,22 @@ def _read(
     for entry in entries:
         if not isinstance(entry, dict):
             return None
-        said = _index(entry.get("message"), "P", people)
+        said = line_index(entry.get("message"), "P", people)
         answers = entry.get("answers")
-        to = None if answers is None else _index(answers, "A", assistant)
+        to = None if answers is None else line_index(answers, "A", assistant)
         unclear = entry.get("unclear") or []
         which = (
-            [_index(u, "A", assistant) for u in unclear] if isinstance(unclear, list) else [None]
+            [line_index(u, "A", assistant) for u in unclear]
+            if isinstance(unclear, list)
+            else [None]
         )
         if said is None or (answers is not None and to is None) or None in which:
             return None
         read[said] = (to, tuple(sorted({w for w in which if w is not None})))
-    waiting = [_index(q, "A", assistant) for q in open_]
+    waiting = [line_index(q, "A", assistant) for q in open_]
     if None in waiting:
         return None
     return read, tuple(w for w in waiting if w is not None), lull
-
-
-def _index(ref: object, side: str, count: int) -> int | None:
-    if not isinstance(ref, str) or not ref.startswith(side) or not ref[1:].isdigit():
-        return None
-    index = int(ref[1:]) - 1
-    return index if 0 <= index < count else None
 
 
 def _matching(
