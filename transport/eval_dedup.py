@@ -48,7 +48,7 @@ from providers.analysis import AnalysisModel
 from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
 from transport.config import env_value
-from transport.eval_io import add_command, figure, json_lines, json_report
+from transport.eval_io import add_command, figure, groups_table, json_lines, json_report
 from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
 
 
@@ -263,19 +263,10 @@ def _f1(row: dict[str, Any]) -> float:
 
 
 def table(result: dict[str, Any], by: str = "kinds") -> str:
-    head = f"{by.removesuffix('s'):<16}{'pairs':>6}{'same':>6}{'merged':>8}"
-    head += f"{'precision':>11}{'recall':>8}{'false merges':>14}{'missed':>8}"
-    lines = [head, "-" * len(head)]
-    rows = [*result[by].items(), ("all", result)]
-    for kind, r in rows:
-        if kind == "all":
-            lines.append("-" * len(head))
-        lines.append(
-            f"{kind:<16}{r['pairs']:>6}{r['same']:>6}{r['merged']:>8}"
-            f"{figure(r['precision']):>11}{figure(r['recall']):>8}"
-            f"{r['false_merges']:>14}{r['missed']:>8}"
-        )
-    return "\n".join(lines)
+    columns = [("pairs", "pairs", 6), ("same", "same", 6), ("merged", "merged", 8)]
+    columns += [("precision", "precision", 11), ("recall", "recall", 8)]
+    columns += [("false merges", "false_merges", 14), ("missed", "missed", 8)]
+    return "\n".join(groups_table((by.removesuffix("s"), 16), columns, result[by], result))
 
 
 def add_parser(commands: Any) -> None:

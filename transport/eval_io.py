@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +63,26 @@ def json_report(report: dict[str, Any], json_out: str | None) -> bool:
 def figure(value: float | None) -> str:
     """A ratio in a report's table; "-" where there was nothing to measure."""
     return "-" if value is None else f"{value:.3f}"
+
+
+def groups_table(
+    group: tuple[str, int],
+    columns: Sequence[tuple[str, str, int]],
+    groups: dict[str, dict[str, Any]],
+    overall: dict[str, Any],
+) -> list[str]:
+    """A report's figures as table lines: a row a group (kind, language...), then `all`.
+    `group` is the first column's title and width; each column a title, the key of its
+    figure and a width. A count is shown as it is, a ratio as `figure` shows it."""
+    title, width = group
+    head = f"{title:<{width}}" + "".join(f"{t:>{w}}" for t, _, w in columns)
+    rule = "-" * len(head)
+
+    def row(name: str, figures: dict[str, Any]) -> str:
+        return f"{name:<{width}}" + "".join(f"{_cell(figures[k]):>{w}}" for _, k, w in columns)
+
+    return [head, rule, *(row(n, f) for n, f in groups.items()), rule, row("all", overall)]
+
+
+def _cell(value: int | float | None) -> str:
+    return str(value) if isinstance(value, int) else figure(value)

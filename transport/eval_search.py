@@ -27,7 +27,7 @@ from actors.memory.keeper import MemoryKeeper
 from actors.memory.search import Found
 from bench.search_corpus import KINDS, SMALLEST, Base, Query, queries, store_corpus
 from providers.embedding import EmbeddingError
-from transport.eval_io import add_command, json_report
+from transport.eval_io import add_command, groups_table, json_report
 from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
 
 RECALL_AT = 5
@@ -88,10 +88,8 @@ def report(scored: list[Scored]) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    head = f"{'kind':<16}{'queries':>8}{'recall@5':>10}{'MRR':>8}"
-    lines = [head, "-" * len(head)]
-    for kind, r in [*result["kinds"].items(), ("all", result)]:
-        lines.append(f"{kind:<16}{r['queries']:>8}{r['recall_at_5']:>10.3f}{r['mrr']:>8.3f}")
+    columns = [("queries", "queries", 8), ("recall@5", "recall_at_5", 10), ("MRR", "mrr", 8)]
+    lines = groups_table(("kind", 16), columns, result["kinds"], result)
     lines.append(
         f"never: {result['muted_shown']} muted shown, {result['erroneous_alone']} erroneous "
         f"without their correction, {result['other_person']} of another person"

@@ -35,7 +35,7 @@ from typing import Any
 
 from actors.echo import EchoGuard, sources_for
 from storage.records import Turn
-from transport.eval_io import add_command, figure, json_lines, json_report
+from transport.eval_io import add_command, groups_table, json_lines, json_report
 
 ECHO_CAUGHT_TARGET = 0.95
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # cases carry no times; the guard reads none
@@ -179,16 +179,9 @@ async def evaluate(cases: list[Case], args: argparse.Namespace) -> dict[str, Any
 
 
 def echo_table(echo: dict[str, Any]) -> str:
-    head = f"{'kind':<22}{'cases':>6}{'echoes':>8}{'cuts':>6}{'right':>7}{'wrong':>7}"
-    head += f"{'missed':>8}{'caught':>8}"
-    lines = [head, "-" * len(head)]
-    for kind, r in [*echo["kinds"].items(), ("all", echo)]:
-        if kind == "all":
-            lines.append("-" * len(head))
-        lines.append(
-            f"{kind:<22}{r['cases']:>6}{r['echoes']:>8}{r['cuts']:>6}{r['right']:>7}"
-            f"{r['wrong']:>7}{r['missed']:>8}{figure(r['caught']):>8}"
-        )
+    widths = {"cases": 6, "echoes": 8, "cuts": 6, "right": 7, "wrong": 7, "missed": 8, "caught": 8}
+    columns = [(name, name, width) for name, width in widths.items()]
+    lines = groups_table(("kind", 22), columns, echo["kinds"], echo)
     met = "met" if echo["targets_met"] else "NOT met"
     lines.append(f"targets (0 wrong cuts, caught >= {ECHO_CAUGHT_TARGET}): {met}")
     return "\n".join(lines)
