@@ -2,7 +2,7 @@
 
 Recognition only compares a new memory with what exists; duplicates stored before it
 worked (or while a fingerprint was missing) stay. This pass compares what exists with
-itself, with the same rule (the two tiers, the contradiction guard), and for each group
+itself, with the same rule (`recognise`: the tiers, then the guards), and for each group
 keeps the most complete memory as the reference: the longest text, then the most people
 and themes, then the earliest. The others are muted into it (a `merged_into` link; the
 reference takes their mention counts) and traced. Nothing is deleted: `unmerge` undoes a
@@ -21,7 +21,7 @@ from uuid import UUID
 
 from actors.memory.guards import guard
 from actors.memory.keeper import MemoryKeeper
-from actors.memory.recognition import same_text, tier
+from actors.memory.recognition import Candidate, recognise
 from storage.records import Memory
 
 log = logging.getLogger("stillhere.memory")
@@ -85,13 +85,12 @@ async def consolidate(keeper: MemoryKeeper, person: str) -> list[Merge]:
         if a not in vectors or b not in vectors:
             continue  # re-fingerprinted meanwhile: the next pass sees it
         judged = keeper.judge.judge(first.text, vectors[a], second.text, vectors[b])
-        score = judged.score
-        found = "exact" if same_text(first.text, second.text) else None
-        found = found or tier(first.draft, second.draft, score, judged.thresholds)
-        if found is None or (found != "exact" and guard(first.draft, second.draft)):
-            continue  # the guards keep apart what recognition would never have merged
-        edges.setdefault(a, {})[b] = (score, found)
-        edges.setdefault(b, {})[a] = (score, found)
+        # Decided as recognition decides a new memory: tiers, the guards, the one-word swap.
+        match = recognise(first.draft, [Candidate(second, judged)]).match
+        if match is None:
+            continue
+        edges.setdefault(a, {})[b] = (match.score, match.tier)
+        edges.setdefault(b, {})[a] = (match.score, match.tier)
     merges: list[Merge] = []
     taken: set[UUID] = set()
     for reference in sorted((memories[m] for m in edges), key=completeness):
