@@ -265,6 +265,42 @@ ORDER BY l.created_at, l.kind
 """
 
 
+async def _insert_card(
+    conn: asyncpg.Connection,
+    person: str,
+    draft: MemoryDraft,
+    now: datetime,
+    mentioned: datetime,
+    conversation: UUID | None,
+    fingerprint: bytes | None,
+    model: str | None,
+    recognition: str | None,
+) -> asyncpg.Record:
+    """Insert one new memory, first and last mentioned at `mentioned`; return its row."""
+    return await conn.fetchrow(
+        "INSERT INTO cards (id, person, conversation, kind, text, created_at, people, themes, "
+        "first_mentioned, last_mentioned, starts_at, ends_at, due_at, all_day, fingerprint, "
+        "fingerprint_model, recognition) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, "
+        "$11, $12, $13, $14, $15, $16) RETURNING *",
+        uuid4(),
+        person,
+        conversation,
+        draft.type,
+        draft.text,
+        now,
+        list(draft.people),
+        list(draft.themes),
+        mentioned,
+        draft.starts_at,
+        draft.ends_at,
+        draft.due_at,
+        draft.all_day,
+        fingerprint,
+        model if fingerprint is not None else None,
+        recognition,
+    )
+
+
 class MemoryStore:
     def __init__(self, pool: asyncpg.Pool, *, owned: bool = False) -> None:
         self._pool = pool
@@ -426,26 +462,8 @@ class MemoryStore:
         """Store a new memory (and its contradiction links); return it and the generation.
         `recognition` says why it was stored although others came near."""
         async with self._pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(
-                "INSERT INTO cards (id, person, conversation, kind, text, created_at, people, "
-                "themes, first_mentioned, last_mentioned, starts_at, ends_at, due_at, all_day, "
-                "fingerprint, fingerprint_model, recognition) VALUES ($1, $2, $3, $4, $5, $6, "
-                "$7, $8, $6, $6, $9, $10, $11, $12, $13, $14, $15) RETURNING *",
-                uuid4(),
-                person,
-                conversation,
-                draft.type,
-                draft.text,
-                now,
-                list(draft.people),
-                list(draft.themes),
-                draft.starts_at,
-                draft.ends_at,
-                draft.due_at,
-                draft.all_day,
-                fingerprint,
-                model if fingerprint is not None else None,
-                recognition,
+            row = await _insert_card(
+                conn, person, draft, now, now, conversation, fingerprint, model, recognition
             )
             await conn.executemany(
                 "INSERT INTO memory_links (source, target, kind, person, created_at) "
@@ -560,26 +578,15 @@ class MemoryStore:
                 trace.existing,
                 person,
             )
-            row = await conn.fetchrow(
-                "INSERT INTO cards (id, person, conversation, kind, text, created_at, people, "
-                "themes, first_mentioned, last_mentioned, starts_at, ends_at, due_at, all_day, "
-                "fingerprint, fingerprint_model, recognition) VALUES ($1, $2, $3, $4, $5, $6, "
-                "$7, $8, $9, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING *",
-                uuid4(),
+            row = await _insert_card(
+                conn,
                 person,
-                said["conversation"],
-                draft.type,
-                draft.text,
+                draft,
                 now,
-                list(draft.people),
-                list(draft.themes),
-                trace.at,
-                draft.starts_at,
-                draft.ends_at,
-                draft.due_at,
-                draft.all_day,
+                trace.at,  # first and last mentioned when it was said
+                said["conversation"],
                 fingerprint,
-                model if fingerprint is not None else None,
+                model,
                 f"split out of {trace.existing}, where it had been counted as a mention",
             )
             await conn.execute(
