@@ -11,7 +11,7 @@ import asyncpg
 import orjson
 import pytest
 
-from tests.fakes.analysis_server import Answer, Asked, FakeAnalysis
+from tests.fakes.analysis_server import Answer, Asked, Down, FakeAnalysis
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import Script
 from transport import eval_dedup
@@ -217,3 +217,27 @@ async def test_with_a_judge_the_band_is_asked_and_guarded_pairs_never_are(
         "M1: Tom doesn't drink alcohol.",
         "M2: Tom is teetotal.",
     ]
+
+
+async def test_a_judge_that_gives_no_answer_decides_nothing(
+    dsn: str, tmp_path: Path, script: Script, fake_embeddings: FakeEmbeddings
+) -> None:
+    """The band is asked, the judge is down: the rewording stays apart, missed, and the
+    path that decided is none, not the judge."""
+    tom = memory("Tom doesn't drink alcohol.", ["tom"], ["drinks"])
+    teetotal = memory("Tom is teetotal.", ["tom"], ["drinks"])
+    script.close_to(tom["text"], teetotal["text"], 0.6)
+    path = tmp_path / "down.jsonl"
+    row = {"existing": tom, "new": teetotal, "same": True, "kind": "paraphrase"}
+    path.write_bytes(orjson.dumps(row) + b"\n")
+    out = tmp_path / "out.json"
+    async with FakeAnalysis(default=lambda asked: Down(503)) as judge:
+        args = parse(
+            "--pairs", str(path), "--json", str(out), "--db", dsn,
+            "--embed-url", fake_embeddings.url, "--embed-model", "fake-embed",
+            "--analysis-url", judge.url,
+        )  # fmt: skip
+        assert await args.run(args) == 0
+        assert len(judge.tasks("same-memory")) == 1
+    report = orjson.loads(out.read_bytes())
+    assert (report["missed"], report["paths"]) == (1, {"none": 1})

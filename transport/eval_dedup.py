@@ -91,7 +91,8 @@ class Outcome:
     swap: bool = False  # the same sentence but for one word
     slot: bool = False  # two appointments on the same day at the same time
     language: str = "en"
-    path: str = "none"  # what decided: tier, guard, judge, or none (nothing came near)
+    path: str = "none"  # what decided: tier, guard, judge, or none (nothing came near, or
+    # the judge gave no answer)
 
 
 def _draft(value: Any, where: str) -> MemoryDraft:
@@ -249,11 +250,12 @@ async def _settled(
     and which path decided."""
     if not second.created:
         return second.memory.id == existing, "tier"
-    if isinstance(keeper.same_memory, SameMemoryJudge):
+    if keeper.same_memory is not None:
         await keeper.same_memory.drain()
     now = (await keeper.store.get(person, [second.memory.id]))[second.memory.id]
     said = now.recognition or ""
-    path = "judge" if "judge" in said else "guard" if said.startswith("guard") else "none"
+    # A verdict's note starts "judge:"; "no judge answered" is no decision by the judge.
+    path = "judge" if "judge:" in said else "guard" if said.startswith("guard") else "none"
     return now.status == "muted", path
 
 
