@@ -205,3 +205,24 @@ async def test_closing_finishes_the_batch_in_flight_and_drops_the_rest(
         None,
         None,
     ]
+
+
+async def test_past_the_queue_bound_pairs_are_left_unjudged(
+    keeper: MemoryKeeper, fake: FakeAnalysis
+) -> None:
+    fake.default = lambda asked: Answer({"pairs": []})
+    analysis = AnalysisModel(fake.url, "fake-analysis", timeout=0.5)
+    judge = SameMemoryJudge(analysis, keeper, queued_max=2)
+    base = await keeper.remember(PERSON, TOM)
+    news = [MemoryDraft(f"Tom skips the wine, take {i}.", "fact", ("tom",)) for i in range(3)]
+    stored = [(await keeper.store.create(PERSON, d, keeper.clock.now()))[0] for d in news]
+    for memory in stored:  # none taken yet: the third finds the queue full
+        judge.submit(PERSON, memory, [Candidate(base.memory, Judged(0.6, "m", Thresholds()))])
+    await judge.drain()
+    await analysis.close()
+
+    (asked,) = fake.tasks("same-memory")
+    assert sum(line.startswith("M") for line in asked.lines) == 4  # two pairs
+    rows = await keeper.store.get(PERSON, [m.id for m in stored])
+    assert [rows[m.id].status for m in stored] == ["active"] * 3
+    assert rows[stored[2].id].recognition is None  # never asked

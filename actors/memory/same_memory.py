@@ -35,6 +35,9 @@ log = logging.getLogger("stillhere.memory")
 TASK = "same-memory"
 VERDICTS = ("same", "distinct", "contradiction")
 BATCH = 8  # pairs per request
+# Pairs waiting at most: one request at a time, each up to the analysis timeout, so a model
+# that hangs judges 8 pairs per timeout; past this, new pairs are not judged (stay apart).
+QUEUED_MAX = 256
 INSTRUCTIONS = (
     "You compare memories a personal assistant keeps about the person it talks with. "
     "Each pair is an existing memory (odd number) and a new one (the next number), each "
@@ -94,16 +97,33 @@ class SameMemoryJudge:
     """Queues uncertain pairs and puts them to `analysis` in batches, on the loop; merges
     through `keeper`, as the consolidation pass does."""
 
-    def __init__(self, analysis: Analysis, keeper: MemoryKeeper, *, batch: int = BATCH) -> None:
+    def __init__(
+        self,
+        analysis: Analysis,
+        keeper: MemoryKeeper,
+        *,
+        batch: int = BATCH,
+        queued_max: int = QUEUED_MAX,
+    ) -> None:
         self.analysis = analysis
         self.keeper = keeper
         self.batch = batch
+        self.queued_max = queued_max
         self._queue: list[Pending] = []
         self._task: asyncio.Task[None] | None = None
 
     def submit(self, person: str, new: Memory, uncertain: Sequence[Candidate]) -> None:
         """Queue `new` against each uncertain candidate; returns at once."""
-        for candidate in uncertain:
+        room = self.queued_max - len(self._queue)
+        if len(uncertain) > room:
+            log.warning(
+                "same-memory: %d pairs waiting for the judge; memory %s is kept apart from "
+                "%d more unjudged",
+                len(self._queue),
+                new.id,
+                len(uncertain) - max(room, 0),
+            )
+        for candidate in uncertain[: max(room, 0)]:
             self._queue.append(Pending(person, new, candidate.memory, candidate.judged.score))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
