@@ -134,6 +134,7 @@ def test_other_thresholds_are_replayed_without_running_again() -> None:
     assert not eval_dedup.decide(outcome(0.75, same_type=False), t)
     assert not eval_dedup.decide(outcome(0.99, conflict="name"), t)
     assert eval_dedup.decide(outcome(0.1, verbatim=True), t)
+    assert eval_dedup.decide(outcome(0.1, verbatim=True, conflict="people"), t)  # as recognise
 
 
 def test_the_replay_applies_the_wording_rules() -> None:

@@ -128,11 +128,11 @@ def read_pairs(path: Path) -> list[Pair]:
 
 def decide(o: Outcome, t: Thresholds) -> bool:
     """Would the rule merge this pair under thresholds `t`? (What `recognise` does with one
-    candidate, replayed on the recorded facts.)"""
-    if o.conflict is not None:
-        return False
+    candidate, replayed on the recorded facts: a verbatim copy is taken before any guard.)"""
     if o.verbatim:
         return True
+    if o.conflict is not None:
+        return False
     words = Wording(o.share, o.swap, o.slot)
     return settled_tier(o.cosine, o.same_type, o.shared, words, t) is not None
 
