@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from providers.analysis import request_text
+from providers.stemming import stem
 
 
 def _set(words: str) -> frozenset[str]:
@@ -85,7 +86,7 @@ class _Message:
 
     @cached_property
     def content_words(self) -> set[str]:
-        return {_stem(w) for w in self.words if w not in _STOP and len(w) > 2}
+        return {stem(w) for w in self.words if w not in _STOP and len(w) > 2}
 
     @cached_property
     def is_question(self) -> bool:
@@ -101,14 +102,6 @@ class _Message:
     @cached_property
     def asks_how(self) -> bool:
         return bool(re.search(r"\bhow\s+(?:was|were|is|are|did)\b|\bcomment\b", self.text, re.I))
-
-
-def _stem(word: str) -> str:
-    """Crude, but enough that "books" meets "book" and "hiking" meets "hike"."""
-    for ending in ("ing", "ed", "es", "s", "e"):
-        if word.endswith(ending) and len(word) - len(ending) >= 3:
-            return word[: -len(ending)]
-    return word
 
 
 def _normal(text: str) -> str:

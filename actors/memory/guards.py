@@ -40,9 +40,9 @@ from actors.memory.values import (
     content_words,
     negated,
     plain,
-    stem,
     tokens,
 )
+from providers.stemming import stem
 from storage.records import MemoryDraft
 
 DISTINCT = "distinct"

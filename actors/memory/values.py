@@ -23,6 +23,7 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 
+from providers.stemming import stem
 from storage.records import MemoryDraft
 
 WEEKDAYS = {
@@ -372,15 +373,6 @@ _STOP_TEXT = """a an the this that these those it its is are was were be been be
     ca c est sont ete etre ai as avons avez ont va vont j je tu il elle ils elles nous vous
     on y se sa son ses leur leurs mon ma mes qui que qu"""
 STOP_WORDS = frozenset(_STOP_TEXT.split())
-_SUFFIXES = ("ing", "ed", "es", "s", "e")
-
-
-def stem(word: str) -> str:
-    """A crude stem, enough for "moves"/"moving", "nurse"/"nursing", "cats"/"cat"."""
-    for suffix in _SUFFIXES:
-        if len(word) - len(suffix) >= 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
 
 
 def content_words(text: str, leave_out: frozenset[str] | set[str] = frozenset()) -> list[str]:
