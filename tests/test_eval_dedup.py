@@ -49,6 +49,18 @@ def parse(*argv: str) -> argparse.Namespace:
     return _parser().parse_args(["eval", "dedup", *argv])
 
 
+async def run_eval(
+    pairs: Path, out: Path, dsn: str, embeddings: FakeEmbeddings, *more: str
+) -> dict[str, Any]:
+    """`stillhere eval dedup` on `pairs` with the fake embeddings, its JSON report."""
+    args = parse(
+        "--pairs", str(pairs), "--json", str(out), "--db", dsn,
+        "--embed-url", embeddings.url, "--embed-model", "fake-embed", *more,
+    )  # fmt: skip
+    assert await args.run(args) == 0
+    return orjson.loads(out.read_bytes())
+
+
 @pytest.fixture
 def pairs(tmp_path: Path, script: Script) -> Path:
     path = tmp_path / "pairs.jsonl"
@@ -70,13 +82,7 @@ async def test_eval_dedup_reports_precision_and_recall(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tmp_path / "out.json"
-    args = parse(
-        "--pairs", str(pairs), "--json", str(out), "--db", dsn,
-        "--embed-url", fake_embeddings.url, "--embed-model", "fake-embed",
-    )  # fmt: skip
-    assert await args.run(args) == 0
-
-    report = orjson.loads(out.read_bytes())
+    report = await run_eval(pairs, out, dsn, fake_embeddings)
     assert report["embedder"] == "fake-embed"
     expected = {"high": 0.85, "low": 0.70, "worded": None, "judged": 0.55}
     assert report["thresholds"] == {"fake-embed": expected}
@@ -204,14 +210,8 @@ async def test_with_a_judge_the_band_is_asked_and_guarded_pairs_never_are(
     path.write_bytes(b"\n".join(lines) + b"\n")
     out = tmp_path / "out.json"
     async with FakeAnalysis(default=all_same) as judge:
-        args = parse(
-            "--pairs", str(path), "--json", str(out), "--db", dsn,
-            "--embed-url", fake_embeddings.url, "--embed-model", "fake-embed",
-            "--analysis-url", judge.url,
-        )  # fmt: skip
-        assert await args.run(args) == 0
+        report = await run_eval(path, out, dsn, fake_embeddings, "--analysis-url", judge.url)
         asked = [line for a in judge.tasks("same-memory") for line in a.lines]
-    report = orjson.loads(out.read_bytes())
     assert (report["precision"], report["recall"], report["false_merges"]) == (1.0, 1.0, 0)
     assert report["paths"] == {"judge": 1, "guard": 2}
     assert [line for line in asked if line.startswith("M")] == [
@@ -233,12 +233,6 @@ async def test_a_judge_that_gives_no_answer_decides_nothing(
     path.write_bytes(orjson.dumps(row) + b"\n")
     out = tmp_path / "out.json"
     async with FakeAnalysis(default=lambda asked: Down(503)) as judge:
-        args = parse(
-            "--pairs", str(path), "--json", str(out), "--db", dsn,
-            "--embed-url", fake_embeddings.url, "--embed-model", "fake-embed",
-            "--analysis-url", judge.url,
-        )  # fmt: skip
-        assert await args.run(args) == 0
+        report = await run_eval(path, out, dsn, fake_embeddings, "--analysis-url", judge.url)
         assert len(judge.tasks("same-memory")) == 1
-    report = orjson.loads(out.read_bytes())
     assert (report["missed"], report["paths"]) == (1, {"none": 1})
