@@ -33,6 +33,8 @@ from actors.messages import Attach, Snapshot
 from actors.runtime import ActorFailed, Reply
 from actors.supervisor import SweepHistory, Sweeps
 from storage.records import Turn
+from transport.admin_listing import InvalidField, actor_query
+from transport.admin_view import add_view, is_view_path
 from transport.logs import AccessLogger
 from transport.protocol import error_frame
 from transport.server import SERVER_KEY, Server
@@ -87,15 +89,20 @@ def build_admin_app(server: Server, token: str) -> web.Application:
     app.router.add_get("/admin/actors/{person}", actor_handler)
     app.router.add_get("/admin/actors/{person}/turns", turns_handler)
     app.router.add_get("/admin/sweeps", sweeps_handler)
+    app.router.add_get("/admin/metrics", metrics_handler)
+    add_view(app)
     return app
 
 
 def _bearer(token: str) -> Any:
-    """Refuse any request without the admin token, before routing (nothing can be probed)."""
+    """Refuse any request without the admin token, before routing (nothing can be probed);
+    but for the live view's own files, which hold no data: the page asks for the token."""
     expected = token.encode()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if is_view_path(request.path):
+            return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
             return _error(
@@ -125,14 +132,18 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
 
 
 async def actors_handler(request: web.Request) -> web.Response:
-    """`GET /admin/actors`: one row per live actor, the most recently active first."""
+    """`GET /admin/actors`: one row per live actor, the most recently active first; or the
+    page `?q=&state=&sort=&limit=&offset=` ask for (transport/admin_listing.py)."""
+    try:
+        query = actor_query(request.query)
+    except InvalidField as wrong:
+        return _error(400, "invalid_field", str(wrong))
     server = request.app[SERVER_KEY]
     lives = server.directory.lives()
     looks = await asyncio.gather(*(_look(live) for live in lives))
     now = server.runtime.clock.now()
     rows = [_summary(live, look, now) for live, look in zip(lives, looks, strict=True)]
-    rows.sort(key=lambda row: (row["idle_s"] is not None, row["idle_s"] or 0.0))
-    return _json({"at": now.isoformat(), "count": len(rows), "actors": rows})
+    return _json({"at": now.isoformat(), **query.page(rows)})
 
 
 async def actor_handler(request: web.Request) -> web.Response:
@@ -181,7 +192,9 @@ async def sweeps_handler(request: web.Request) -> web.Response:
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
-    """`GET /metrics` on the main app: Prometheus text format, this server's registry."""
+    """`GET /metrics` on the main app, and `GET /admin/metrics` for the live view (a page
+    on the admin listener may only read its own origin): Prometheus text format, this
+    server's registry."""
     metrics = request.app[SERVER_KEY].runtime.metrics
     return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -192,7 +205,12 @@ async def metrics_handler(request: web.Request) -> web.Response:
 async def _look(live: LiveConversation) -> Snapshot | str:
     """The actor's snapshot, or the state to show instead: `stopped` (no actor is running:
     it is being archived or parked, or replaced after a failure) or `unresponsive` (it did
-    not answer in time, or failed answering)."""
+    not answer in time, or failed answering). The snapshot the actor published after its
+    last message is taken as it is when the actor is running and has handled every message
+    told to it (it would answer the same); only the others are asked."""
+    current = live.current_snapshot()
+    if current is not None and live.ref is not None and live.ref.is_alive():
+        return current
     try:
         snapshot: Snapshot = await live.ask(Attach, timeout=SNAPSHOT_TIMEOUT)
     except ConversationGone:
