@@ -23,6 +23,7 @@ _TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
 }
 HEADERS = {
     "Content-Security-Policy": (
