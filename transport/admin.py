@@ -140,7 +140,7 @@ async def actors_handler(request: web.Request) -> web.Response:
         return _error(400, "invalid_field", str(wrong))
     server = request.app[SERVER_KEY]
     lives = server.directory.lives()
-    looks = await asyncio.gather(*(_look(live) for live in lives))
+    looks = await _looks(lives)
     now = server.runtime.clock.now()
     rows = [_summary(live, look, now) for live, look in zip(lives, looks, strict=True)]
     return _json({"at": now.isoformat(), **query.page(rows)})
@@ -202,15 +202,34 @@ async def metrics_handler(request: web.Request) -> web.Response:
 # -- looking at an actor ------------------------------------------------------------------
 
 
+async def _looks(lives: list[LiveConversation]) -> list[Snapshot | str]:
+    """What `_look` gives for each, the actors whose published snapshot is stale asked all
+    at once; the others cost no task and no message (thousands of them, every page)."""
+    looks: list[Snapshot | str | None] = [_published(live) for live in lives]
+    stale = [i for i, look in enumerate(looks) if look is None]
+    asked = await asyncio.gather(*(_ask(lives[i]) for i in stale))
+    for i, look in zip(stale, asked, strict=True):
+        looks[i] = look
+    return [look for look in looks if look is not None]
+
+
 async def _look(live: LiveConversation) -> Snapshot | str:
     """The actor's snapshot, or the state to show instead: `stopped` (no actor is running:
     it is being archived or parked, or replaced after a failure) or `unresponsive` (it did
-    not answer in time, or failed answering). The snapshot the actor published after its
-    last message is taken as it is when the actor is running and has handled every message
-    told to it (it would answer the same); only the others are asked."""
+    not answer in time, or failed answering)."""
+    return _published(live) or await _ask(live)
+
+
+def _published(live: LiveConversation) -> Snapshot | None:
+    """The snapshot the actor published after its last message, if it is running and has
+    handled every message told to it (it would answer the same); else None: ask it."""
     current = live.current_snapshot()
     if current is not None and live.ref is not None and live.ref.is_alive():
         return current
+    return None
+
+
+async def _ask(live: LiveConversation) -> Snapshot | str:
     try:
         snapshot: Snapshot = await live.ask(Attach, timeout=SNAPSHOT_TIMEOUT)
     except ConversationGone:
