@@ -17,7 +17,7 @@ from uuid import UUID, uuid4
 
 from actors.context import Context, assemble
 from actors.echo import NO_REPEAT, EchoGuard, sources_for
-from actors.loose_ends import note_after, note_for, read_open
+from actors.loose_ends import choose, note_after, read_open
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
 from actors.prompt import build_messages
 from actors.replies import Matching, match_replies
@@ -257,7 +257,8 @@ async def run_turn(
         _context(rt, req, generation), match_replies(rt, req), read_open(rt, req)
     )
     _tell_replies_to(stream, matching)
-    notes = (matching.note, note_for(ends, req, matching))
+    loose = choose(ends, req, matching)
+    notes = (matching.note, loose.note())
     messages, stats = build_messages(
         req.history,
         req.new,
@@ -303,7 +304,15 @@ async def run_turn(
     stream.end_reply(row, **end)
     handed = tuple(note for note in notes if note)
     trace = TurnTrace(
-        reply, started, tuple(in_reply_to), context, handed, tuple(tools.calls), error
+        reply,
+        started,
+        tuple(in_reply_to),
+        context,
+        handed,
+        tuple(e.id for e in loose.chosen),
+        tuple(e.id for e in loose.threads),
+        tuple(tools.calls),
+        error,
     )
     stream.traces.append(trace)
     _count_echoes(rt, req, guard)

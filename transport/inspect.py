@@ -279,6 +279,10 @@ def turns_text(traced: dict[str, Any]) -> str:
     return "\n\n".join([head, *(_trace_text(turn) for turn in turns)])
 
 
+def _ids_line(title: str, ids: list[str]) -> list[str]:
+    return [f"  {title:<15}{' '.join(i[:8] for i in ids)}"] if ids else []
+
+
 def _trace_text(turn: dict[str, Any]) -> str:
     answering = ", ".join(turn["answering"]) or "nothing new"
     memories = "; ".join(
@@ -297,6 +301,8 @@ def _trace_text(turn: dict[str, Any]) -> str:
         f"  sources        {timings}",
         f"  problems       {'; '.join(turn['problems']) or 'none'}",
         *(f"  note           {' / '.join(note.splitlines())}" for note in turn["notes"]),
+        *_ids_line("loose ends", turn["loose_ends"]),
+        *_ids_line("threads", turn["threads"]),
         *(f"  tool           {line}" for line in turn["tools"]),
     ]
     if turn["error"]:
