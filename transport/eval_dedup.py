@@ -37,8 +37,8 @@ from actors.memory.language import english
 from actors.memory.recognition import (
     Thresholds,
     Wording,
+    reach,
     same_text,
-    settled_tier,
     shares_subject,
     wording,
 )
@@ -88,7 +88,6 @@ class Outcome:
     existing: str
     new: str
     share: float = 0.0  # of the shorter memory's fact-bearing words, how many the other has
-    swap: bool = False  # the same sentence but for one word
     slot: bool = False  # two appointments on the same day at the same time
     language: str = "en"
     path: str = "none"  # what decided: tier, guard, judge, or none (nothing came near, or
@@ -133,8 +132,7 @@ def decide(o: Outcome, t: Thresholds) -> bool:
         return True
     if o.conflict is not None:
         return False
-    words = Wording(o.share, o.swap, o.slot)
-    return settled_tier(o.cosine, o.same_type, o.shared, words, t) is not None
+    return reach(o.cosine, o.same_type, o.shared, Wording(o.share, o.slot), t) is not None
 
 
 def score(merged: list[bool], same: list[bool]) -> dict[str, Any]:
@@ -232,7 +230,6 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
                 existing=pair.existing.text,
                 new=pair.new.text,
                 share=words.share,
-                swap=words.one_word_swap,
                 slot=words.same_slot,
                 language=pair.language,
                 path=path,
