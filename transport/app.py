@@ -140,9 +140,10 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         settings.embed_model,
         settings.embed_key,
         path=settings.embed_path,
+        timeout=settings.embed_timeout,
         local=settings.embed_local,
     )
-    memory = await open_keeper(dsn, embedder, clock)
+    memory = await open_keeper(dsn, embedder, clock, fingerprint_wait=settings.fingerprint_wait)
     await warm(embedder)
     metrics = Metrics()
     analysis = make_analysis(settings, metrics.count_analysis_failure)
