@@ -30,6 +30,7 @@ from storage.embedded import EmbeddedPostgres
 from storage.store import Store
 from transport.admin import metrics_handler, start_admin
 from transport.config import Settings, collector_pace
+from transport.errors import json_errors
 from transport.identity import Identity, load_or_create_secret
 from transport.memory_api import add_routes as add_memory_routes
 from transport.rules_api import add_routes as add_rule_routes
@@ -87,7 +88,10 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
 
 
 def build_app(settings: Settings, clock: Clock | None = None) -> web.Application:
-    app = web.Application(client_max_size=settings.limits.max_frame_bytes * 4)
+    app = web.Application(
+        client_max_size=settings.limits.max_frame_bytes * 4,
+        middlewares=[json_errors("the endpoints are listed in docs/protocol.md")],
+    )
     app.cleanup_ctx.append(partial(_lifecycle, settings, clock or SystemClock()))
     app.on_shutdown.append(close_links)
     app.router.add_get("/v1/ws", websocket_handler)
