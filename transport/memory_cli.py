@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import sys
 import tempfile
@@ -131,7 +132,10 @@ async def database(args: argparse.Namespace, *, scratch: bool) -> AsyncIterator[
             if scratch
             else args.data_dir
         )
-        embedded = await loop.run_in_executor(None, EmbeddedPostgres, folder)
+        # The data dir's PostgreSQL is a running server's to manage: refused under it.
+        embedded = await loop.run_in_executor(
+            None, functools.partial(EmbeddedPostgres, folder, alone=not scratch)
+        )
         try:
             store = await Store.open(embedded.dsn)
             await store.close()
