@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
 import orjson
 import pytest
 
@@ -87,3 +88,54 @@ async def test_the_admin_listener_answers_json_for_every_error(
     ]
     assert wrong_method[2]["Allow"] == "GET, HEAD"
     assert FAILURE not in str(failed[1]) and "Traceback" not in str(failed[1])
+
+
+TABLES = ("conversations", "turns", "events", "cards", "rules")
+NUL_TEXT = "tea\x00 with milk"
+
+
+async def _rows(db: asyncpg.Connection) -> list[int]:
+    return [await db.fetchval(f"SELECT count(*) FROM {table}") for table in TABLES]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "code", "words"),
+    [
+        ("/v1/say", {"id": "s1", "text": NUL_TEXT}, "invalid_text", "a say's `text` holds a NUL"),
+        ("/v1/say", {"id": "s\x002", "text": "hi"}, "invalid_id", "a say's `id` holds a NUL"),
+        ("/v1/say", {"id": "s3", "text": 7}, "invalid_text", "must be a string, not a number"),
+        ("/v1/memories", {"text": NUL_TEXT}, "invalid_field", "text holds a NUL"),
+        (
+            "/v1/memories",
+            {"text": "ok", "people": ["o\x00"]},
+            "invalid_field",
+            "people holds a NUL",
+        ),
+        ("/v1/memories", {"text": " "}, "invalid_field", "text holds only whitespace"),
+        ("/v1/rules", {"text": NUL_TEXT}, "invalid_field", "text holds a NUL"),
+        ("/v1/rules", {}, "invalid_field", "text is missing"),
+    ],
+)
+async def test_a_refused_text_is_told_what_is_wrong_with_it_and_nothing_is_stored(
+    harness: Harness, db: asyncpg.Connection, path: str, body: dict[str, Any], code: str, words: str
+) -> None:
+    await harness.start()
+    before = await _rows(db)
+    status, answer, _ = await _answer(
+        harness, "POST", harness.url(path), json=body, headers={"X-Stillhere-Device": "d" * 24}
+    )
+
+    assert (status, answer["code"]) == (400, code)
+    assert words in answer["message"]
+    assert await _rows(db) == before
+
+
+async def test_a_say_holding_a_nul_on_the_websocket_is_told_so(harness: Harness) -> None:
+    await harness.start()
+    phone = await harness.phone()
+    await phone.send({"type": "say", "id": "s1", "text": NUL_TEXT})
+    error = await phone.expect("error")
+    assert (error["code"], error["id"]) == ("invalid_text", "s1")
+    assert error["message"] == (
+        "a say's `text` holds a NUL character (U+0000) at 3, which no text here may hold"
+    )
