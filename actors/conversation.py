@@ -246,6 +246,8 @@ class ConversationActor(ThreadingActor):
         else:
             self._window.append(message.turn)
             self._after_interrupt = message.turn.interrupted
+            # As the database counts it (`Store`): the reply's turn is activity too.
+            self._last_activity = max(self._last_activity, message.turn.at)
         self._turn = None
         if self._ending is not None:
             self._finish()
