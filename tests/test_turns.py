@@ -305,8 +305,11 @@ async def test_the_lent_phone_speaker_is_kept_and_resets_after_silence(
     await again.reply()
     assert "person speaking now is Owen" in _contents(fake_llm.requests[-1])[0]
     harness.clock.advance(601)  # ten minutes of silence: the phone is back with its owner
-    await again.say("it's me")
-    await again.reply()
+    await again.drop()
+    reopened = await harness.phone(phone.device)
+    assert reopened.welcome["speaker"] is None  # what the next reply will assume
+    await reopened.say("it's me")
+    await reopened.reply()
     assert "person speaking now" not in _contents(fake_llm.requests[-1])[0]
 
 
