@@ -107,6 +107,10 @@ class Store:
     async def close(self) -> None:
         await self._pool.close()
 
+    async def ping(self) -> None:
+        """One trivial query: PostgreSQL is reachable (the caller bounds the wait)."""
+        await self._pool.fetchval("SELECT 1")
+
     # -- conversations ------------------------------------------------------------------
 
     async def active_conversation(self, person: str, window: int) -> ConversationRecord | None:

@@ -31,6 +31,7 @@ from storage.store import Store
 from transport.admin import metrics_handler, start_admin
 from transport.config import Settings, collector_pace
 from transport.errors import json_errors
+from transport.health import add_routes as add_health_routes
 from transport.identity import Identity, load_or_create_secret
 from transport.memory_api import add_routes as add_memory_routes
 from transport.rules_api import add_routes as add_rule_routes
@@ -100,6 +101,7 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     app.router.add_post("/v1/interrupt", interrupt_handler)
     app.router.add_post("/v1/leave", leave_handler)
     app.router.add_get("/metrics", metrics_handler)
+    add_health_routes(app.router)
     add_memory_routes(app.router)
     add_rule_routes(app.router)
     add_thread_routes(app.router)
