@@ -73,7 +73,9 @@ async def test_the_admin_listener_answers_json_for_every_error(
     auth = {"Authorization": f"Bearer {TOKEN}"}
 
     missing = await _answer(harness, "GET", url + "/nowhere", headers=auth)
-    wrong_method = await _answer(harness, "DELETE", url + "/admin/sweeps", headers=auth)
+    wrong_method = await _answer(
+        harness, "DELETE", url + "/admin/sweeps", headers=auth, data=b"[" * 300_000
+    )
 
     def broken(self: Directory) -> list[Any]:
         raise RuntimeError(FAILURE)
@@ -139,3 +141,57 @@ async def test_a_say_holding_a_nul_on_the_websocket_is_told_so(harness: Harness)
     assert error["message"] == (
         "a say's `text` holds a NUL character (U+0000) at 3, which no text here may hold"
     )
+
+
+DEPTH = 5000  # far past any parser's nesting limit, far under every size limit
+BAD_BODIES = {
+    "not json": b"{not json",
+    "not utf-8": b"\xff\xfe\x00{",
+    "a list": b"[1, 2]",
+    "deeply nested": b"[" * DEPTH + b"]" * DEPTH,
+    "deeply nested field": b'{"text": ' + b'{"a": ' * DEPTH + b"1" + b"}" * DEPTH + b"}",
+    "oversized": orjson.dumps({"text": "x" * 300_000, "id": "big"}),
+}
+# Well-formed, but every field a route may read is of the wrong type: refused where the
+# route reads fields; `interrupt` and `leave` read none, and answer as for an empty body.
+WRONG_TYPES = orjson.dumps({"text": [1], "id": {"a": 1}, "ids": "all", "action": 7, "q": 2})
+FIELDLESS = ("/v1/interrupt", "/v1/leave")
+
+
+def _body_routes() -> list[tuple[str, str]]:
+    """Every route of the main listener that takes a body, with its path filled in."""
+    from transport.app import build_app
+    from transport.config import Settings
+
+    filled = {"{id}": "0e1c5d0a-1b2c-4d3e-8f40-516273849a0b"}
+    routes = []
+    for route in build_app(Settings()).router.routes():
+        if route.method in ("POST", "PUT", "PATCH", "DELETE"):
+            path = route.resource.canonical if route.resource else ""
+            for name, value in filled.items():
+                path = path.replace(name, value)
+            routes.append((route.method, path))
+    return routes
+
+
+@pytest.mark.parametrize(("method", "path"), _body_routes(), ids=lambda v: str(v))
+async def test_every_body_taking_route_refuses_bad_bodies_with_a_code_and_stores_nothing(
+    harness: Harness, db: asyncpg.Connection, method: str, path: str
+) -> None:
+    await harness.start()
+    device = {"X-Stillhere-Device": "d" * 24, "Content-Type": "application/json"}
+    before = await _rows(db)
+    answers = {}
+    for name, raw in BAD_BODIES.items():
+        status, body, _ = await _answer(
+            harness, method, harness.url(path), data=raw, headers=device
+        )
+        answers[name] = (status, body["code"])
+        assert body["type"] == "error" and body["message"] and "Traceback" not in body["message"]
+    status, body, _ = await _answer(
+        harness, method, harness.url(path), data=WRONG_TYPES, headers=device
+    )
+    if path not in FIELDLESS:
+        answers["wrong types"] = (status, body["code"])
+    assert all(400 <= status < 500 for status, _ in answers.values()), answers
+    assert await _rows(db) == before
