@@ -31,6 +31,7 @@ from actors.messages import (
     SpeakerSet,
     TurnEnded,
     TurnRequest,
+    speaker_lapsed,
 )
 from actors.runtime import ActorFailed, Reply, Runtime
 from actors.stream import ConversationStream
@@ -160,7 +161,9 @@ class ConversationActor(ThreadingActor):
             return
         now = self._rt.clock.now()
         silence = (now - self._last_activity).total_seconds()
-        if self._speaker and silence >= self._rt.settings.speaker_reset_s:
+        if self._speaker and speaker_lapsed(
+            self._last_activity, now, self._rt.settings.speaker_reset_s
+        ):
             log.info("speaker reset to the owner after %d s of silence", silence)
             self._speaker = self._speaker_at = None
             self._rt.run(self._rt.store.set_speaker(self._id, None, None), "resetting the speaker")
@@ -246,6 +249,8 @@ class ConversationActor(ThreadingActor):
         else:
             self._window.append(message.turn)
             self._after_interrupt = message.turn.interrupted
+            # As the database counts it (`Store`): the reply's turn is activity too.
+            self._last_activity = max(self._last_activity, message.turn.at)
         self._turn = None
         if self._ending is not None:
             self._finish()

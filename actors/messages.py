@@ -89,6 +89,11 @@ class SpeakerSet:
     at: datetime
 
 
+def speaker_lapsed(last_activity: datetime, now: datetime, reset_s: float) -> bool:
+    """Silence long enough that a lent phone is back with its owner."""
+    return (now - last_activity).total_seconds() >= reset_s
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """The actor's state at one moment: for a welcome, and for the admin API."""
@@ -107,6 +112,12 @@ class Snapshot:
     during_reply: bool  # the next turn is told messages arrived while it was writing
     after_interrupt: bool  # the next turn is told its previous reply was cut off
     handled: int = 0  # messages the actor had handled when it took this snapshot
+
+    def speaker_now(self, now: datetime, reset_s: float) -> str | None:
+        """The speaker the next reply will assume: the owner (None) once the silence since
+        the last activity reaches `--speaker-reset`, though the actor forgets the lent
+        speaker only when the next say arrives."""
+        return None if speaker_lapsed(self.last_activity, now, reset_s) else self.speaker
 
     @property
     def state(self) -> str:

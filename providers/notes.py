@@ -5,6 +5,8 @@ answers, which notes it was handed.
 """
 
 CUT_MARK = " [cut off here: the person interrupted]"
+# In place of a reply the person interrupted before it had a word: no empty assistant turn.
+NOTE_CUT_BEFORE_WORDS = "The person interrupted you before you had said anything in reply."
 NOTE_INTERRUPTED = (
     "Your previous reply was interrupted by the person and cut off where it ends above. "
     "Do not pretend it was complete, and do not simply carry on with it."

@@ -46,9 +46,10 @@ FROM turns t WHERE t.person = $1 AND t.client_id = $2
 """
 
 
-# A conversation's last activity is its last turn's time. Says only lock the conversation's
-# row (`say_log`), so its `last_activity` holds the start until the archive writes this. For
-# a query whose `conversations` row is aliased `c`.
+# A conversation's last activity is its last turn's time, or a resent say's arrival if later
+# (`say_log` writes that onto the row). Stored says only lock the conversation's row, so its
+# `last_activity` holds the start (or the last resend) until the archive writes this. For a
+# query whose `conversations` row is aliased `c`.
 _ACTIVITY = f"""greatest(c.last_activity, (
     SELECT t.at FROM turns t WHERE t.conversation = c.id ORDER BY {LAST_FIRST} LIMIT 1
 ))"""
@@ -105,6 +106,10 @@ class Store:
 
     async def close(self) -> None:
         await self._pool.close()
+
+    async def ping(self) -> None:
+        """One trivial query: PostgreSQL is reachable (the caller bounds the wait)."""
+        await self._pool.fetchval("SELECT 1")
 
     # -- conversations ------------------------------------------------------------------
 

@@ -33,8 +33,8 @@ from actors.messages import Attach, Snapshot
 from actors.runtime import ActorFailed, Reply
 from actors.supervisor import SweepHistory, Sweeps
 from storage.records import Turn
+from transport.errors import error_response, json_errors
 from transport.logs import AccessLogger
-from transport.protocol import error_frame
 from transport.server import SERVER_KEY, Server
 
 log = logging.getLogger("stillhere.admin")
@@ -81,7 +81,9 @@ def _is_loopback(host: str) -> bool:
 
 
 def build_admin_app(server: Server, token: str) -> web.Application:
-    app = web.Application(middlewares=[_bearer(token), _json_errors])
+    # JSON errors outermost: the bearer check's refusals and its own failures are JSON too.
+    answer_json = json_errors("the admin API is under /admin/actors")
+    app = web.Application(middlewares=[answer_json, _bearer(token)])
     app[SERVER_KEY] = server
     app.router.add_get("/admin/actors", actors_handler)
     app.router.add_get("/admin/actors/{person}", actor_handler)
@@ -98,7 +100,7 @@ def _bearer(token: str) -> Any:
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
-            return _error(
+            return error_response(
                 401,
                 "unauthorized",
                 "send the admin token as Authorization: Bearer <token>",
@@ -107,18 +109,6 @@ def _bearer(token: str) -> Any:
         return await handler(request)
 
     return check
-
-
-@web.middleware
-async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """An unknown path or method is answered like every other error: a JSON error object."""
-    try:
-        return await handler(request)
-    except web.HTTPNotFound:
-        return _error(404, "not_found", f"no admin endpoint {request.path}; try /admin/actors")
-    except web.HTTPMethodNotAllowed as refused:
-        allow = {"Allow": ", ".join(sorted(refused.allowed_methods))}
-        return _error(405, "method_not_allowed", "the admin API is read-only: use GET", allow)
 
 
 # -- endpoints ----------------------------------------------------------------------------
@@ -156,7 +146,7 @@ async def turns_handler(request: web.Request) -> web.Response:
 
 
 def _unknown_person() -> web.Response:
-    return _error(
+    return error_response(
         404, "unknown_person", "no live conversation for this person key (ended or parked?)"
     )
 
@@ -169,7 +159,7 @@ async def sweeps_handler(request: web.Request) -> web.Response:
         server.supervisor.tell(Sweeps(reply))
         history: SweepHistory = await reply.wait(SNAPSHOT_TIMEOUT)
     except (pykka.ActorDeadError, TimeoutError):
-        return _error(503, "unresponsive", "the supervisor did not answer in time")
+        return error_response(503, "unresponsive", "the supervisor did not answer in time")
     return _json(
         {
             "interval_s": server.settings.sweep_interval,
@@ -255,14 +245,3 @@ def _iso(at: datetime | None) -> str | None:
 
 def _json(value: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(value), status=status, content_type="application/json")
-
-
-def _error(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
-) -> web.Response:
-    return web.Response(
-        body=orjson.dumps(error_frame(code, message)),
-        status=status,
-        content_type="application/json",
-        headers=headers,
-    )

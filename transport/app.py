@@ -30,6 +30,8 @@ from storage.embedded import EmbeddedPostgres
 from storage.store import Store
 from transport.admin import metrics_handler, start_admin
 from transport.config import Settings, collector_pace
+from transport.errors import json_errors
+from transport.health import add_routes as add_health_routes
 from transport.identity import Identity, load_or_create_secret
 from transport.memory_api import add_routes as add_memory_routes
 from transport.rules_api import add_routes as add_rule_routes
@@ -87,7 +89,10 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
 
 
 def build_app(settings: Settings, clock: Clock | None = None) -> web.Application:
-    app = web.Application(client_max_size=settings.limits.max_frame_bytes * 4)
+    app = web.Application(
+        client_max_size=settings.limits.max_frame_bytes * 4,
+        middlewares=[json_errors("the endpoints are listed in docs/protocol.md")],
+    )
     app.cleanup_ctx.append(partial(_lifecycle, settings, clock or SystemClock()))
     app.on_shutdown.append(close_links)
     app.router.add_get("/v1/ws", websocket_handler)
@@ -96,6 +101,7 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     app.router.add_post("/v1/interrupt", interrupt_handler)
     app.router.add_post("/v1/leave", leave_handler)
     app.router.add_get("/metrics", metrics_handler)
+    add_health_routes(app.router)
     add_memory_routes(app.router)
     add_rule_routes(app.router)
     add_thread_routes(app.router)
@@ -140,9 +146,10 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         settings.embed_model,
         settings.embed_key,
         path=settings.embed_path,
+        timeout=settings.embed_timeout,
         local=settings.embed_local,
     )
-    memory = await open_keeper(dsn, embedder, clock)
+    memory = await open_keeper(dsn, embedder, clock, fingerprint_wait=settings.fingerprint_wait)
     await warm(embedder)
     metrics = Metrics()
     analysis = make_analysis(settings, metrics.count_analysis_failure)

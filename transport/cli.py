@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bench import flap
 from providers.event_loop import run as run_on_loop
+from storage.embedded import InUse
 from transport import eval_dedup, eval_search, eval_turns, memory_cli
 from transport.app import build_app, log_listening
 from transport.config import Settings, add_options, env_value, settings_from
@@ -56,7 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("memory", "eval", "bench"):
         setup_logging("text")
         # bench flap's phones run on the loop its servers do; the other commands on asyncio's
-        return run_on_loop(args.run(args), getattr(args, "event_loop", "asyncio"))
+        try:
+            return run_on_loop(args.run(args), getattr(args, "event_loop", "asyncio"))
+        except InUse as busy:
+            print(f"stillhere {args.command}: {busy}", file=sys.stderr)
+            return 1
     settings = settings_from(args)
     setup_logging(settings.log_format)
     app = build_app(settings)

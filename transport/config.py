@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from actors.clock import parse_duration
+from actors.memory.keeper import DEFAULT_FINGERPRINT_WAIT_S
 from actors.runtime import DEFAULT_DELTA_WINDOW_S, DEFAULT_INTERRUPT_WORDS
 from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
 from providers.collector import DEFAULT as COLLECTOR_DEFAULT
 from providers.collector import Pace, parse_thresholds
+from providers.embedding import DEFAULT_TIMEOUT_S as DEFAULT_EMBED_TIMEOUT_S
 from providers.event_loop import LOOPS
 from providers.gil import DEFAULT_S as SWITCH_INTERVAL_DEFAULT
 
@@ -104,6 +106,8 @@ class Settings:
     embed_key: str | None = field(default=None, repr=False)  # a secret: never shown
     embed_path: str | None = None
     embed_local: str = "pair"  # without embed_url: pair, minilm or use
+    embed_timeout: float = DEFAULT_EMBED_TIMEOUT_S
+    fingerprint_wait: float = DEFAULT_FINGERPRINT_WAIT_S
     admin_token: str | None = field(default=None, repr=False)  # a secret: never shown
     admin_host: str = "127.0.0.1"
     admin_port: int = 8766
@@ -157,6 +161,12 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("embed-key", str, "API key for the embeddings API"),
     ("embed-path", str, "folder of the local all-MiniLM-L6-v2 weights"),
     ("embed-local", _local_embedder, "without --embed-url: pair (default), minilm or use"),
+    ("embed-timeout", _longer_than_zero, "longest wait for one embeddings API answer"),
+    (
+        "fingerprint-wait",
+        parse_duration,
+        "longest a memory being stored waits for its fingerprint; later, it is filled in after",
+    ),
     ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),

@@ -74,12 +74,13 @@ class Session:
                 "internal_error", "the conversation could not be opened; say hello again"
             ) from None
         live, snap = opened.live, opened.snapshot
+        rt = server.runtime
         welcome = {
             "type": "welcome",
             "conversation": str(live.id),
             "resumed": opened.resumed,
             "age_s": round(opened.age_s, 3) if opened.age_s is not None else None,
-            "speaker": snap.speaker,
+            "speaker": snap.speaker_now(rt.clock.now(), rt.settings.speaker_reset_s),
             "cards": [c.wire() for c in snap.cards],
             "history": [t.wire() for t in snap.history],
         }
