@@ -117,11 +117,12 @@ class ConversationStream:
         self._store.events.add_reply(row)
         return self.emit("reply.end", **fields)
 
-    def farewell(self, frame: Frame) -> None:
-        """Send a last frame outside the numbered stream (`bye`) and close every link."""
+    def farewell(self, frame: Frame, code: int = 1000) -> None:
+        """Send a last frame outside the numbered stream (`bye`, a `revoked` error) and
+        close every link with `code`."""
         for link in self.links:
             link.send(frame)
-            link.end()
+            link.end(code)
         self.links.clear()
 
     # -- links ----------------------------------------------------------------------------

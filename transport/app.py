@@ -32,8 +32,9 @@ from transport.admin import metrics_handler, start_admin
 from transport.config import Settings, collector_pace
 from transport.identity import Identity, load_or_create_secret
 from transport.memory_api import add_routes as add_memory_routes
+from transport.revocations import RevocationWatch
 from transport.rules_api import add_routes as add_rule_routes
-from transport.server import SERVER_KEY, Server, close_links
+from transport.server import SERVER_KEY, Server, close_links, close_revoked
 from transport.sse import events_handler, interrupt_handler, leave_handler, say_handler
 from transport.threads_api import add_routes as add_thread_routes
 from transport.websocket import websocket_handler
@@ -161,7 +162,10 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     memory.on_withdrawn = directory.withdraw
     supervisor = Supervisor.start(rt, directory)
     secret = settings.secret or load_or_create_secret(settings.data_dir)
-    app[SERVER_KEY] = Server(settings, rt, Identity(secret), directory, supervisor)
+    revocations = RevocationWatch(dsn, partial(close_revoked, directory))
+    listening = await revocations.load()
+    identity = Identity(secret, revocations.revoked)
+    app[SERVER_KEY] = Server(settings, rt, identity, directory, supervisor)
     admin: web.AppRunner | None = None
     try:
         with (
@@ -172,6 +176,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
                 paced_collector(collector_pace(settings)),
                 loop_lag_probe(rt.metrics.loop_lag_seconds.observe),
                 in_background(_tick(supervisor, settings.sweep_interval)),
+                in_background(revocations.watch(listening)),
             ):
                 admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
                 log.info("stillhere ready, model: %s, analysis: %s", model.label, analysis.label)

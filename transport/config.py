@@ -36,7 +36,7 @@ def _local_embedder(text: str) -> str:
     return text
 
 
-def _longer_than_zero(text: str) -> float:
+def longer_than_zero(text: str) -> float:
     seconds = parse_duration(text)
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"needs a duration above 0, not {text!r}")
@@ -107,6 +107,7 @@ class Settings:
     admin_token: str | None = field(default=None, repr=False)  # a secret: never shown
     admin_host: str = "127.0.0.1"
     admin_port: int = 8766
+    admin_remote: bool = False  # may the admin API listen beyond loopback?
     compute_threads: int = 1
     event_loop: str = "uvloop"
     switch_interval: float = SWITCH_INTERVAL_DEFAULT
@@ -130,9 +131,9 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("analysis-url", str, "analysis model's API base URL; default --llm-url, else rehearsal"),
     ("analysis-model", str, "model name sent to the analysis API; default --llm-model"),
     ("analysis-key", str, "API key for the analysis API; default --llm-key"),
-    ("analysis-timeout", _longer_than_zero, "longest wait for an analysis answer, in all"),
+    ("analysis-timeout", longer_than_zero, "longest wait for an analysis answer, in all"),
     ("reply-candidates", _positive, "assistant messages a say may be matched to, at most"),
-    ("reply-horizon", _longer_than_zero, "assistant messages older than this are no candidates"),
+    ("reply-horizon", longer_than_zero, "assistant messages older than this are no candidates"),
     ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
     ("rehearsal-rate", float, "rehearsal model: words per second (0: no pause)"),
     ("delta-window", parse_duration, "a reply's pieces this close together share one delta"),
@@ -160,10 +161,11 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),
+    ("admin-remote", _on_off, "on: let --admin-host be a non-loopback address"),
     ("event-loop", str, "uvloop (faster) or asyncio (the standard library's loop)"),
     (
         "switch-interval",
-        _longer_than_zero,
+        longer_than_zero,
         "how long a thread may keep the GIL once another waits for it",
     ),
     (
@@ -171,7 +173,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
         parse_duration,
         "freeze the young objects this often, sampled ones collected first (0: CPython decides)",
     ),
-    ("gc-full-every", _longer_than_zero, "collect all objects, frozen too, this often"),
+    ("gc-full-every", longer_than_zero, "collect all objects, frozen too, this often"),
     (
         "gc-thresholds",
         _gc_thresholds,

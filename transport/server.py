@@ -14,7 +14,7 @@ from actors.supervisor import Supervisor
 from transport.config import Settings
 from transport.identity import Identity
 from transport.link import QueuedLink
-from transport.protocol import PersonRates
+from transport.protocol import CLOSE_REVOKED, PersonRates, error_frame
 
 
 @dataclass(slots=True)
@@ -39,3 +39,11 @@ async def close_links(app: web.Application) -> None:
     """On shutdown, close every link as "going away" (1001): phones will reconnect."""
     for link in list(app[SERVER_KEY].links):
         link.end(WSCloseCode.GOING_AWAY)
+
+
+def close_revoked(directory: Directory, person: str) -> None:
+    """Close a just-revoked person's live links: `error` `revoked`, then close 4403."""
+    live = directory.get(person)
+    if live is not None:
+        revoked = error_frame("revoked", "this account or device has been revoked")
+        live.stream.farewell(revoked, CLOSE_REVOKED)

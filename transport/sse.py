@@ -145,7 +145,7 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
         server.identity.person(device=hello["device"], token=hello["token"])
     except Unauthorized as refused:
         log.info("refused an event stream: %s", refused)
-        return json_error(401, "unauthorized", str(refused))
+        return json_error(refused.status, refused.code, str(refused))
     response = EventSourceResponse()
     await response.prepare(request)
     link = EventStreamLink(request, response)
@@ -208,7 +208,7 @@ async def _post(request: web.Request, kind: str) -> web.Response:
     except orjson.JSONDecodeError:
         return json_error(400, "bad_json", "the body must be one JSON object")
     except Unauthorized as refused:
-        return json_error(401, "unauthorized", str(refused))
+        return json_error(refused.status, refused.code, str(refused))
     except ProtocolError as bad:
         status = _STATUS.get(bad.code, 400)
         return json_error(status, bad.code, bad.message, bad.id or id_)

@@ -12,7 +12,14 @@ from aiohttp import WSMsgType, web
 
 from transport.identity import Unauthorized
 from transport.link import Frame, QueuedLink
-from transport.protocol import ProtocolError, RateLimiter, decode, error_frame, rate_limited
+from transport.protocol import (
+    CLOSE_REVOKED,
+    ProtocolError,
+    RateLimiter,
+    decode,
+    error_frame,
+    rate_limited,
+)
 from transport.server import SERVER_KEY, Server
 from transport.session import Session
 
@@ -123,7 +130,9 @@ async def _on_frame(
         return bad.code != "unauthorized"
     except Unauthorized as refused:
         log.info("refused a hello on %s: %s", link.name, refused)
-        link.send(error_frame("unauthorized", str(refused)))
+        link.send(error_frame(refused.code, str(refused)))
+        if refused.code == "revoked":
+            link.end(CLOSE_REVOKED)
         return False
 
 
