@@ -171,8 +171,9 @@ class Harness:
             **overrides,
         )
         app = build_app(settings, clock=self.clock)
-        self.test_server = TestServer(app, access_log_class=AccessLogger)
-        await self.test_server.start_server()
+        self.test_server = TestServer(app)
+        # start_server's options reach the runner; TestServer's own drops them silently.
+        await self.test_server.start_server(access_log_class=AccessLogger)
         return self
 
     async def stop(self) -> None:
