@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from functools import partial
+from typing import Any
 
 from aiohttp import web
 
@@ -31,6 +32,7 @@ from storage.store import Store
 from transport.admin import metrics_handler, start_admin
 from transport.config import Settings, collector_pace
 from transport.identity import Identity, load_or_create_secret
+from transport.logs import AccessLogger
 from transport.memory_api import add_routes as add_memory_routes
 from transport.revocations import RevocationWatch
 from transport.rules_api import add_routes as add_rule_routes
@@ -101,6 +103,17 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     add_rule_routes(app.router)
     add_thread_routes(app.router)
     return app
+
+
+def runner_options(settings: Settings) -> dict[str, Any]:
+    """How aiohttp's runner serves the app (`serve`, and the tests' server): the access
+    log that never writes a query string, and how long a connection may go without a whole
+    request (`--http-idle-timeout`: a slowloris client is closed then, however it trickles,
+    as aiohttp never pushes that deadline back for a partial request)."""
+    return {
+        "access_log_class": AccessLogger,
+        "keepalive_timeout": settings.limits.http_idle_timeout,
+    }
 
 
 def listening_line(server: Server, port: int) -> str:

@@ -11,13 +11,13 @@ from bench import flap
 from providers.event_loop import run as run_on_loop
 from transport import eval_dedup, eval_search, eval_turns, memory_cli, revoke_cli
 from transport.admin import AdminExposed, check_admin_host
-from transport.app import build_app, log_listening
+from transport.app import build_app, log_listening, runner_options
 from transport.config import add_options, longer_than_zero, settings_from
 from transport.eval_io import add_eval_command
 from transport.identity import DEFAULT_TOKEN_TTL_S, TOKEN_LEEWAY_S, Identity
 from transport.inspect import add_inspect_options, run_inspect
 from transport.listener import serve
-from transport.logs import AccessLogger, setup_logging
+from transport.logs import setup_logging
 from transport.revoke_cli import add_secret_options, secret_of
 
 
@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.port,
         backlog=settings.backlog,
         on_listening=partial(log_listening, app),
-        access_log_class=AccessLogger,
+        **runner_options(settings),
     )
     run_on_loop(serving, settings.event_loop)
     return 0

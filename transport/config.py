@@ -23,6 +23,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _at_least_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"needs a whole number of at least 0, not {text!r}")
+    return value
+
+
 def _gc_thresholds(text: str) -> tuple[int, int, int]:
     try:
         return parse_thresholds(text)
@@ -62,6 +69,16 @@ class Limits:
     max_id_chars: int = 128
     frames_per_s: float = 20.0
     frame_burst: int = 40
+    # Bytes a link may hold for a phone that does not read (frames queued and the socket's
+    # buffer); past it the link is closed (4503). A whole reply is a few KB.
+    link_buffer: int = 1024 * 1024
+    hello_timeout: float = 10.0  # from connecting to a successful hello (4408)
+    max_links_per_address: int = 0  # open links from one IP address; 0: no limit
+    max_links_per_person: int = 8  # over it, the person's oldest link is closed (4429)
+    # A connection that has not sent a whole request this long after it opened, or after
+    # its last answer, is closed (aiohttp's keep-alive timeout): a slow client cannot hold
+    # one. Above aiohttp clients' own 15 s, so they close their idle connections first.
+    http_idle_timeout: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +211,15 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
     ("max-id-chars", int, "longest say id accepted"),
     ("frames-per-s", float, "sustained client frames per second per link"),
     ("frame-burst", int, "client frames allowed in a burst per link"),
+    ("link-buffer", _positive, "bytes held for a link whose phone stopped reading, at most"),
+    ("hello-timeout", longer_than_zero, "time from connecting to a successful hello"),
+    ("max-links-per-address", _at_least_zero, "open links from one IP address (0: no limit)"),
+    ("max-links-per-person", _positive, "open links of one person; more close the oldest"),
+    (
+        "http-idle-timeout",
+        longer_than_zero,
+        "a connection without a whole request this long after opening or answering is closed",
+    ),
 ]
 
 
