@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import hmac
 import time
 from typing import Any
 
@@ -14,7 +15,7 @@ import orjson
 import pytest
 
 from tests.conftest import Harness, Phone, eventually
-from transport import revocations
+from transport import admin, revocations
 from transport.admin import AdminExposed
 from transport.cli import _parser, main
 from transport.identity import TOKEN_LEEWAY_S, Identity, Unauthorized
@@ -142,8 +143,16 @@ async def test_a_revocation_made_while_the_listener_was_down_is_not_missed(
 
 
 async def test_the_admin_api_refuses_a_non_loopback_address_unless_allowed(
-    harness: Harness, capsys: pytest.CaptureFixture[str]
+    harness: Harness, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    compared: list[tuple[bytes, bytes]] = []
+    constant_time = hmac.compare_digest
+
+    def compare_digest(given: bytes, expected: bytes) -> bool:
+        compared.append((given, expected))
+        return constant_time(given, expected)
+
+    monkeypatch.setattr(admin.hmac, "compare_digest", compare_digest)
     with pytest.raises(SystemExit):
         main(["serve", "--admin-token", "t" * 32, "--admin-host", "0.0.0.0"])
     assert "--admin-remote on" in capsys.readouterr().err
@@ -160,3 +169,4 @@ async def test_the_admin_api_refuses_a_non_loopback_address_unless_allowed(
         ) as response,
     ):
         assert response.status == 200
+    assert compared == [(b"t" * 32, b"t" * 32)]  # the token, compared in constant time
