@@ -7,15 +7,15 @@ stalled fleet stops reading right after its welcome, with a small receive buffer
 keeps asking: what the kernel does not take waits in the server, up to `--link-buffer`
 per link, past which the server cuts the link (close 4503).
 
-The kernel takes a lot first: on loopback (an MTU of 64 KB) the server's socket send
-buffer grows to `net.ipv4.tcp_wmem`'s maximum (4 MB here), kernel memory outside the
-server's RSS, so a link is cut only once some 4 MB have been sent to it. On a real
-network's 1500-byte MTU the send buffer starts some 50 times smaller. The server's RSS is sampled
+The kernel takes its part first, outside the server's RSS: the server runs with
+`--socket-send-buffer` (64 KB by default here), which fixes each socket's kernel send
+buffer. With 0, the kernel sizes it, and on loopback (an MTU of 64 KB) it grows to
+`net.ipv4.tcp_wmem`'s maximum, 4 MB here: a link is then cut only once some 4 MB have been
+sent to it, and all of that is kernel memory the report does not see. The server's RSS is sampled
 throughout; the report gives each fleet's peak RSS above the idle server, their ratio, the
 bound the option sets (N x link buffer), and how many links the server cut (its log).
 
-    python -m bench.slow_readers --phones 1000 --says 6
-    python -m bench.slow_readers --phones 50 --says 40 --link-buffer 256KB
+    python -m bench.slow_readers --phones 1000 --says 6 --link-buffer 256KB
 """
 
 from __future__ import annotations
@@ -65,6 +65,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--says", type=int, default=6, help="stories asked per phone (6)")
     parser.add_argument(
         "--link-buffer", type=_bytes, default=256 * 1024, help="the server's (256KB)"
+    )
+    parser.add_argument(
+        "--socket-send-buffer",
+        type=_bytes,
+        default=64 * 1024,
+        help="the server's, for each connection (64KB; 0: the kernel sizes it)",
     )
     parser.add_argument(
         "--pause", type=float, default=0.5, help="seconds between a stalled phone's says (0.5)"
@@ -134,6 +140,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="stillhere-slow-readers-"))
     # The same story asked again is no echo to cut here: every reply is told whole.
     extra = ["--link-buffer", str(args.link_buffer), "--echo-guard", "off"]
+    extra += ["--socket-send-buffer", str(args.socket_send_buffer)]
     server = procs.start(
         "stillhere", root, latency=0.0, rate=0.0, event_loop=args.event_loop, extra=extra
     )
@@ -154,6 +161,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "phones": args.phones,
         "says": args.says,
         "link_buffer_bytes": args.link_buffer,
+        "socket_send_buffer_bytes": args.socket_send_buffer,
         "bound_mb": round(args.phones * args.link_buffer / 2**20, 1),
         "reading": reading,
         "stalled": stalled,
@@ -173,7 +181,8 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"stillhere slow readers: {result['phones']} phones x {result['says']} stories, "
-            f"--link-buffer {result['link_buffer_bytes']} (bound {result['bound_mb']} MB)",
+            f"--link-buffer {result['link_buffer_bytes']} (bound {result['bound_mb']} MB), "
+            f"--socket-send-buffer {result['socket_send_buffer_bytes']}",
             f"  {'fleet':<10}{'idle MB':>9}{'peak MB':>9}{'held MB':>9}  ends",
             *(
                 f"  {name:<10}{f['idle_rss_mb']:>9}{f['peak_rss_mb']:>9}{f['held_mb']:>9}  "

@@ -74,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.host,
         settings.port,
         backlog=settings.backlog,
+        send_buffer=settings.limits.socket_send_buffer,
         on_listening=partial(log_listening, app),
         **runner_options(settings),
     )

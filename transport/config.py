@@ -79,6 +79,7 @@ class Limits:
     # its last answer, is closed (aiohttp's keep-alive timeout): a slow client cannot hold
     # one. Above aiohttp clients' own 15 s, so they close their idle connections first.
     http_idle_timeout: float = 30.0
+    socket_send_buffer: int = 0  # SO_SNDBUF of each connection; 0: the kernel sizes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +220,11 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
         "http-idle-timeout",
         longer_than_zero,
         "a connection without a whole request this long after opening or answering is closed",
+    ),
+    (
+        "socket-send-buffer",
+        _at_least_zero,
+        "kernel send buffer of each connection, in bytes (0: the kernel sizes it)",
     ),
 ]
 
