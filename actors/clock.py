@@ -35,12 +35,12 @@ class ManualClock:
             self._now += timedelta(seconds=seconds)
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from `90s`, `30m`, `2h`, `250ms` or a bare number of seconds."""
+    """Seconds from `90s`, `30m`, `2h`, `7d`, `250ms` or a bare number of seconds."""
     match = _DURATION.match(text)
     if match is None:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 90s, 30m, 2h)")

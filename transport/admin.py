@@ -1,8 +1,9 @@
 """The admin API, for developers looking into a conversation that went wrong; and `/metrics`.
 
 The admin API is off unless an admin token is configured, and then listens on a socket of
-its own (loopback by default), apart from the one phones connect to: it shows what people
-said. Every request needs `Authorization: Bearer <admin token>`, compared in constant time;
+its own, apart from the one phones connect to: it shows what people said, so it listens on
+loopback only unless `--admin-remote on` allows another address. Every request needs
+`Authorization: Bearer <admin token>`, compared in constant time (`hmac.compare_digest`);
 the token is never logged (the access log records paths only).
 
 Like all loop-side code it never blocks on an actor: each actor is asked for a `Snapshot`
@@ -33,6 +34,7 @@ from actors.messages import Attach, Snapshot
 from actors.runtime import ActorFailed, Reply
 from actors.supervisor import SweepHistory, Sweeps
 from storage.records import Turn
+from transport.config import Settings
 from transport.errors import error_response, json_errors
 from transport.logs import AccessLogger
 from transport.server import SERVER_KEY, Server
@@ -53,6 +55,7 @@ async def start_admin(server: Server) -> web.AppRunner | None:
     settings = server.settings
     if not settings.admin_token:
         return None
+    check_admin_host(settings)
     runner = web.AppRunner(
         build_admin_app(server, settings.admin_token), access_log_class=AccessLogger
     )
@@ -65,10 +68,25 @@ async def start_admin(server: Server) -> web.AppRunner | None:
     server.admin_port = runner.addresses[0][1]  # its URL is in the line `serve` logs
     if not _is_loopback(settings.admin_host):
         log.warning(
-            "the admin API listens beyond loopback (%s): it shows what people said",
+            "the admin API listens beyond loopback (%s, --admin-remote on): "
+            "it shows what people said",
             settings.admin_host,
         )
     return runner
+
+
+class AdminExposed(ValueError):
+    """The admin listener was asked to listen beyond loopback without --admin-remote on."""
+
+
+def check_admin_host(settings: Settings) -> None:
+    """Refuse a non-loopback admin address unless `--admin-remote on` says it is meant: the
+    admin API shows what people said, so exposing it takes two deliberate options."""
+    if settings.admin_token and not settings.admin_remote and not _is_loopback(settings.admin_host):
+        raise AdminExposed(
+            f"--admin-host {settings.admin_host} is not a loopback address; the admin API "
+            "shows what people said: add --admin-remote on to listen there anyway"
+        )
 
 
 def _is_loopback(host: str) -> bool:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from functools import partial
+from typing import Any
 
 from aiohttp import web
 
@@ -33,9 +34,11 @@ from transport.config import Settings, collector_pace
 from transport.errors import json_errors
 from transport.health import add_routes as add_health_routes
 from transport.identity import Identity, load_or_create_secret
+from transport.logs import AccessLogger
 from transport.memory_api import add_routes as add_memory_routes
+from transport.revocations import RevocationWatch
 from transport.rules_api import add_routes as add_rule_routes
-from transport.server import SERVER_KEY, Server, close_links
+from transport.server import SERVER_KEY, Server, close_links, close_revoked
 from transport.sse import events_handler, interrupt_handler, leave_handler, say_handler
 from transport.threads_api import add_routes as add_thread_routes
 from transport.websocket import websocket_handler
@@ -108,6 +111,17 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     return app
 
 
+def runner_options(settings: Settings) -> dict[str, Any]:
+    """How aiohttp's runner serves the app (`serve`, and the tests' server): the access
+    log that never writes a query string, and how long a connection may go without a whole
+    request (`--http-idle-timeout`: a slowloris client is closed then, however it trickles,
+    as aiohttp never pushes that deadline back for a partial request)."""
+    return {
+        "access_log_class": AccessLogger,
+        "keepalive_timeout": settings.limits.http_idle_timeout,
+    }
+
+
 def listening_line(server: Server, port: int) -> str:
     """Where a client (or a browser, for the admin API) finds this server, in one line."""
     settings = server.settings
@@ -168,7 +182,10 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     memory.on_withdrawn = directory.withdraw
     supervisor = Supervisor.start(rt, directory)
     secret = settings.secret or load_or_create_secret(settings.data_dir)
-    app[SERVER_KEY] = Server(settings, rt, Identity(secret), directory, supervisor)
+    revocations = RevocationWatch(dsn, partial(close_revoked, directory))
+    listening = await revocations.load()
+    identity = Identity(secret, revocations.revoked)
+    app[SERVER_KEY] = Server(settings, rt, identity, directory, supervisor)
     admin: web.AppRunner | None = None
     try:
         with (
@@ -179,6 +196,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
                 paced_collector(collector_pace(settings)),
                 loop_lag_probe(rt.metrics.loop_lag_seconds.observe),
                 in_background(_tick(supervisor, settings.sweep_interval)),
+                in_background(revocations.watch(listening)),
             ):
                 admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
                 log.info("stillhere ready, model: %s, analysis: %s", model.label, analysis.label)

@@ -25,6 +25,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _at_least_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"needs a whole number of at least 0, not {text!r}")
+    return value
+
+
 def _gc_thresholds(text: str) -> tuple[int, int, int]:
     try:
         return parse_thresholds(text)
@@ -38,7 +45,7 @@ def _local_embedder(text: str) -> str:
     return text
 
 
-def _longer_than_zero(text: str) -> float:
+def longer_than_zero(text: str) -> float:
     seconds = parse_duration(text)
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"needs a duration above 0, not {text!r}")
@@ -64,6 +71,17 @@ class Limits:
     max_id_chars: int = 128
     frames_per_s: float = 20.0
     frame_burst: int = 40
+    # Bytes a link may hold for a phone that does not read (frames queued and the socket's
+    # buffer); past it the link is closed (4503). A whole reply is a few KB.
+    link_buffer: int = 1024 * 1024
+    hello_timeout: float = 10.0  # from connecting to a successful hello (4408)
+    max_links_per_address: int = 0  # open links from one IP address; 0: no limit
+    max_links_per_person: int = 8  # over it, the person's oldest link is closed (4429)
+    # A connection that has not sent a whole request this long after it opened, or after
+    # its last answer, is closed (aiohttp's keep-alive timeout): a slow client cannot hold
+    # one. Above aiohttp clients' own 15 s, so they close their idle connections first.
+    http_idle_timeout: float = 30.0
+    socket_send_buffer: int = 0  # SO_SNDBUF of each connection; 0: the kernel sizes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +129,7 @@ class Settings:
     admin_token: str | None = field(default=None, repr=False)  # a secret: never shown
     admin_host: str = "127.0.0.1"
     admin_port: int = 8766
+    admin_remote: bool = False  # may the admin API listen beyond loopback?
     compute_threads: int = 1
     event_loop: str = "uvloop"
     switch_interval: float = SWITCH_INTERVAL_DEFAULT
@@ -134,9 +153,9 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("analysis-url", str, "analysis model's API base URL; default --llm-url, else rehearsal"),
     ("analysis-model", str, "model name sent to the analysis API; default --llm-model"),
     ("analysis-key", str, "API key for the analysis API; default --llm-key"),
-    ("analysis-timeout", _longer_than_zero, "longest wait for an analysis answer, in all"),
+    ("analysis-timeout", longer_than_zero, "longest wait for an analysis answer, in all"),
     ("reply-candidates", _positive, "assistant messages a say may be matched to, at most"),
-    ("reply-horizon", _longer_than_zero, "assistant messages older than this are no candidates"),
+    ("reply-horizon", longer_than_zero, "assistant messages older than this are no candidates"),
     ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
     ("rehearsal-rate", float, "rehearsal model: words per second (0: no pause)"),
     ("delta-window", parse_duration, "a reply's pieces this close together share one delta"),
@@ -161,7 +180,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("embed-key", str, "API key for the embeddings API"),
     ("embed-path", str, "folder of the local all-MiniLM-L6-v2 weights"),
     ("embed-local", _local_embedder, "without --embed-url: pair (default), minilm or use"),
-    ("embed-timeout", _longer_than_zero, "longest wait for one embeddings API answer"),
+    ("embed-timeout", longer_than_zero, "longest wait for one embeddings API answer"),
     (
         "fingerprint-wait",
         parse_duration,
@@ -170,10 +189,11 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),
+    ("admin-remote", _on_off, "on: let --admin-host be a non-loopback address"),
     ("event-loop", str, "uvloop (faster) or asyncio (the standard library's loop)"),
     (
         "switch-interval",
-        _longer_than_zero,
+        longer_than_zero,
         "how long a thread may keep the GIL once another waits for it",
     ),
     (
@@ -181,7 +201,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
         parse_duration,
         "freeze the young objects this often, sampled ones collected first (0: CPython decides)",
     ),
-    ("gc-full-every", _longer_than_zero, "collect all objects, frozen too, this often"),
+    ("gc-full-every", longer_than_zero, "collect all objects, frozen too, this often"),
     (
         "gc-thresholds",
         _gc_thresholds,
@@ -202,6 +222,20 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
     ("max-id-chars", int, "longest say id accepted"),
     ("frames-per-s", float, "sustained client frames per second per link"),
     ("frame-burst", int, "client frames allowed in a burst per link"),
+    ("link-buffer", _positive, "bytes held for a link whose phone stopped reading, at most"),
+    ("hello-timeout", longer_than_zero, "time from connecting to a successful hello"),
+    ("max-links-per-address", _at_least_zero, "open links from one IP address (0: no limit)"),
+    ("max-links-per-person", _positive, "open links of one person; more close the oldest"),
+    (
+        "http-idle-timeout",
+        longer_than_zero,
+        "a connection without a whole request this long after opening or answering is closed",
+    ),
+    (
+        "socket-send-buffer",
+        _at_least_zero,
+        "kernel send buffer of each connection, in bytes (0: the kernel sizes it)",
+    ),
 ]
 
 

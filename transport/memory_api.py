@@ -124,7 +124,7 @@ def person_handler(act: PersonAct) -> Handler:
             person = server.identity.person(**credentials(request, body))
             status, answer = await act(request, server, person, body)
         except Unauthorized as refused:
-            return json_error(401, "unauthorized", str(refused))
+            return json_error(refused.status, refused.code, str(refused))
         except UnknownMemories as missing:
             return refusal_response(unknown(missing.ids))
         except Refusal as refusal:

@@ -16,6 +16,13 @@ from transport.config import Limits
 
 CLIENT_TYPES = frozenset({"hello", "say", "interrupt", "leave", "ack", "ping"})
 
+# WebSocket close codes of our own (RFC 6455 leaves 4000-4999 to applications), one per
+# reason a server ends a link; docs/protocol.md lists them.
+CLOSE_REVOKED = 4403  # the person was revoked (error `revoked` first)
+CLOSE_HELLO_TIMEOUT = 4408  # no successful hello in time (error `hello_timeout` first)
+CLOSE_TOO_MANY_LINKS = 4429  # over a per-person link limit (error `too_many_links` first)
+CLOSE_SLOW_READER = 4503  # the phone stopped reading: its link buffer overflowed
+
 
 class ProtocolError(Exception):
     def __init__(self, code: str, message: str, id_: str | None = None) -> None:

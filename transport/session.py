@@ -17,12 +17,15 @@ from actors.runtime import ActorFailed
 from actors.stream import ConversationStream, Link
 from actors.turn import SayOutcome
 from storage.records import Card, Reminder
-from transport.protocol import ProtocolError
+from transport.protocol import CLOSE_TOO_MANY_LINKS, ProtocolError, error_frame
 from transport.server import Server
 
 log = logging.getLogger("stillhere.session")
 
 
+_TOO_MANY = error_frame(
+    "too_many_links", "this person has too many links open; this, the oldest, was closed"
+)
 _SAY_ERRORS = {
     "conversation_ended": "this conversation has ended; say hello again",
     "internal_error": "the say was not stored; send it again",
@@ -89,6 +92,10 @@ class Session:
         )
         last_seq = frame.get("last_seq") if named and opened.resumed else None
         self.live = live
+        # Room for this link under the person's limit: the oldest links give way.
+        live.stream.shed(
+            server.settings.limits.max_links_per_person, _TOO_MANY, CLOSE_TOO_MANY_LINKS
+        )
         replayed = await server.directory.attach(
             live, self._link, welcome, last_seq, hello_since=started
         )
