@@ -69,13 +69,18 @@ async def read_open(rt: Runtime, req: TurnRequest) -> OpenEnds:
         return OpenEnds([], [])
 
 
+def winding_down(req: TurnRequest, matching: Matching) -> bool:
+    """Whether the says wind a topic down: the analysis's `lull`, or phrasings that do."""
+    return matching.lull or (bool(req.new) and all(is_lull(t.text) for t in req.new))
+
+
 def note_for(ends: OpenEnds, req: TurnRequest, matching: Matching) -> str | None:
     """The prompt's LOOSE ENDS note: at most three, the person's first; the assistant's own
-    questions only while the person winds a topic down."""
-    winding_down = matching.lull or (bool(req.new) and all(is_lull(t.text) for t in req.new))
+    questions only while the person winds a topic down (or in a follow-on, sent then)."""
+    lull = req.follow_on or winding_down(req, matching)
     person = [e for e in reversed(ends.recent) if e.by == "person"]
     ours = [e for e in reversed(ends.recent) if e.by == "assistant"]
-    chosen = (person + (ours if winding_down else []))[:SHOWN]
+    chosen = (person + (ours if lull else []))[:SHOWN]
     lines = [LOOSE_ENDS]
     for title, group in (
         (LOOSE_PERSON, [e for e in chosen if e.by == "person"]),

@@ -50,19 +50,26 @@ INSTRUCTIONS = (
 class Matching:
     """The outcome for one turn: how it was decided, and what each say answers."""
 
-    how: str  # no_candidate | just_before (no model call) | asked (the analysis was asked)
+    # no_candidate | just_before (no model call) | asked (the analysis was asked) |
+    # follow_on (a message of the assistant's own: no say to match)
+    how: str
     matches: dict[str, ReplyMatch] = field(default_factory=dict)  # by the say's client id
     note: str | None = None  # the prompt's REPLY CONTEXT, when a say needs one
     failed: bool = False  # asked, and no usable answer came: no note
     lull: bool = False
 
     def __str__(self) -> str:
+        if self.how == "follow_on":
+            return "a follow-on: no say to match"
         if self.how != "asked":
             return f"replies matched without the model ({self.how.replace('_', ' ')})"
         if self.failed:
             return "replies matched: no usable analysis, no note"
         parts = [_described(m) for m in self.matches.values()]
         return "replies matched by the analysis: " + (", ".join(parts) or "nothing")
+
+
+FOLLOW_ON = Matching("follow_on")
 
 
 def _described(match: ReplyMatch) -> str:
@@ -92,6 +99,8 @@ def _is_message(turn: Turn) -> bool:
 
 async def match_replies(rt: Runtime, req: TurnRequest) -> Matching:
     """Never raises: a matching that goes wrong costs the note, never the reply."""
+    if req.follow_on:
+        return FOLLOW_ON
     try:
         matching = await _match(rt, req)
     except Exception:

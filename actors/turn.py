@@ -17,7 +17,7 @@ from uuid import UUID, uuid4
 
 from actors.context import Context, assemble
 from actors.echo import NO_REPEAT, EchoGuard, sources_for
-from actors.loose_ends import note_after, note_for, read_open
+from actors.loose_ends import note_after, note_for, read_open, winding_down
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
 from actors.prompt import build_messages
 from actors.replies import Matching, match_replies
@@ -26,6 +26,7 @@ from actors.stream import ConversationStream
 from actors.tools import TOOLS, Mailbox, ToolContext, execute
 from actors.trace import TurnTrace
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
+from providers.notes import FOLLOW_ON
 from storage.event_log import ReplyRow
 from storage.records import StoredSay, Turn, reply_place, say_place
 from storage.store import ConversationEnded
@@ -251,13 +252,14 @@ async def run_turn(
     in_reply_to = [t.client_id for t in req.new if t.client_id]
     # Before anything is awaited: a say stored from here on is one the actor keeps for the
     # next turn, and its place in the record is after this reply (`records.say_place`).
-    start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
+    marked = {"follow_on": True} if req.follow_on else {}
+    start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to, **marked)
     # Matched while the context is gathered: a judgement costs the reply no extra wait.
     context, matching, ends = await asyncio.gather(
         _context(rt, req, generation), match_replies(rt, req), read_open(rt, req)
     )
     _tell_replies_to(stream, matching)
-    notes = (matching.note, note_for(ends, req, matching))
+    notes = (matching.note, note_for(ends, req, matching), FOLLOW_ON if req.follow_on else None)
     messages, stats = build_messages(
         req.history,
         req.new,
@@ -299,6 +301,7 @@ async def run_turn(
         in_reply_to,
         reply_place(start["seq"]),
         tuple(matching.matches.items()),
+        follow_on=req.follow_on,
     )
     stream.end_reply(row, **end)
     handed = tuple(note for note in notes if note)
@@ -308,7 +311,16 @@ async def run_turn(
     stream.traces.append(trace)
     _count_echoes(rt, req, guard)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
-    mailbox.tell(TurnEnded(turn, matched=_matched(req, matching)))
+    lull = not req.follow_on and winding_down(req, matching)
+    mailbox.tell(
+        TurnEnded(
+            turn,
+            matched=_matched(req, matching),
+            lull=lull,
+            follow_on=req.follow_on,
+            handles=req.handles,
+        )
+    )
     rt.jobs.start(note_after(rt, req, turn, ends), "noting loose ends")
 
 
