@@ -18,16 +18,17 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
-from actors.asking import ask_shaped, line_index, numbered
+from actors.asking import Asking, ask_shaped, line_index, numbered
 from providers.notes import REPLY_ASK, REPLY_CONTEXT, REPLY_WAITING
 from storage.records import ReplyMatch, Turn, excerpt
 
 if TYPE_CHECKING:
+    from actors.clock import Clock
     from actors.messages import TurnRequest
-    from actors.runtime import Runtime
+    from actors.runtime import ConversationSettings
 
 log = logging.getLogger("stillhere.replies")
 
@@ -44,6 +45,13 @@ INSTRUCTIONS = (
     '{"answers": [{"message": "P1", "answers": "A2", "unclear": ["A1", "A2"]}], '
     '"open": ["A1"], "lull": false}'
 )
+
+
+class Matcher(Asking, Protocol):
+    """What matching needs of the runtime (the server's `Runtime`, or the eval's)."""
+
+    settings: ConversationSettings
+    clock: Clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +105,7 @@ def _is_message(turn: Turn) -> bool:
     return turn.role == "assistant" and turn.reply_id is not None
 
 
-async def match_replies(rt: Runtime, req: TurnRequest) -> Matching:
+async def match_replies(rt: Matcher, req: TurnRequest) -> Matching:
     """Never raises: a matching that goes wrong costs the note, never the reply."""
     if req.follow_on:
         return FOLLOW_ON
@@ -110,7 +118,7 @@ async def match_replies(rt: Runtime, req: TurnRequest) -> Matching:
     return matching
 
 
-async def _match(rt: Runtime, req: TurnRequest) -> Matching:
+async def _match(rt: Matcher, req: TurnRequest) -> Matching:
     settings = rt.settings
     found = candidates(
         req.history, rt.clock.now(), settings.reply_candidates, settings.reply_horizon_s

@@ -41,7 +41,8 @@ from bench.flap import percentiles
 from providers.event_loop import run as run_on_loop
 from transport.app import build_app
 from transport.config import Settings
-from transport.eval_turns import Case, case_turns, pieces, read_cases
+from transport.eval_cases import Case, case_turns
+from transport.eval_turns import pieces, read_cases
 from transport.memory_cli import database
 
 CASES = Path(__file__).resolve().parent.parent / "tests" / "data" / "turn_cases.jsonl"
