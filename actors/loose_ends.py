@@ -57,6 +57,9 @@ class OpenEnds:
     threads: list[LooseEnd]  # open threads, however old
 
 
+NO_ENDS = OpenEnds([], [])  # with reply matching off (`--reply-matching off`)
+
+
 async def read_open(rt: Runtime, req: TurnRequest) -> OpenEnds:
     """Never raises: without them the reply only lacks its note."""
     try:

@@ -59,7 +59,7 @@ class Matching:
     """The outcome for one turn: how it was decided, and what each say answers."""
 
     # no_candidate | just_before (no model call) | asked (the analysis was asked) |
-    # follow_on (a message of the assistant's own: no say to match)
+    # follow_on (a message of the assistant's own: no say to match) | off (not matched)
     how: str
     matches: dict[str, ReplyMatch] = field(default_factory=dict)  # by the say's client id
     note: str | None = None  # the prompt's REPLY CONTEXT, when a say needs one
@@ -69,6 +69,8 @@ class Matching:
     def __str__(self) -> str:
         if self.how == "follow_on":
             return "a follow-on: no say to match"
+        if self.how == "off":
+            return "replies not matched (--reply-matching off)"
         if self.how != "asked":
             return f"replies matched without the model ({self.how.replace('_', ' ')})"
         if self.failed:
@@ -78,6 +80,7 @@ class Matching:
 
 
 FOLLOW_ON = Matching("follow_on")
+UNMATCHED = Matching("off")  # `--reply-matching off`: every say answers the latest message
 
 
 def _described(match: ReplyMatch) -> str:

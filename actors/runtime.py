@@ -59,6 +59,7 @@ class ConversationSettings:
     delta_window_s: float = DEFAULT_DELTA_WINDOW_S
     echo_guard: bool = True  # hold back and cut a reply's opening repetition (actors/echo.py)
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
+    reply_matching: bool = True  # match says and note loose ends (actors/replies.py)
     reply_candidates: int = 8  # assistant messages a say may be matched to (actors/replies.py)
     reply_horizon_s: float = 2 * 24 * 3600  # older ones are no candidates
     follow_ons: str = "auto"  # after a lull: auto (the persona decides), always or off

@@ -17,10 +17,10 @@ from uuid import UUID, uuid4
 
 from actors.context import Context, assemble
 from actors.echo import NO_REPEAT, EchoGuard, sources_for
-from actors.loose_ends import note_after, note_for, read_open, winding_down
+from actors.loose_ends import NO_ENDS, OpenEnds, note_after, note_for, read_open, winding_down
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
 from actors.prompt import build_messages
-from actors.replies import Matching, match_replies
+from actors.replies import UNMATCHED, Matching, match_replies
 from actors.runtime import Runtime
 from actors.stream import ConversationStream
 from actors.tools import TOOLS, Mailbox, ToolContext, execute
@@ -254,10 +254,7 @@ async def run_turn(
     # next turn, and its place in the record is after this reply (`records.say_place`).
     marked = {"follow_on": True} if req.follow_on else {}
     start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to, **marked)
-    # Matched while the context is gathered: a judgement costs the reply no extra wait.
-    context, matching, ends = await asyncio.gather(
-        _context(rt, req, generation), match_replies(rt, req), read_open(rt, req)
-    )
+    context, matching, ends = await _gather(rt, req, generation)
     _tell_replies_to(stream, matching)
     notes = (matching.note, note_for(ends, req, matching), FOLLOW_ON if req.follow_on else None)
     messages, stats = build_messages(
@@ -321,7 +318,21 @@ async def run_turn(
             handles=req.handles,
         )
     )
-    rt.jobs.start(note_after(rt, req, turn, ends), "noting loose ends")
+    if rt.settings.reply_matching:
+        rt.jobs.start(note_after(rt, req, turn, ends), "noting loose ends")
+
+
+async def _gather(
+    rt: Runtime, req: TurnRequest, generation: int | None
+) -> tuple[Context, Matching, OpenEnds]:
+    """The context, and what the says answer with the loose ends to note: matched while the
+    context is gathered, so a judgement costs the reply no extra wait. With reply matching
+    off, the context alone, as before there was any."""
+    if not rt.settings.reply_matching:
+        return await _context(rt, req, generation), UNMATCHED, NO_ENDS
+    return await asyncio.gather(
+        _context(rt, req, generation), match_replies(rt, req), read_open(rt, req)
+    )
 
 
 def _tell_replies_to(stream: ConversationStream, matching: Matching) -> None:

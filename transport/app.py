@@ -92,6 +92,7 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         interrupt_words=settings.interrupt_words,
         delta_window_s=settings.delta_window,
         echo_guard=settings.echo_guard,
+        reply_matching=settings.reply_matching,
         reply_candidates=settings.reply_candidates,
         reply_horizon_s=settings.reply_horizon,
         follow_ons=settings.follow_ons,

@@ -93,6 +93,7 @@ class Settings:
     analysis_model: str | None = None
     analysis_key: str | None = field(default=None, repr=False)  # a secret: never shown
     analysis_timeout: float = DEFAULT_ANALYSIS_TIMEOUT_S
+    reply_matching: bool = True
     reply_candidates: int = 8
     reply_horizon: float = 2 * 24 * 3600
     rehearsal_latency: float = 0.0
@@ -145,6 +146,11 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("analysis-model", str, "model name sent to the analysis API; default --llm-model"),
     ("analysis-key", str, "API key for the analysis API; default --llm-key"),
     ("analysis-timeout", _longer_than_zero, "longest wait for an analysis answer, in all"),
+    (
+        "reply-matching",
+        _on_off,
+        "on or off: match each say to the message it answers, note loose ends (off: none)",
+    ),
     ("reply-candidates", _positive, "assistant messages a say may be matched to, at most"),
     ("reply-horizon", _longer_than_zero, "assistant messages older than this are no candidates"),
     ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
