@@ -29,12 +29,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,12 +42,8 @@ import orjson
 from aiohttp import web
 
 from actors import context
-from bench.echo import serving
-from bench.flap import percentiles
-from providers.event_loop import run as run_on_loop
+from bench.in_process import finish, on_against_off, servers, serving
 from providers.rehearsal_analysis import loose_ends, reply_matching
-from transport.app import build_app
-from transport.config import Settings
 from transport.memory_cli import database
 
 if TYPE_CHECKING:
@@ -63,6 +57,11 @@ SCENARIOS = {
     "easy": ("hi there", "I went to the market this morning"),
 }
 TARGETS_MS = {"asked": 10.0, "easy": 2.0}  # added at p50, at most
+# Turn handling on: reply matching (with loose ends) and the echo guard; off: neither.
+HANDLING = {
+    "on": {"reply_matching": True, "echo_guard": True},
+    "off": {"reply_matching": False, "echo_guard": False},
+}
 
 
 class SlowAnalysis:
@@ -107,27 +106,6 @@ def slow_context(seconds: float) -> Iterator[None]:
         context.SOURCES["rules"] = rules
 
 
-@contextlib.asynccontextmanager
-async def servers(dsn: str, analysis_url: str) -> AsyncIterator[dict[str, str]]:
-    """Two stillhere servers on `dsn`, turn handling on and off: their base URLs."""
-    async with contextlib.AsyncExitStack() as stack:
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-turns-")))
-        urls = {}
-        for mode in ("on", "off"):
-            settings = Settings(
-                db=dsn,
-                data_dir=folder,
-                secret=SECRET,
-                analysis_url=analysis_url,
-                reply_matching=mode == "on",
-                echo_guard=mode == "on",
-                follow_ons="off",
-                context_cache=0.0,
-            )
-            urls[mode] = await stack.enter_async_context(serving(build_app(settings)))
-        yield urls
-
-
 async def first_delta(http: aiohttp.ClientSession, url: str, setup: str, said: str) -> float:
     """A new phone says `setup` and waits for its reply, then says `said`: ms from sending
     it to its first `reply.delta`."""
@@ -161,7 +139,14 @@ async def measure(args: argparse.Namespace) -> tuple[dict[str, dict[str, list[fl
         async with (
             database(args, scratch=True) as dsn,
             serving(analysis_app(analysis)) as analysis_url,
-            servers(dsn, analysis_url + "/v1") as urls,
+            servers(
+                dsn,
+                SECRET,
+                HANDLING,
+                analysis_url=analysis_url + "/v1",
+                follow_ons="off",
+                context_cache=0.0,
+            ) as urls,
             aiohttp.ClientSession() as http,
         ):
             for round_ in range(args.rounds):
@@ -180,8 +165,7 @@ def report(
 ) -> dict[str, Any]:
     scenarios = {}
     for scenario, modes in delays.items():
-        ms = {mode: {**percentiles(v), "max": round(max(v), 2)} for mode, v in modes.items()}
-        added = {p: round(ms["on"][p] - ms["off"][p], 2) for p in ("p50", "p99")}
+        ms, added = on_against_off(modes)
         scenarios[scenario] = {
             "first_delta_ms": ms,
             "added_ms": added,
@@ -234,13 +218,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    result = run_on_loop(run(args), "uvloop")
-    print(table(result))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return finish(parse_args(argv), run, table)
 
 
 if __name__ == "__main__":
