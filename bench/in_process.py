@@ -66,10 +66,10 @@ def finish(
 
 
 def on_against_off(
-    delays: dict[str, list[float]],
+    delays: dict[str, list[float]], against: str = "off"
 ) -> tuple[dict[str, dict[str, float | None]], dict[str, float]]:
-    """Times in ms by mode (`on`, `off`) as p50/p95/p99/n/max, and `on - off` at p50 and p99:
-    what the setting that differs adds."""
+    """Times in ms by mode (`on`, `off`...) as p50/p95/p99/n/max, and `on` minus the mode
+    `against` at p50 and p99: what the settings that differ add."""
     ms = {mode: {**percentiles(v), "max": round(max(v), 2)} for mode, v in delays.items()}
-    added = {p: round(ms["on"][p] - ms["off"][p], 2) for p in ("p50", "p99")}  # type: ignore[operator]
+    added = {p: round(ms["on"][p] - ms[against][p], 2) for p in ("p50", "p99")}  # type: ignore[operator]
     return ms, added

@@ -20,13 +20,13 @@ async def test_the_report_has_both_scenarios_both_modes_and_what_was_asked(dsn: 
     assert (result["rounds"], result["context_ms"], result["analysis_ms"]) == (3, 20.0, 20.0)
     assert set(result["scenarios"]) == {"asked", "easy"}
     for figures in result["scenarios"].values():
-        for mode in ("on", "off"):
+        for mode in ("on", "matching", "off"):
             assert figures["first_delta_ms"][mode]["n"] == 3
             assert {"p50", "p99", "max"} <= set(figures["first_delta_ms"][mode])
-        assert set(figures["added_ms"]) == {"p50", "p99"}
+        assert set(figures["added_ms"]) == set(figures["echo_guard_ms"]) == {"p50", "p99"}
         assert figures["target_met"] == (figures["added_ms"]["p50"] <= figures["target_p50_ms"])
-    # One request a round, from the `on` server; none for the easy case.
-    assert result["scenarios"]["asked"]["analysis_requests"] == 3
+    # One request a round from each server that matches replies; none for the easy case.
+    assert result["scenarios"]["asked"]["analysis_requests"] == 6
     assert result["scenarios"]["easy"]["analysis_requests"] == 0
     assert "added p50" in turns.table(result)
 
