@@ -279,8 +279,9 @@ class ConversationActor(ThreadingActor):
         assert ended.turn is not None
         wait = None
         idle = self._turn is None and not self._storing and not self._leaving
-        if ended.lull and idle and self._rt.settings.follow_ons != "off":
-            wait = self._follow_on = FollowOnWait(ended.handles)
+        handles = ended.handles
+        if ended.lull and idle and handles and self._rt.settings.follow_ons != "off":
+            wait = self._follow_on = FollowOnWait(handles)
         job = after_exchange(
             self._rt,
             self._id,

@@ -36,7 +36,7 @@ class FollowOnWait:
     """The actor's handle on a follow-on after a lull, from the draw to the end of its pause.
     Used on the loop only; `handles` are the lull's turn's, for the follow-on's."""
 
-    def __init__(self, handles: TurnHandles | None) -> None:
+    def __init__(self, handles: TurnHandles) -> None:
         self.handles = handles
         self.cancelled = False
         self.state = "drawing"  # drawing | waiting | declined | due (the actor is told)

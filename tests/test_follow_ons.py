@@ -258,6 +258,10 @@ def test_an_energetic_curious_persona_fond_of_the_person_follows_on_sooner_and_m
     assert DEFAULT.nudged(0.5, cut_off=True) < 0.5
 
 
+def test_the_documented_default_persona_is_the_built_in_one() -> None:
+    assert load_persona(Path(__file__).parent.parent / "docs" / "persona.toml") == DEFAULT
+
+
 def test_a_persona_file_is_read_and_a_missing_trait_is_the_default(tmp_path: Path) -> None:
     path = tmp_path / "aria.toml"
     path.write_text('name = "Aria"\nenergy = 0.9\ncuriosity = 1\n', encoding="utf-8")
