@@ -57,6 +57,9 @@ class OpenEnds:
     threads: list[LooseEnd]  # open threads, however old
 
 
+NO_ENDS = OpenEnds([], [])  # with reply matching off (`--reply-matching off`)
+
+
 async def read_open(rt: Runtime, req: TurnRequest) -> OpenEnds:
     """Never raises: without them the reply only lacks its note."""
     try:
@@ -67,6 +70,11 @@ async def read_open(rt: Runtime, req: TurnRequest) -> OpenEnds:
     except Exception:
         log.exception("loose ends could not be read; the reply goes ahead without them")
         return OpenEnds([], [])
+
+
+def winding_down(req: TurnRequest, matching: Matching) -> bool:
+    """Whether the says wind a topic down: the analysis's `lull`, or phrasings that do."""
+    return matching.lull or (bool(req.new) and all(is_lull(t.text) for t in req.new))
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +98,12 @@ class Handed:
 
 def choose(ends: OpenEnds, req: TurnRequest, matching: Matching) -> Handed:
     """At most three loose ends, the person's first; the assistant's own questions only
-    while the person winds a topic down; the three newest open threads."""
-    winding_down = matching.lull or (bool(req.new) and all(is_lull(t.text) for t in req.new))
+    while the person winds a topic down (or in a follow-on, sent then); the three newest
+    open threads."""
+    lull = req.follow_on or winding_down(req, matching)
     person = [e for e in reversed(ends.recent) if e.by == "person"]
     ours = [e for e in reversed(ends.recent) if e.by == "assistant"]
-    return Handed((person + (ours if winding_down else []))[:SHOWN], ends.threads[-SHOWN:])
+    return Handed((person + (ours if lull else []))[:SHOWN], ends.threads[-SHOWN:])
 
 
 async def note_after(rt: Runtime, req: TurnRequest, reply: Turn, ends: OpenEnds) -> None:

@@ -63,12 +63,16 @@ class TurnEnded:
 
     `said_stored` is False when the job stored its own say (`answer_say`) and that say turned
     out a resend or was refused: the actor takes it back out of its window. `matched` holds
-    the says the analysis matched (actors/replies.py), to replace in the window.
+    the says the analysis matched (actors/replies.py), to replace in the window. `lull`: the
+    says wound a topic down, so a follow-on may come (actors/follow_on.py).
     """
 
     turn: Turn | None
     said_stored: bool = True
     matched: tuple[Turn, ...] = ()  # the says it answered, now with what each answers
+    lull: bool = False
+    follow_on: bool = False  # the turn was a follow-on, answering no say
+    handles: TurnHandles | None = None  # the turn's, for a follow-on after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,3 +142,4 @@ class TurnRequest:
     during_reply: bool
     after_interrupt: bool
     handles: TurnHandles
+    follow_on: bool = False  # a message of the assistant's own after a lull: `new` is empty

@@ -20,6 +20,8 @@ import orjson
 from providers.chat import ChatEvent, ChatMessage, TextDelta, ToolCall, ToolSpec
 from providers.notes import (
     CUT_MARK,
+    FOLLOW_ON,
+    LOOSE_ENDS,
     NOTE_DURING_REPLY,
     NOTE_INTERRUPTED,
     REPLY_ASK,
@@ -38,6 +40,7 @@ _END = r"[.!?,;:\s]*$"
 _APOS = "['\u2019]"  # voice transcripts often write a curly apostrophe
 _NAME = r"([^\W\d_][\w'-]*)"
 _FLAGS = re.IGNORECASE | re.DOTALL
+_QUOTED = re.compile(r'"[^"]*"')
 
 _REMEMBER = re.compile(_LEAD + r"(?:(?:note|remember)\s+that|remember)\s+(.+?)" + _END, _FLAGS)
 _REMIND = re.compile(_LEAD + r"remind\s+me\s+to\s+(.+?)" + _END, _FLAGS)
@@ -182,6 +185,18 @@ def _clarify(note: str) -> str | None:
     return f"{PREFIX}Sorry, which did you mean: {unclear.group(1)}?"
 
 
+def _follow_on(messages: list[ChatMessage]) -> str:
+    """A follow-on picks up the first loose end or open thread it was handed, by its words."""
+    note = next(
+        (m.content for m in messages if m.role == "system" and m.content.startswith(LOOSE_ENDS)),
+        "",
+    )
+    picked = _QUOTED.search(note)
+    if picked is None:
+        return f"{PREFIX}One more thing: I enjoyed this. Talk soon!"
+    return f"{PREFIX}One more thing, about {picked.group(0)}: tell me more when you like."
+
+
 def _new_start(messages: list[ChatMessage]) -> int:
     """Index of the trailing run of user messages: the turn's new messages."""
     start = len(messages)
@@ -277,6 +292,8 @@ def _answer(messages: list[ChatMessage], tools: list[ToolSpec]) -> str | _Intent
     intent = _intent(last, {t.name for t in tools})
     if intent is not None:
         return intent
+    if _has_note(messages, FOLLOW_ON):
+        return _follow_on(messages)
     note = _reply_context(messages)
     asked = _clarify(note) if note else None
     return asked or _question(last) or _story(last) or _echo(messages, start)

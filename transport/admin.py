@@ -150,7 +150,10 @@ async def actor_handler(request: web.Request) -> web.Response:
     if live is None:
         return _unknown_person()
     look = await _look(live)
-    return _json(_detail(live, look, server.runtime.clock.now()))
+    detail = _detail(live, look, server.runtime.clock.now())
+    # The mood is the person's, kept in the database beside the conversation: read, not asked.
+    detail["fondness"] = await server.runtime.store.moods.fondness(live.person)
+    return _json(detail)
 
 
 async def turns_handler(request: web.Request) -> web.Response:

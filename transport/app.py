@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from functools import partial
+from random import Random
 from typing import Any
 
 from aiohttp import web
@@ -15,6 +16,8 @@ from actors.directory import Directory, stop_actors
 from actors.memory.same_memory import SameMemoryJudge
 from actors.memory.setup import close_keeper, make_embedder, open_keeper, warm
 from actors.metrics import Metrics
+from actors.persona import DEFAULT as DEFAULT_PERSONA
+from actors.persona import Persona, load_persona
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
 from providers.analysis import Analysis, AnalysisModel, FailureHook
@@ -72,6 +75,19 @@ def make_analysis(settings: Settings, on_failure: FailureHook) -> Analysis:
     return RehearsalAnalysis()
 
 
+def make_persona(settings: Settings) -> Persona:
+    persona = DEFAULT_PERSONA if settings.persona is None else load_persona(settings.persona)
+    log.info(
+        "persona %s: energy %.2f, curiosity %.2f, warmth %.2f; follow-ons %s",
+        persona.name,
+        persona.energy,
+        persona.curiosity,
+        persona.warmth,
+        settings.follow_ons,
+    )
+    return persona
+
+
 def conversation_settings(settings: Settings) -> ConversationSettings:
     return ConversationSettings(
         window_turns=settings.window_turns,
@@ -81,8 +97,10 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         interrupt_words=settings.interrupt_words,
         delta_window_s=settings.delta_window,
         echo_guard=settings.echo_guard,
+        reply_matching=settings.reply_matching,
         reply_candidates=settings.reply_candidates,
         reply_horizon_s=settings.reply_horizon,
+        follow_ons=settings.follow_ons,
         context=ContextSettings(
             budget_chars=settings.context_budget,
             source_timeout_s=settings.context_timeout,
@@ -177,6 +195,8 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         metrics=metrics,
         memory=memory,
         analysis=analysis,
+        persona=make_persona(settings),
+        random=Random(settings.follow_on_seed),
     )
     directory = Directory(rt)
     memory.on_withdrawn = directory.withdraw

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from actors.clock import parse_duration
+from actors.follow_on import MODES as FOLLOW_ON_MODES
 from actors.memory.keeper import DEFAULT_FINGERPRINT_WAIT_S
+from actors.persona import PersonaError, load_persona
 from actors.runtime import DEFAULT_DELTA_WINDOW_S, DEFAULT_INTERRUPT_WORDS
 from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
 from providers.collector import DEFAULT as COLLECTOR_DEFAULT
@@ -58,6 +60,15 @@ def _on_off(text: str) -> bool:
     return text == "on"
 
 
+def _persona_file(text: str) -> Path:
+    """A persona file, read once here so that a bad one stops the start with its reason."""
+    try:
+        load_persona(Path(text))
+    except PersonaError as wrong:
+        raise argparse.ArgumentTypeError(str(wrong)) from None
+    return Path(text)
+
+
 def _words(text: str) -> tuple[str, ...]:
     return tuple(w.strip().lower() for w in text.split(",") if w.strip())
 
@@ -102,12 +113,16 @@ class Settings:
     analysis_model: str | None = None
     analysis_key: str | None = field(default=None, repr=False)  # a secret: never shown
     analysis_timeout: float = DEFAULT_ANALYSIS_TIMEOUT_S
+    reply_matching: bool = True
     reply_candidates: int = 8
     reply_horizon: float = 2 * 24 * 3600
     rehearsal_latency: float = 0.0
     rehearsal_rate: float = 0.0
     delta_window: float = DEFAULT_DELTA_WINDOW_S
     echo_guard: bool = True
+    persona: Path | None = None  # None: the default persona (actors/persona.py)
+    follow_ons: str = "auto"
+    follow_on_seed: int | None = None  # None: seeded by the system
     resume_window: float = 30 * 60
     sweep_interval: float = 5 * 60
     park_after: float = 10 * 60
@@ -154,12 +169,20 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("analysis-model", str, "model name sent to the analysis API; default --llm-model"),
     ("analysis-key", str, "API key for the analysis API; default --llm-key"),
     ("analysis-timeout", longer_than_zero, "longest wait for an analysis answer, in all"),
+    (
+        "reply-matching",
+        _on_off,
+        "on or off: match each say to the message it answers, note loose ends (off: none)",
+    ),
     ("reply-candidates", _positive, "assistant messages a say may be matched to, at most"),
     ("reply-horizon", longer_than_zero, "assistant messages older than this are no candidates"),
     ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
     ("rehearsal-rate", float, "rehearsal model: words per second (0: no pause)"),
     ("delta-window", parse_duration, "a reply's pieces this close together share one delta"),
     ("echo-guard", _on_off, "on or off: cut a reply's opening repetition of recent messages"),
+    ("persona", _persona_file, "TOML file: name, energy, curiosity, warmth (none: the default)"),
+    ("follow-ons", str, "after a lull: auto (the persona and mood decide), always or off"),
+    ("follow-on-seed", int, "seed of the follow-on draw, for runs that repeat (none: any)"),
     ("resume-window", parse_duration, "a conversation idle longer than this is archived"),
     ("sweep-interval", parse_duration, "how often idle conversations are swept"),
     ("park-after", parse_duration, "stop an actor with no link attached for this long"),
@@ -213,7 +236,11 @@ _OPTIONS: list[tuple[str, object, str]] = [
         "threads numpy and faiss may each use (more only slows the loop)",
     ),
 ]
-_CHOICES = {"log-format": ["text", "json"], "event-loop": list(LOOPS)}
+_CHOICES = {
+    "log-format": ["text", "json"],
+    "event-loop": list(LOOPS),
+    "follow-ons": list(FOLLOW_ON_MODES),
+}
 # Their values (perhaps from the environment) are never printed, not even by --help.
 _SECRET_OPTIONS = frozenset({"secret", "llm-key", "analysis-key", "admin-token", "embed-key"})
 _LIMIT_OPTIONS: list[tuple[str, object, str]] = [

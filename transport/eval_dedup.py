@@ -19,11 +19,9 @@ its thresholds; `--thresholds` sets every model's.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,12 +41,17 @@ from actors.memory.recognition import (
     wording,
 )
 from actors.memory.same_memory import SameMemoryJudge
-from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
-from providers.analysis import AnalysisModel
 from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
-from transport.config import env_value
-from transport.eval_io import add_command, figure, groups_table, json_lines, json_report
+from transport.eval_io import (
+    add_analysis_options,
+    add_command,
+    analysis_model,
+    figure,
+    groups_table,
+    json_lines,
+    json_report,
+)
 from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
 
 
@@ -280,15 +283,11 @@ def add_parser(commands: Any) -> None:
         default=0.95,
         help="the precision the best threshold pair must reach (default 0.95)",
     )
-    dedup.add_argument(
-        "--analysis-url",
-        default=env_value("analysis-url"),
-        help="an OpenAI-compatible analysis model to judge the uncertain band (the same-memory "
+    add_analysis_options(
+        dedup,
+        "an OpenAI-compatible analysis model to judge the uncertain band (the same-memory "
         "task); without it, none judges: the figures of a server without one",
     )
-    dedup.add_argument("--analysis-model", default=env_value("analysis-model") or "default")
-    dedup.add_argument("--analysis-key", default=env_value("analysis-key"))
-    dedup.add_argument("--analysis-timeout", type=float, default=DEFAULT_ANALYSIS_TIMEOUT_S)
     add_db_options(dedup, scratch=True)
     add_embed_options(dedup)
     dedup.set_defaults(run=run)
@@ -304,7 +303,7 @@ async def run(args: argparse.Namespace) -> int:
     async with (
         database(args, scratch=True) as dsn,
         keeper_on(dsn, args) as keeper,
-        _analysis(args) as analysis,
+        analysis_model(args) as analysis,
     ):
         if analysis is not None:
             keeper.same_memory = SameMemoryJudge(analysis, keeper)
@@ -340,20 +339,6 @@ async def run(args: argparse.Namespace) -> int:
     for judge_model, grid in searched.items():
         _print_best(judge_model, grid, *found[judge_model], args.target_precision)
     return 0
-
-
-@contextlib.asynccontextmanager
-async def _analysis(args: argparse.Namespace) -> AsyncIterator[AnalysisModel | None]:
-    if not args.analysis_url:
-        yield None
-        return
-    model = AnalysisModel(
-        args.analysis_url, args.analysis_model, args.analysis_key, timeout=args.analysis_timeout
-    )
-    try:
-        yield model
-    finally:
-        await model.close()
 
 
 def _print_best(

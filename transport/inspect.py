@@ -221,6 +221,7 @@ def actor_text(actor: dict[str, Any]) -> str:
         f"started        {when(actor['started_at'])} ({duration(actor['age_s'])} ago)",
         f"last activity  {when(actor['last_activity'])} ({duration(actor['idle_s'])} idle)",
         f"speaker        {_speaker(actor)}",
+        f"mood           {_mood(actor.get('fondness'))}",
         f"next turn      {_next_turn(actor)}",
         _stream_line(actor["stream"]),
         "",
@@ -231,6 +232,12 @@ def actor_text(actor: dict[str, Any]) -> str:
         _section("pending", "message", actor["pending"], _turn_line),
     ]
     return "\n".join(lines)
+
+
+def _mood(fondness: float | None) -> str:
+    if fondness is None:
+        return "fondness not set yet (no exchange so far)"
+    return f"fondness {fondness:.2f} (0 to 1; follow-ons come sooner and more often as it grows)"
 
 
 def _speaker(actor: dict[str, Any]) -> str:
