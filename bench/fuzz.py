@@ -130,6 +130,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             requests=probe.counts.requests,
             errors=dict(sorted(probe.counts.errors.items())),
             answers=dict(sorted(probe.counts.answers.items())),
+            statuses={str(k): n for k, n in sorted(probe.counts.statuses.items())},
             failures=failures,
             server_alive=server.proc.poll() is None,
         )
@@ -143,7 +144,9 @@ def table(report: dict[str, Any]) -> str:
     lines = [
         f"link scripts       {report['examples']} (asked {report['examples_asked']} per property)",
         f"frames tried       {report['frames']}",
-        f"POSTs tried        {report['requests']}",
+        f"POSTs tried        {report['requests']} ("
+        + ", ".join(f"HTTP {k} {n}" for k, n in report["statuses"].items())
+        + ")",
         f"seconds            {report['seconds']}",
         "error codes        " + ", ".join(f"{code} {n}" for code, n in report["errors"].items()),
         "server frames      " + ", ".join(f"{k} {n}" for k, n in report["answers"].items()),

@@ -71,6 +71,7 @@ class Counts:
     examples: int = 0
     errors: dict[str, int] = field(default_factory=dict)  # code -> frames answered with it
     answers: dict[str, int] = field(default_factory=dict)  # server frame type -> how many
+    statuses: dict[int, int] = field(default_factory=dict)  # HTTP status -> POSTs answered
 
 
 @dataclass
@@ -205,7 +206,7 @@ class Probe:
             data: str | bytes = orjson.dumps(frame).decode()
         else:
             data = encode(wire, self._refs(state))
-        await self._quiet(state)
+        await self._quiet(ws, state)
         before = await self.quiet_digest()
         sent = self._local_view(data)
         what = f"frame {data[:200]!r}"
@@ -315,15 +316,17 @@ class Probe:
         if any(b <= a for a, b in itertools.pairwise(seqs)):
             raise FuzzFailure(f"{what}: seqs on the link do not increase: {seqs[-10:]}")
 
-    async def _quiet(self, state: LinkState) -> None:
-        """Wait until every acked say of this link has its reply ended."""
-        if not state.pending or state.closed:
-            return
-        raise_after = asyncio.get_running_loop().time() + ANSWER_TIMEOUT_S
-        while state.pending:
-            if asyncio.get_running_loop().time() > raise_after:
-                raise FuzzFailure(f"says {sorted(state.pending)} acked but never answered")
-            await asyncio.sleep(0.02)
+    async def _quiet(self, ws: aiohttp.ClientWebSocketResponse, state: LinkState) -> None:
+        """Read the link until every acked say of it has its reply ended."""
+        while state.pending and not state.closed:
+            try:
+                message = await ws.receive(timeout=ANSWER_TIMEOUT_S)
+            except TimeoutError:
+                raise FuzzFailure(f"says {sorted(state.pending)} acked, never answered") from None
+            if message.type is not aiohttp.WSMsgType.TEXT:
+                state.closed = True
+                raise FuzzFailure(f"the link closed while says {sorted(state.pending)} waited")
+            self._note(state, orjson.loads(message.data))
 
     async def _alive(self) -> None:
         assert self._http is not None
@@ -349,6 +352,7 @@ class Probe:
         self.counts.requests += 1
         async with self._http.post(self.base_url + path, data=body, headers=headers) as answer:
             status, raw = answer.status, await answer.read()
+        self.counts.statuses[status] = self.counts.statuses.get(status, 0) + 1
         if status not in HTTP_STATUSES:
             raise FuzzFailure(f"{what}: HTTP {status}: {raw[:200]!r}")
         if status == 413:
