@@ -179,13 +179,21 @@ def _cut_replies(fleet: Fleet) -> dict[str, int]:
     return {"replies_cut_by_a_crash": cut, "broken_replies": broken}
 
 
-async def _back(fleet: Fleet, timeout: float) -> int:
-    """Wait until every phone is up with its outbox empty (a reply lost in a crash leaves
-    its say unanswered for good: that is counted, not waited for); how many were not."""
+async def _back(fleet: Fleet, last_kill: float, timeout: float) -> int:
+    """Wait until every phone is up with its outbox empty and its says since the last kill
+    answered (a reply lost in a crash leaves its say unanswered for good: that is counted,
+    not waited for); how many were not."""
+    ledger = fleet.ledger
 
     def back(run: Any) -> bool:
         phone = run.phone
-        return phone is not None and phone.state is LinkState.UP and not phone.outbox
+        waiting = [ledger.says[i] for i in ledger.pending[run.index]]
+        return (
+            phone is not None
+            and phone.state is LinkState.UP
+            and not phone.outbox
+            and all(say.at < last_kill for say in waiting)
+        )
 
     deadline = now() + timeout
     while now() < deadline and not all(back(r) for r in fleet.runs):
@@ -262,7 +270,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 await fleet.ramp(50)
                 server, crashes = await _crashes(fleet, server, root, args)
-                unsettled = await _back(fleet, args.settle_timeout)
+                last_kill = crashes[-1].killed_at if crashes else now()
+                unsettled = await _back(fleet, last_kill, args.settle_timeout)
             finally:
                 await fleet.close()
             assert server.pgdata is not None and server.data_dir is not None

@@ -45,7 +45,7 @@ SERVER_OPTIONS = [
 ]
 settings.register_profile(
     "stillhere-ci",
-    max_examples=25,
+    max_examples=50,
     deadline=None,
     database=None,
     derandomize=True,  # the same examples on every CI run; the bench draws fresh ones
