@@ -18,12 +18,14 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
+from hypothesis.errors import HypothesisWarning
 
 from bench import procs
 from bench.flap_db import dsn_of
@@ -79,6 +81,14 @@ def body_property(probe: Probe, profile: settings) -> Callable[[], None]:
     return fuzz_bodies
 
 
+def run_property(test: Callable[[], None]) -> None:
+    """Run a property (in a thread of its own). Hypothesis, started outside the main thread,
+    warns that it cannot manage that thread's PRNG: nothing here draws from it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "It looks like `register_random`", HypothesisWarning)
+        test()
+
+
 def add_parser(subparsers: Any) -> None:
     """`stillhere bench fuzz`."""
     parser = subparsers.add_parser("fuzz", help=DESCRIPTION, description=DESCRIPTION)
@@ -118,7 +128,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             for prop in (frame_property, body_property):
                 test = seed(args.seed)(prop(probe, profile))
                 try:
-                    await asyncio.wait_for(asyncio.to_thread(test), args.timeout)
+                    await asyncio.wait_for(asyncio.to_thread(run_property, test), args.timeout)
                 except AssertionError as failed:  # Hypothesis re-raises the shrunk example's
                     failures.append(f"{prop.__name__}: {failed}"[:2000])
         finally:

@@ -39,7 +39,8 @@ async def probe_of(harness: Harness) -> Probe:
 async def test_every_drawn_frame_is_answered_and_refusals_store_nothing(harness: Harness) -> None:
     probe = await probe_of(harness)
     try:
-        await asyncio.to_thread(fuzz.frame_property(probe, settings.get_profile("stillhere-ci")))
+        test = fuzz.frame_property(probe, settings.get_profile("stillhere-ci"))
+        await asyncio.to_thread(fuzz.run_property, test)
     finally:
         await probe.close()
     counts = probe.counts
@@ -56,7 +57,8 @@ async def test_every_drawn_post_body_gets_json_and_refusals_store_nothing(
 ) -> None:
     probe = await probe_of(harness)
     try:
-        await asyncio.to_thread(fuzz.body_property(probe, settings.get_profile("stillhere-ci")))
+        test = fuzz.body_property(probe, settings.get_profile("stillhere-ci"))
+        await asyncio.to_thread(fuzz.run_property, test)
     finally:
         await probe.close()
     statuses = probe.counts.statuses
