@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.clock import parse_duration as seconds
 from bench import procs
 from bench.flap import add_rehearsal_options, percentiles
 from bench.flap_db import Stored, stillhere_stored
@@ -53,12 +54,6 @@ class Crash:
     new: int = 0  # reconnects that got another conversation
 
 
-def _seconds(text: str) -> float:
-    from actors.clock import parse_duration
-
-    return parse_duration(text)
-
-
 def add_parser(subparsers: Any) -> None:
     """`stillhere bench crash`."""
     parser = subparsers.add_parser("crash", help=DESCRIPTION, description=DESCRIPTION)
@@ -71,23 +66,23 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=20, help="phones (20)")
     parser.add_argument("--seed", type=int, default=1, help="seeds the kills and the phones")
     parser.add_argument(
-        "--up", type=_seconds, nargs=2, default=(2.0, 8.0), metavar=("MIN", "MAX"),
+        "--up", type=seconds, nargs=2, default=(2.0, 8.0), metavar=("MIN", "MAX"),
         help="a kill comes this long after the server is ready, uniform (2s 8s)",
     )  # fmt: skip
     parser.add_argument("--transport", choices=["ws", "sse", "mixed"], default="mixed")
-    parser.add_argument("--think", type=_seconds, default=1.0, help="mean pause between says")
+    parser.add_argument("--think", type=seconds, default=1.0, help="mean pause between says")
     parser.add_argument(
-        "--flap-every", type=_seconds, default=5.0, help="mean time between a phone's link events"
+        "--flap-every", type=seconds, default=5.0, help="mean time between a phone's link events"
     )
     parser.add_argument(
-        "--backoff-cap", type=_seconds, default=2.0, help="longest reconnect wait (2s)"
+        "--backoff-cap", type=seconds, default=2.0, help="longest reconnect wait (2s)"
     )
     parser.add_argument(
-        "--settle-timeout", type=_seconds, default=120.0, help="bound on the final settling"
+        "--settle-timeout", type=seconds, default=120.0, help="bound on the final settling"
     )
     add_rehearsal_options(parser)
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
-    parser.add_argument("--timeout", type=_seconds, default=3600.0, help="bound on the run (1h)")
+    parser.add_argument("--timeout", type=seconds, default=3600.0, help="bound on the run (1h)")
 
 
 async def _kill_and_restart(

@@ -10,6 +10,7 @@ the restart.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import signal
@@ -30,7 +31,7 @@ FAST_SWEEP = ["--resume-window", "2s", "--sweep-interval", "1s"]
 
 @pytest.mark.timeout(240)
 async def test_the_crash_bench_loses_nothing_acked(tmp_path: Path) -> None:
-    parser = crash.argparse.ArgumentParser()
+    parser = argparse.ArgumentParser()
     crash.add_options(parser)
     args = parser.parse_args(
         ["--kills", "3", "--clients", "6", "--seed", "3", "--up", "1s", "3s",
