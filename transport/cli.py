@@ -1,4 +1,4 @@
-"""The `stillhere` command: `serve`, `token`, `revoke`, `inspect` and the tools."""
+"""The `stillhere` command: `serve`, `token`, `revoke`, `inspect`, `memory`, `eval` and `bench`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 
-from bench import flap
+from bench import crash, flap, fuzz
 from providers.event_loop import run as run_on_loop
 from storage.embedded import InUse
 from transport import eval_dedup, eval_search, eval_turns, memory_cli, revoke_cli
@@ -47,7 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     for evaluation in (eval_dedup, eval_turns, eval_search):
         evaluation.add_parser(evals)  # eval dedup, eval turns, eval search
     bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
-    flap.add_parser(bench.add_subparsers(dest="bench", required=True))  # bench flap
+    benches = bench.add_subparsers(dest="bench", required=True)
+    for module in (flap, fuzz, crash):
+        module.add_parser(benches)  # bench flap, bench fuzz, bench crash
     return parser
 
 
