@@ -1,22 +1,345 @@
-"""The app in a real browser (Debian's chromium, Playwright): a person's conversation and
-memories through `GET /`, against a real server process with the rehearsal model."""
+"""The app in a real browser (Debian's chromium through Playwright), against a real server
+process with the rehearsal model and PostgreSQL: the person's stories, told through the
+page, selected by role and accessible name as a person (or a screen reader) finds them."""
 
 from __future__ import annotations
 
-from playwright.sync_api import Browser, expect
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from tests.browser_support import Served, Tab, browser, open_tab, server, tabs
+from playwright.sync_api import Browser, Locator, Page, Request, WebSocketRoute, expect
 
-__all__ = ["browser", "server", "tabs"]
+from tests.browser_support import (
+    STORY,
+    Served,
+    Tab,
+    browser,
+    elsewhere,
+    open_tab,
+    server,
+    tabs,
+)
+from tests.test_reply_matching import BOOK, WEEKEND
+from tests.test_restart import ROOT
+
+__all__ = ["browser", "elsewhere", "server", "tabs"]  # the fixtures
+
+LAST_SENTENCE = "Sentence 12 of the story about the lighthouse"
+FIRST_SENTENCE = "Sentence 1 of the story about the lighthouse"
+DOCS = ROOT / "docs"
 
 
-def test_smoke(browser: Browser, server: Served, tabs: list[Tab]) -> None:
+def log_of(page: Page) -> Locator:
+    return page.get_by_role("log", name="Conversation")
+
+
+def send(page: Page, text: str) -> None:
+    """Type and press Enter, as a person at a keyboard does."""
+    box = page.get_by_role("textbox", name="Message")
+    box.fill(text)
+    box.press("Enter")
+
+
+def said(page: Page, text: str) -> Locator:
+    exactly = page.locator(".text", has_text=re.compile(f"^{re.escape(text)}$"))
+    return log_of(page).locator(".person").filter(has=exactly)
+
+
+def replies(page: Page) -> Locator:
+    return log_of(page).locator(".assistant")
+
+
+def turn(page: Page, text: str, reply: str) -> None:
+    """Say `text`, wait for the reply that contains `reply` to finish."""
+    before = replies(page).count()
+    send(page, text)
+    expect(replies(page)).to_have_count(before + 1)
+    expect(replies(page).last).to_contain_text(reply)
+    expect(page.get_by_role("button", name="Stop")).to_be_hidden()
+
+
+def record_states(page: Page) -> None:
+    """Keep every state the dot takes from now on, however briefly, in `window.dotStates`."""
+    page.evaluate(
+        """() => {
+            const dot = document.getElementById("status");
+            window.dotStates = [dot.dataset.state];
+            new MutationObserver(() => window.dotStates.push(dot.dataset.state))
+                .observe(dot, {attributes: true, attributeFilter: ["data-state"]});
+        }"""
+    )
+
+
+def states(page: Page) -> list[str]:
+    seen: list[str] = page.evaluate("window.dotStates")
+    return [s for i, s in enumerate(seen) if i == 0 or seen[i - 1] != s]
+
+
+def stored(page: Page, name: str) -> object:
+    return json.loads(page.evaluate(f"localStorage.getItem('stillhere.{name}')") or "null")
+
+
+def test_the_tunnel_story(browser: Browser, server: Served, tabs: list[Tab]) -> None:
+    """Offline mid-reply: the dot goes red, then amber as the browser comes back; "two",
+    typed in the tunnel, is answered in the same conversation; the reply completes once."""
     tab = open_tab(browser, tabs, server.base + "/")
     page = tab.page
+    status = page.get_by_role("status")
+    expect(status).to_have_text("Connected")
+    send(page, STORY)
+    story = replies(page).first
+    expect(story).to_contain_text(FIRST_SENTENCE)
+    conversation = stored(page, "conversation")
+    record_states(page)
+
+    tab.context.set_offline(True)
+    expect(status).to_have_text("Offline")
+    assert LAST_SENTENCE not in story.inner_text()  # cut mid-reply
+    send(page, "two")
+    expect(said(page, "two")).to_contain_text("Not sent yet")
+
+    tab.context.set_offline(False)
+    expect(status).to_have_text("Connected")
+    assert states(page)[-3:] == ["down", "connecting", "up"]
+    expect(story).to_contain_text(LAST_SENTENCE)
+    expect(replies(page)).to_have_count(2)
+    expect(replies(page).last).to_contain_text('You said "two"')
+    assert story.inner_text().count(FIRST_SENTENCE) == 1
+    assert log_of(page).inner_text().count(FIRST_SENTENCE) == 1
+    expect(said(page, "two")).to_have_count(1)
+    assert stored(page, "conversation") == conversation
+    assert stored(page, "outbox") == []
+
+
+def test_a_reload_mid_reply_brings_the_conversation_back_whole(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    page = open_tab(browser, tabs, server.base + "/").page
+    turn(page, "hello before the story", 'You said "hello before the story"')
+    send(page, STORY)
+    expect(replies(page).last).to_contain_text(FIRST_SENTENCE)
+    assert LAST_SENTENCE not in replies(page).last.inner_text()
+
+    page.reload()
     expect(page.get_by_role("status")).to_have_text("Connected")
-    page.get_by_role("textbox", name="Message").fill("hello there")
+    expect(replies(page)).to_have_count(2)
+    expect(replies(page).last).to_contain_text(LAST_SENTENCE)
+    text = log_of(page).inner_text()
+    assert text.count(FIRST_SENTENCE) == 1 and text.count(LAST_SENTENCE) == 1
+    expect(said(page, STORY)).to_have_count(1)
+    expect(said(page, "hello before the story")).to_have_count(1)
+
+
+def test_the_outbox_survives_a_reload_while_the_server_is_out_of_reach(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    tab = open_tab(browser, tabs, "")
+    page = tab.page
+    cut = {"on": False}
+    sockets: list[WebSocketRoute] = []
+
+    def websocket(route: WebSocketRoute) -> None:
+        if cut["on"]:
+            route.close()
+        else:
+            route.connect_to_server()
+            sockets.append(route)
+
+    page.route_web_socket(re.compile(r"/v1/ws$"), websocket)
+    tab.cut = re.compile(r"/v1/")
+    page.route(tab.cut, lambda route: route.abort() if cut["on"] else route.fallback())
+    page.goto(server.base + "/")
+    status = page.get_by_role("status")
+    expect(status).to_have_text("Connected")
+
+    cut["on"] = True
+    sockets[-1].close()
+    expect(status).to_contain_text("Reconnecting in")
+    send(page, "kept while out of reach")
+    expect(said(page, "kept while out of reach")).to_contain_text("Not sent yet")
+    page.reload()
+    expect(said(page, "kept while out of reach")).to_contain_text("Not sent yet")
+    expect(status).not_to_have_text("Connected")
+
+    cut["on"] = False
+    expect(status).to_have_text("Connected", timeout=20_000)
+    expect(said(page, "kept while out of reach")).to_contain_text("Sent")
+    expect(replies(page).last).to_contain_text('You said "kept while out of reach"')
+    expect(said(page, "kept while out of reach")).to_have_count(1)
+    assert stored(page, "outbox") == []
+
+
+def test_the_event_stream_carries_the_talk_when_websocket_cannot(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    tab = open_tab(browser, tabs, "")
+    page = tab.page
+    page.route_web_socket(re.compile(r"/v1/ws$"), lambda route: route.close())
+    streams: list[str] = []
+    page.on("request", lambda r: streams.append(r.url) if "/v1/events" in r.url else None)
+    page.goto(server.base + "/")
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    turn(page, "over the event stream", 'You said "over the event stream"')
+    assert streams, "the page never opened the event stream"
+
+
+def test_stop_cuts_the_reply_and_marks_it(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    page = open_tab(browser, tabs, server.base + "/").page
+    send(page, STORY)
+    expect(replies(page).last).to_contain_text(FIRST_SENTENCE)
+    page.get_by_role("button", name="Stop").click()
+    expect(replies(page).last).to_contain_text("Stopped")
+    assert LAST_SENTENCE not in replies(page).last.inner_text()
+    expect(page.get_by_role("button", name="Stop")).to_be_hidden()
+
+
+def test_the_weekend_story_shows_what_a_say_replies_to(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    """Also the screenshots of the app, at a phone's width and a laptop's."""
+    page = open_tab(browser, tabs, server.base + "/").page
+    turn(page, "Note that Owen arrives Friday evening", "")
+    expect(log_of(page).locator(".chip")).to_contain_text("Owen arrives Friday evening")
+    turn(page, WEEKEND, "How was your weekend?")
+    turn(page, BOOK, "Did you finish that book?")
+    turn(page, "yes, loved it!", "")
+    turn(page, "it was great, went hiking", "")
+    hiking = said(page, "it was great, went hiking")
+    expect(hiking).to_contain_text("↩ replying to “How was your weekend?”")
+    expect(said(page, "yes, loved it!").locator(".replying-to")).to_have_count(0)
+
+    page.reload()  # the history carries it too
+    expect(said(page, "it was great, went hiking")).to_contain_text(
+        "↩ replying to “How was your weekend?”"
+    )
+    page.get_by_role("textbox", name="Message").fill("remind me to call Anna tomorrow")
     page.get_by_role("button", name="Send").click()
-    log = page.get_by_role("log", name="Conversation")
-    expect(log.locator(".assistant")).to_have_count(1)
-    expect(log.locator(".assistant .text")).to_contain_text("hello there")
-    page.screenshot(path="/tmp/webapp-smoke.png")
+    expect(log_of(page).locator(".chip").last).to_contain_text("call Anna (tomorrow)")
+    expect(page.get_by_role("button", name="Stop")).to_be_hidden()
+    page.screenshot(path=DOCS / "app-1280.png")
+    page.set_viewport_size({"width": 360, "height": 740})
+    page.screenshot(path=DOCS / "app-360.png")
+    assert Path(DOCS / "app-360.png").stat().st_size > 0
+
+
+def test_memories_forget_500_in_one_request_then_clean_up(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    page = open_tab(browser, tabs, server.base + "/").page
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    device = {"X-Stillhere-Device": stored(page, "device")}
+
+    def create(n: int) -> int:
+        memory = {"text": f"Fact number {n}: {words(n)}", "type": "fact"}
+        return server.call("POST", "/v1/memories", memory, device)[0]
+
+    with ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(create, range(500)))
+    assert statuses.count(201) == 500, statuses
+    for n in range(3):
+        memo = {"text": f"Memo {n}: buy {['milk', 'stamps', 'rope'][n]}", "type": "memo"}
+        assert server.call("POST", "/v1/memories", memo, device)[0] == 201
+
+    writes: list[Request] = []
+    page.on("request", lambda r: writes.append(r) if r.method != "GET" else None)
+    page.get_by_role("button", name="Memories").click()
+    listed = page.get_by_role("list", name="Memories found").get_by_role("checkbox")
+    expect(listed).to_have_count(50)
+    page.get_by_label("Type").select_option("fact")
+    page.get_by_role("button", name="Find").click()
+    page.get_by_role("button", name="Select all matching").click()
+    expect(page.get_by_text("500 selected")).to_be_visible()
+    page.get_by_role("button", name="Forget selected").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Forget 500 memories for good?")
+    dialog.get_by_role("button", name="Forget 500 memories").click()
+    expect(page.get_by_text("500 of 500 forgotten.")).to_be_visible()
+    bulk = [r for r in writes if r.url.endswith("/v1/memories/bulk")]
+    assert len(bulk) == 1 and len(writes) == 1
+    assert bulk[0].post_data_json["action"] == "forget"
+    assert len(set(bulk[0].post_data_json["ids"])) == 500
+    status, left = server.call("GET", "/v1/memories?type=fact", headers=device)
+    assert status == 200 and left["memories"] == []
+
+    cleanup = page.get_by_role("form", name="Clean up")
+    for category in ("appointments", "reminders"):
+        cleanup.get_by_label(category).uncheck()
+    cleanup.get_by_label("memos").check()
+    cleanup.get_by_label("Which").select_option("all")
+    cleanup.get_by_role("button", name="Preview clean-up").click()
+    expect(page.get_by_text("3 memories would be forgotten.")).to_be_visible()
+    expect(page.get_by_role("list", name="Would be forgotten")).to_contain_text("buy stamps")
+    assert server.call("GET", "/v1/memories?type=memo", headers=device)[1]["memories"] != []
+    page.get_by_role("button", name="Forget 3 memories").click()
+    expect(page.get_by_text("3 memories forgotten.")).to_be_visible()
+    assert server.call("GET", "/v1/memories?type=memo", headers=device)[1]["memories"] == []
+    cleanups = [r.post_data_json for r in writes if r.url.endswith("/v1/memories/cleanup")]
+    assert [c.get("dry_run", False) for c in cleanups] == [True, False]
+
+
+WORDS = (
+    *("apple", "river", "candle", "mountain", "violin"),
+    *("pepper", "harbour", "lantern", "tiger", "meadow"),
+)
+
+
+def words(n: int) -> str:
+    """Three words that tell memory `n` from every other (three digits in base ten)."""
+    return " ".join(WORDS[int(d)] for d in f"{n:03d}")
+
+
+def test_rules_are_added_and_removed(browser: Browser, server: Served, tabs: list[Tab]) -> None:
+    page = open_tab(browser, tabs, server.base + "/").page
+    page.get_by_role("button", name="Memories").click()
+    page.get_by_role("textbox", name="New rule").fill("always answer in French")
+    page.get_by_role("button", name="Add rule").click()
+    rules = page.get_by_role("list", name="Rules")
+    expect(rules).to_contain_text("always answer in French")
+    page.get_by_role("button", name="Remove rule: always answer in French").click()
+    expect(rules).not_to_contain_text("always answer in French")
+    expect(page.get_by_role("list", name="Open threads")).to_contain_text("No open threads.")
+
+
+def test_a_page_from_another_origin_cannot_drive_the_conversation(
+    browser: Browser, server: Served, elsewhere: str
+) -> None:
+    """Another site's page (another port is another origin) knows a device secret and
+    tries the WebSocket and a "simple" POST, which needs no preflight: both refused."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        answers: list[int] = []
+        page.on("response", lambda r: answers.append(r.status) if "/v1/say" in r.url else None)
+        page.goto(elsewhere)
+        device = "device-from-elsewhere-0123456789"
+        outcome = page.evaluate(
+            """async ([base, device]) => {
+                const socket = await new Promise((resolve) => {
+                    const ws = new WebSocket(base.replace("http", "ws") + "/v1/ws");
+                    ws.onopen = () => resolve("open");
+                    ws.onerror = () => resolve("refused");
+                });
+                await fetch(base + "/v1/say", {
+                    method: "POST", mode: "no-cors", headers: {"Content-Type": "text/plain"},
+                    body: JSON.stringify({device, id: "from-elsewhere", text: "hello"}),
+                });
+                return socket;
+            }""",
+            [server.base, device],
+        )
+    finally:
+        context.close()
+    assert outcome == "refused"
+    assert answers == [403]
+    # Nothing was stored: the same say from a phone (no Origin) is new, not a repeat.
+    status, ack = server.call(
+        "POST", "/v1/say", {"id": "from-elsewhere", "text": "hello"}, {"X-Stillhere-Device": device}
+    )
+    assert status == 200 and "repeat" not in ack
+    assert "origin_refused" not in server.log()  # the log names the path, not the code
+    assert f"refused POST /v1/say from origin {elsewhere.rstrip('/')}" in server.log()
+    assert f"refused GET /v1/ws from origin {elsewhere.rstrip('/')}" in server.log()

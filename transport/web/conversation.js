@@ -7,7 +7,7 @@ import { $, el } from "./dom.js";
 import { schedule } from "./reminders.js";
 import { read, write } from "./store.js";
 
-const ICONS = { card: "📌", reminder: "⏰", page: "📄" };
+const NAMES = { card: "Remembered", reminder: "Reminder", page: "Page" };
 
 export class Conversation {
   constructor(log, onStreaming) {
@@ -108,10 +108,11 @@ export class Conversation {
     const key = `${kind}:${data.id || data.title}`;
     if (this.log.querySelector(`[data-chip="${CSS.escape(key)}"]`)) return;
     const label = kind === "page" ? data.title : kind === "reminder" ? `${data.text} (${data.due})` : data.text;
+    const what = el("span", { class: "what", text: NAMES[kind] });
     const chip =
       kind === "page"
-        ? el("button", { type: "button", class: "chip", "data-chip": key, onclick: () => openPage(data) }, `${ICONS.page} ${label}`)
-        : el("span", { class: "chip", "data-chip": key }, `${ICONS[kind]} ${label}`);
+        ? el("button", { type: "button", class: "chip", "data-chip": key, onclick: () => openPage(data) }, what, label)
+        : el("span", { class: "chip", "data-chip": key }, what, label);
     const after = this.replies.get(reply)?.node;
     let row = after?.nextElementSibling;
     if (!row?.classList.contains("chips")) {
@@ -144,6 +145,11 @@ export class Conversation {
     }
     for (const saved of read("chips", [])) this.chip(saved.kind, saved.data, saved.reply, { keep: false });
     for (const card of welcome.cards || []) this.chip("card", card, null, { keep: false });
+    this.waiting(outbox);
+  }
+
+  /** The says still in the outbox, at the end: shown from the start, link or no link. */
+  waiting(outbox) {
     for (const item of outbox) this.say(item.id, item.text, { pending: true });
   }
 

@@ -100,6 +100,7 @@ $("composer").addEventListener("submit", (event) => {
 });
 
 $("stop").addEventListener("click", () => phone.interrupt());
+addEventListener("resize", () => conversation.scroll()); // a turned phone still shows the latest
 
 // -- views --------------------------------------------------------------------------------
 
@@ -153,4 +154,5 @@ $("notifications").addEventListener("click", async () => {
   }
 });
 
+conversation.waiting(phone.outbox);
 phone.start();
