@@ -37,6 +37,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 # for some 4 s, long enough to go offline or reload in the middle of it.
 WORDS_PER_S = 30
 STORY = "tell me a story about the lighthouse"
+SECRET = "browser-tests-secret-of-at-least-32-bytes"  # signs the tests' account tokens
 
 
 @dataclass
@@ -68,7 +69,7 @@ class Served:
 
 def serve(dsn: str, data_dir: Path, log_path: Path, options: list[str]) -> Served:
     port = free_port()
-    argv = [str(STILLHERE), "serve", "--db", dsn, "--data-dir", str(data_dir), "--secret", "s"]
+    argv = [str(STILLHERE), "serve", "--db", dsn, "--data-dir", str(data_dir), "--secret", SECRET]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [*argv, "--port", str(port), *options],

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from playwright.sync_api import Browser, Locator, Page, Request, WebSocketRoute, expect
 
 from tests.browser_support import (
+    SECRET,
     STORY,
     Served,
     Tab,
@@ -23,6 +25,7 @@ from tests.browser_support import (
 )
 from tests.test_reply_matching import BOOK, WEEKEND
 from tests.test_restart import ROOT
+from transport.identity import Identity
 
 __all__ = ["browser", "elsewhere", "server", "tabs"]  # the fixtures
 
@@ -343,3 +346,114 @@ def test_a_page_from_another_origin_cannot_drive_the_conversation(
     assert "origin_refused" not in server.log()  # the log names the path, not the code
     assert f"refused POST /v1/say from origin {elsewhere.rstrip('/')}" in server.log()
     assert f"refused GET /v1/ws from origin {elsewhere.rstrip('/')}" in server.log()
+
+
+def test_keyboard_only(browser: Browser, server: Served, tabs: list[Tab]) -> None:
+    """The message box has the focus; Enter sends; Tab reaches the views' buttons."""
+    page = open_tab(browser, tabs, server.base + "/").page
+    expect(page.get_by_role("textbox", name="Message")).to_be_focused()
+    page.keyboard.type("typed without a mouse")
+    page.keyboard.press("Enter")
+    expect(replies(page).last).to_contain_text('You said "typed without a mouse"')
+    memories = page.get_by_role("button", name="Memories")
+    for _ in range(12):
+        if memories.evaluate("button => button === document.activeElement"):
+            break
+        page.keyboard.press("Shift+Tab")
+    expect(memories).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("textbox", name="New rule")).to_be_visible()
+    expect(page.get_by_role("textbox", name="Message")).to_be_hidden()
+
+
+def test_an_account_token_pasted_in_settings(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    """The page then speaks as the account: a say from the account's other phone (the
+    Python client's way, over HTTP) is answered in the page's conversation too."""
+    token = Identity(SECRET).issue("anna-" + uuid.uuid4().hex[:8], 3600)
+    page = open_tab(browser, tabs, server.base + "/").page
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_label("Account token").fill(token)
+    page.get_by_role("button", name="Use this account").click()
+    expect(page.get_by_text("You are signed in with an account token.")).to_be_visible()
+    assert stored(page, "token") == token
+    page.get_by_role("button", name="Conversation", exact=True).click()
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    turn(page, "hello from the browser", 'You said "hello from the browser"')
+    bearer = {"Authorization": f"Bearer {token}"}
+    status, ack = server.call(
+        "POST", "/v1/say", {"id": "other", "text": "and from my phone"}, bearer
+    )
+    assert status == 200 and ack["type"] == "ack"
+    expect(replies(page).last).to_contain_text('You said "and from my phone"')
+
+
+def test_reminder_times_in_words(browser: Browser, server: Served, tabs: list[Tab]) -> None:
+    """What the app makes of a reminder's `due` (words), read in the page's own module."""
+    page = open_tab(browser, tabs, server.base + "/").page
+    read = page.evaluate(
+        """async () => {
+            const { dueAt } = await import("/app/reminders.js");
+            const now = new Date(2026, 4, 19, 10, 30);  // a Tuesday morning
+            const when = (words) => dueAt(words, now)?.toString() ?? null;
+            const at = (...parts) => new Date(...parts).toString();
+            return [
+                [when("tomorrow"), at(2026, 4, 20, 9, 0)],
+                [when("tomorrow at 5pm"), at(2026, 4, 20, 17, 0)],
+                [when("on Thursday"), at(2026, 4, 21, 9, 0)],
+                [when("on Tuesday"), at(2026, 4, 26, 9, 0)],
+                [when("at 9am"), at(2026, 4, 20, 9, 0)],
+                [when("in 10 minutes"), at(2026, 4, 19, 10, 40)],
+                [when("tonight"), at(2026, 4, 19, 20, 0)],
+                [when("some day"), null],
+            ];
+        }"""
+    )
+    assert [got for got, _ in read] == [expected for _, expected in read]
+
+
+def test_marking_wrong_ranges_and_muting(browser: Browser, server: Served, tabs: list[Tab]) -> None:
+    page = open_tab(browser, tabs, server.base + "/").page
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    device = {"X-Stillhere-Device": str(stored(page, "device"))}
+    texts = ["Owen lives in Lisbon", "Owen lives in Porto"] + [
+        f"The {w} is kept in the {v}" for w, v in zip(WORDS[:4], WORDS[4:8], strict=True)
+    ]
+    ids = {}
+    for text in texts:
+        status, created = server.call("POST", "/v1/memories", {"text": text}, device)
+        assert status == 201, created
+        ids[text] = created["memory"]["id"]
+    writes: list[Request] = []
+    page.on("request", lambda r: writes.append(r) if r.method != "GET" else None)
+    page.get_by_role("button", name="Memories").click()
+    found = page.get_by_role("list", name="Memories found")
+    expect(found.get_by_role("checkbox")).to_have_count(6)
+
+    page.get_by_role("button", name="Mark wrong: Owen lives in Lisbon").click()
+    dialog = page.get_by_role("dialog", name="Mark as wrong")
+    dialog.get_by_label("The memory that is right").select_option(label="Owen lives in Porto")
+    dialog.get_by_role("button", name="Mark as wrong").click()
+    expect(page.get_by_text("Marked as wrong")).to_be_visible()
+    _, wrong = server.call("GET", f"/v1/memories/{ids['Owen lives in Lisbon']}", headers=device)
+    assert wrong["memory"]["status"] == "erroneous"
+    assert wrong["memory"]["corrected_by"] == ids["Owen lives in Porto"]
+
+    boxes = found.get_by_role("checkbox")
+    expect(boxes).to_have_count(5)  # the erroneous one left the active list
+    boxes.nth(0).click()
+    boxes.nth(3).click(modifiers=["Shift"])
+    expect(page.get_by_text("4 selected")).to_be_visible()
+    chosen = [boxes.nth(i).get_attribute("data-id") for i in range(4)]
+    page.get_by_role("button", name="Mute selected", exact=True).click()
+    page.get_by_role("dialog").get_by_role("button", name="Mute 4 memories").click()
+    expect(page.get_by_text("4 of 4 muted.")).to_be_visible()
+    expect(found.get_by_role("checkbox")).to_have_count(1)
+    page.get_by_label("Status").select_option("muted")
+    page.get_by_role("button", name="Find").click()
+    expect(found.get_by_role("checkbox")).to_have_count(4)
+    bulk = [r.post_data_json for r in writes if r.url.endswith("/v1/memories/bulk")]
+    assert len(bulk) == 1 and bulk[0]["action"] == "mute"
+    assert sorted(bulk[0]["ids"]) == sorted(chosen)
