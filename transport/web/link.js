@@ -175,7 +175,7 @@ async function post(path, body) {
     throw new Transient(String(failed));
   }
   if (response.status >= 500 || response.status === 429) throw new Transient(`HTTP ${response.status}`);
-  return response.json();
+  return response.json().catch(() => ({ type: "error", code: `http_${response.status}`, message: "not JSON" }));
 }
 
 class EventStreamLink extends Link {

@@ -144,16 +144,20 @@ export class Phone {
     return upAt;
   }
 
-  async send(link, item) {
+  /** Send a say on `link`, after the says sent on it before (POSTs would race). */
+  send(link, item) {
+    link.queue = (link.queue || Promise.resolve()).then(() => this.deliver(link, item));
+  }
+
+  async deliver(link, item) {
     for (let failures = 0; this.outbox.includes(item) && !link.ended; failures++) {
       try {
         const answer = await link.say(item.id, item.text);
         if (answer?.type === "ack") this.acked(answer, link);
         else if (answer) this.onError(answer, link);
         return;
-      } catch (failed) {
-        if (!(failed instanceof Transient)) throw failed;
-        await new Promise((resolve) => setTimeout(resolve, delayMs(failures)));
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, delayMs(failures))); // kept; again
       }
     }
   }
