@@ -135,30 +135,44 @@ def test_a_reload_mid_reply_brings_the_conversation_back_whole(
     expect(said(page, "hello before the story")).to_have_count(1)
 
 
+class OutOfReach:
+    """The server out of the page's reach, and back: its WebSockets closed as they open,
+    its HTTP requests failed (`Tab.cut` tells the console check these failures are ours)."""
+
+    def __init__(self, tab: Tab) -> None:
+        self.on = False
+        self.sockets: list[WebSocketRoute] = []
+        tab.cut = re.compile(r"/v1/")
+        tab.page.route_web_socket(re.compile(r"/v1/ws$"), self._websocket)
+        tab.page.route(tab.cut, lambda route: route.abort() if self.on else route.fallback())
+
+    def _websocket(self, route: WebSocketRoute) -> None:
+        if self.on:
+            route.close()
+        else:
+            route.connect_to_server()
+            self.sockets.append(route)
+
+    def cut(self) -> None:
+        self.on = True
+        for socket in self.sockets:
+            socket.close()
+
+    def mend(self) -> None:
+        self.on = False
+
+
 def test_the_outbox_survives_a_reload_while_the_server_is_out_of_reach(
     browser: Browser, server: Served, tabs: list[Tab]
 ) -> None:
     tab = open_tab(browser, tabs, "")
     page = tab.page
-    cut = {"on": False}
-    sockets: list[WebSocketRoute] = []
-
-    def websocket(route: WebSocketRoute) -> None:
-        if cut["on"]:
-            route.close()
-        else:
-            route.connect_to_server()
-            sockets.append(route)
-
-    page.route_web_socket(re.compile(r"/v1/ws$"), websocket)
-    tab.cut = re.compile(r"/v1/")
-    page.route(tab.cut, lambda route: route.abort() if cut["on"] else route.fallback())
+    reach = OutOfReach(tab)
     page.goto(server.base + "/")
     status = page.get_by_role("status")
     expect(status).to_have_text("Connected")
 
-    cut["on"] = True
-    sockets[-1].close()
+    reach.cut()
     expect(status).to_contain_text("Reconnecting in")
     send(page, "kept while out of reach")
     expect(said(page, "kept while out of reach")).to_contain_text("Not sent yet")
@@ -166,12 +180,41 @@ def test_the_outbox_survives_a_reload_while_the_server_is_out_of_reach(
     expect(said(page, "kept while out of reach")).to_contain_text("Not sent yet")
     expect(status).not_to_have_text("Connected")
 
-    cut["on"] = False
+    reach.mend()
     expect(status).to_have_text("Connected", timeout=20_000)
     expect(said(page, "kept while out of reach")).to_contain_text("Sent")
     expect(replies(page).last).to_contain_text('You said "kept while out of reach"')
     expect(said(page, "kept while out of reach")).to_have_count(1)
     assert stored(page, "outbox") == []
+
+
+def test_the_tab_shown_again_reconnects_at_once(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    """Not at the end of the backoff's wait: the countdown had seconds left when it went."""
+    tab = open_tab(browser, tabs, "")
+    page = tab.page
+    reach = OutOfReach(tab)
+    page.goto(server.base + "/")
+    status = page.get_by_role("status")
+    expect(status).to_have_text("Connected")
+    reach.cut()
+    expect(status).to_have_text(re.compile(r"Reconnecting in ([4-9]|1[0-9]) s"), timeout=15_000)
+    page.evaluate(
+        """() => {
+            const words = document.getElementById("status-text");
+            window.dotWords = [words.textContent];
+            new MutationObserver(() => window.dotWords.push(words.textContent))
+                .observe(words, {childList: true, characterData: true, subtree: true});
+        }"""
+    )
+    reach.mend()
+    page.evaluate("document.dispatchEvent(new Event('visibilitychange'))")
+    expect(status).to_have_text("Connected")
+    seen: list[str] = page.evaluate("window.dotWords")
+    before = seen[seen.index("Connecting…") - 1]
+    left = int(re.findall(r"\d+", before)[0])
+    assert left >= 2, seen
 
 
 def test_the_event_stream_carries_the_talk_when_websocket_cannot(

@@ -7,6 +7,7 @@ import { authHeaders, credentials } from "./store.js";
 const OPEN_TIMEOUT_MS = 10000;
 const READ_TIMEOUT_MS = 45000; // the server comments every 15 s on an event stream
 const PING_EVERY_MS = 20000; // a WebSocket gone silent is noticed by its missing pong
+const PROBE_MS = 5000;
 
 /** The server refused the credentials: retrying with the same ones cannot help. */
 export class Refused extends Error {
@@ -66,6 +67,15 @@ class WebSocketLink extends Link {
   keepAlive() {
     if (Date.now() - this.heard > PING_EVERY_MS * 1.5) this.close();
     else this.send({ type: "ping" });
+  }
+
+  /** Is the link still alive after the phone slept? A pong must come within PROBE_MS. */
+  probe() {
+    const asked = Date.now();
+    this.send({ type: "ping" });
+    setTimeout(() => {
+      if (this.heard < asked) this.close();
+    }, PROBE_MS);
   }
 
   send(frame) {
@@ -214,6 +224,8 @@ class EventStreamLink extends Link {
   }
 
   confirm() {} // the next stream's last_seq confirms
+
+  probe() {} // the server comments every 15 s: READ_TIMEOUT_MS notices a silent stream
 
   close() {
     this.controller.abort();

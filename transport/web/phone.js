@@ -35,7 +35,9 @@ export class Phone {
     addEventListener("online", () => this.wake());
     addEventListener("offline", () => this.link?.close()); // the link is stale: drop it now
     document.addEventListener("visibilitychange", () => {
-      if (document.visibilityState === "visible") this.wake();
+      if (document.visibilityState !== "visible") return;
+      this.link?.probe(); // the phone may have slept: a link that does not answer is dropped
+      this.wake();
     });
     this.run();
   }
