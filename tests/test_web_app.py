@@ -140,6 +140,7 @@ class OutOfReach:
     its HTTP requests failed (`Tab.cut` tells the console check these failures are ours)."""
 
     def __init__(self, tab: Tab) -> None:
+        self.page = tab.page
         self.on = False
         self.sockets: list[WebSocketRoute] = []
         tab.cut = re.compile(r"/v1/")
@@ -161,16 +162,21 @@ class OutOfReach:
     def mend(self) -> None:
         self.on = False
 
+    @classmethod
+    def connected(cls, browser: Browser, tabs: list[Tab], server: Served) -> OutOfReach:
+        """A page of the app, connected (through the routes that can cut it off)."""
+        reach = cls(open_tab(browser, tabs, ""))
+        reach.page.goto(server.base + "/")
+        expect(reach.page.get_by_role("status")).to_have_text("Connected")
+        return reach
+
 
 def test_the_outbox_survives_a_reload_while_the_server_is_out_of_reach(
     browser: Browser, server: Served, tabs: list[Tab]
 ) -> None:
-    tab = open_tab(browser, tabs, "")
-    page = tab.page
-    reach = OutOfReach(tab)
-    page.goto(server.base + "/")
+    reach = OutOfReach.connected(browser, tabs, server)
+    page = reach.page
     status = page.get_by_role("status")
-    expect(status).to_have_text("Connected")
 
     reach.cut()
     expect(status).to_contain_text("Reconnecting in")
@@ -192,12 +198,9 @@ def test_the_tab_shown_again_reconnects_at_once(
     browser: Browser, server: Served, tabs: list[Tab]
 ) -> None:
     """Not at the end of the backoff's wait: the countdown had seconds left when it went."""
-    tab = open_tab(browser, tabs, "")
-    page = tab.page
-    reach = OutOfReach(tab)
-    page.goto(server.base + "/")
+    reach = OutOfReach.connected(browser, tabs, server)
+    page = reach.page
     status = page.get_by_role("status")
-    expect(status).to_have_text("Connected")
     reach.cut()
     expect(status).to_have_text(re.compile(r"Reconnecting in ([4-9]|1[0-9]) s"), timeout=15_000)
     page.evaluate(
