@@ -503,3 +503,22 @@ def test_marking_wrong_ranges_and_muting(browser: Browser, server: Served, tabs:
     bulk = [r.post_data_json for r in writes if r.url.endswith("/v1/memories/bulk")]
     assert len(bulk) == 1 and bulk[0]["action"] == "mute"
     assert sorted(bulk[0]["ids"]) == sorted(chosen)
+
+
+def test_a_page_chip_reopens_its_page_after_a_reload(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    """A page is never a memory: the app keeps it itself, and its chip opens it again."""
+    page = open_tab(browser, tabs, server.base + "/").page
+    turn(page, "show me a page about the Bristol weather", "Here is a page: Bristol weather.")
+    chip = page.get_by_role("button", name="Page Bristol weather")
+    for _ in range(2):
+        chip.click()
+        sheet = page.get_by_role("dialog", name="Bristol weather")
+        expect(sheet).to_contain_text("A page about the Bristol weather, to read now")
+        sheet.get_by_role("button", name="Close").click()
+        expect(sheet).to_be_hidden()
+        page.reload()
+        expect(page.get_by_role("status")).to_have_text("Connected")
+    device = {"X-Stillhere-Device": str(stored(page, "device"))}
+    assert server.call("GET", "/v1/memories", headers=device)[1]["memories"] == []

@@ -111,8 +111,8 @@ export class Conversation {
     const what = el("span", { class: "what", text: NAMES[kind] });
     const chip =
       kind === "page"
-        ? el("button", { type: "button", class: "chip", "data-chip": key, onclick: () => openPage(data) }, what, label)
-        : el("span", { class: "chip", "data-chip": key }, what, label);
+        ? el("button", { type: "button", class: "chip", "data-chip": key, onclick: () => openPage(data) }, what, " ", label)
+        : el("span", { class: "chip", "data-chip": key }, what, " ", label);
     const after = this.replies.get(reply)?.node;
     let row = after?.nextElementSibling;
     if (!row?.classList.contains("chips")) {
