@@ -8,6 +8,7 @@ import json
 import re
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
 from playwright.sync_api import Browser, Locator, Page, Request, WebSocketRoute, expect
@@ -522,3 +523,39 @@ def test_a_page_chip_reopens_its_page_after_a_reload(
         expect(page.get_by_role("status")).to_have_text("Connected")
     device = {"X-Stillhere-Device": str(stored(page, "device"))}
     assert server.call("GET", "/v1/memories", headers=device)[1]["memories"] == []
+
+
+def test_markup_from_the_person_or_the_model_stays_text(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    page = open_tab(browser, tabs, server.base + "/").page
+    markup = '<img src="x" onerror="document.title=1"><b>bold</b>'
+    turn(page, markup, "You said")
+    expect(said(page, markup)).to_have_count(1)
+    expect(replies(page).last).to_contain_text(f'You said "{markup}"')  # the model's, too
+    assert log_of(page).locator("img, b").count() == 0
+
+
+def test_a_reminder_becomes_a_notification_once_allowed(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    """At the time its words name ("at 11pm"), on the page's clock, fast-forwarded."""
+    tab = open_tab(browser, tabs, "")
+    page = tab.page
+    tab.context.grant_permissions(["notifications"], origin=server.base)
+    page.add_init_script(
+        """window.shown = [];
+        window.Notification = class extends window.Notification {
+            constructor(title, options) { super(title, options); window.shown.push(options.body); }
+        };"""
+    )
+    page.clock.install(time=datetime(2026, 5, 19, 22, 57))
+    page.goto(server.base + "/")
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_role("button", name="Allow reminder notifications").click()
+    page.get_by_role("button", name="Conversation", exact=True).click()
+    turn(page, "remind me to stretch at 11pm", "I'll remind you to stretch (at 11pm).")
+    expect(log_of(page).locator(".chip")).to_contain_text("Reminder stretch (at 11pm)")
+    assert page.evaluate("window.shown") == []
+    page.clock.fast_forward("04:00")
+    assert page.evaluate("window.shown") == ["stretch"]
