@@ -48,6 +48,8 @@ _RECALL = re.compile(
     _LEAD + r"(?:what\s+do\s+you\s+(?:know|remember)\s+about|do\s+you\s+remember)\s+(.+?)" + _END,
     _FLAGS,
 )
+_PAGE = re.compile(_LEAD + r"show\s+me\s+a\s+page\s+(?:about|on)\s+(.+?)" + _END, _FLAGS)
+_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
 _WHEN = re.compile(r"\s(?:on|at|by|next)\s|\s(?:tomorrow|tonight)\b", re.IGNORECASE)
 _GREETING = r"^(?:(?:hi|hello|hey)[,!]?\s+)?"
 _SPEAKER_EXPLICIT = (
@@ -107,6 +109,18 @@ def _remind(text: str) -> _Intent | None:
     )
 
 
+def _page(text: str) -> _Intent | None:
+    """ "Show me a page about the Bristol weather": a page (never a memory), titled with the
+    topic's last three words at most (no leading article), as the tool wants a short title."""
+    match = _PAGE.match(text)
+    if match is None:
+        return None
+    topic = _clean(match.group(1))
+    title = " ".join(_ARTICLE.sub("", topic).split()[-3:])
+    body = f"A page about {topic}, to read now; shown by the rehearsal model, never remembered."
+    return _Intent("show_page", {"title": title[:1].upper() + title[1:], "body": body})
+
+
 def _recall(text: str) -> _Intent | None:
     """ "What do you know about Owen?": a search of the person's memories."""
     match = _RECALL.match(text)
@@ -132,6 +146,7 @@ def _speaker(text: str) -> _Intent | None:
 
 
 _RECOGNISERS: tuple[Callable[[str], _Intent | None], ...] = (
+    _page,
     _remind,
     _remember,
     _recall,
@@ -240,6 +255,8 @@ def _confirm(call: ToolCall, result: str) -> str:
     if call.name == "schedule_reminder":
         text, when = _clean(str(args.get("text", ""))), _clean(str(args.get("when", "")))
         return f"I'll remind you to {text} ({when or 'unspecified'})."
+    if call.name == "show_page":
+        return f"Here is a page: {_clean(str(args.get('title', '')))}."
     if call.name == "set_speaker":
         name = str(args.get("name") or "").strip()
         if not name:

@@ -39,11 +39,13 @@ from transport.health import add_routes as add_health_routes
 from transport.identity import Identity, load_or_create_secret
 from transport.logs import AccessLogger
 from transport.memory_api import add_routes as add_memory_routes
+from transport.origin import normalise, origin_check
 from transport.revocations import RevocationWatch
 from transport.rules_api import add_routes as add_rule_routes
 from transport.server import SERVER_KEY, Server, close_links, close_revoked
 from transport.sse import events_handler, interrupt_handler, leave_handler, say_handler
 from transport.threads_api import add_routes as add_thread_routes
+from transport.web_app import add_routes as add_web_app_routes
 from transport.websocket import websocket_handler
 
 log = logging.getLogger("stillhere.server")
@@ -110,9 +112,13 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
 
 
 def build_app(settings: Settings, clock: Clock | None = None) -> web.Application:
+    extra = frozenset(map(normalise, settings.allowed_origins))
     app = web.Application(
         client_max_size=settings.limits.max_frame_bytes * 4,
-        middlewares=[json_errors("the endpoints are listed in docs/protocol.md")],
+        middlewares=[
+            json_errors("the endpoints are listed in docs/protocol.md"),
+            origin_check(extra),
+        ],
     )
     app.cleanup_ctx.append(partial(_lifecycle, settings, clock or SystemClock()))
     app.on_shutdown.append(close_links)
@@ -126,6 +132,7 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     add_memory_routes(app.router)
     add_rule_routes(app.router)
     add_thread_routes(app.router)
+    add_web_app_routes(app.router)
     return app
 
 

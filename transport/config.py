@@ -6,6 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from actors.clock import parse_duration
 from actors.follow_on import MODES as FOLLOW_ON_MODES
@@ -73,6 +74,20 @@ def _words(text: str) -> tuple[str, ...]:
     return tuple(w.strip().lower() for w in text.split(",") if w.strip())
 
 
+def _origins(text: str) -> tuple[str, ...]:
+    """Web origins (`https://app.example.org`), comma-separated: scheme and host, no path."""
+    origins = []
+    for raw in _words(text):
+        origin = raw.rstrip("/")
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+            raise argparse.ArgumentTypeError(
+                f"an origin is scheme://host[:port], such as https://app.example.org, not {raw!r}"
+            )
+        origins.append(origin)
+    return tuple(origins)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Protocol limits, documented in docs/protocol.md."""
@@ -132,6 +147,8 @@ class Settings:
     context_timeout: float = 0.5
     context_cache: float = 60.0
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
+    # Web origins besides the server's own whose pages may open links and write (origin.py).
+    allowed_origins: tuple[str, ...] = ()
     secret: str | None = field(default=None, repr=False)  # a secret: never shown
     log_format: str = "text"
     embed_url: str | None = None
@@ -196,6 +213,11 @@ _OPTIONS: list[tuple[str, object, str]] = [
         "longest reuse of a person's context reads while none changed (0: off)",
     ),
     ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
+    (
+        "allowed-origins",
+        _origins,
+        "comma-separated web origins, besides the server's own, whose pages may use the API",
+    ),
     ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
     ("log-format", str, "text or json"),
     ("embed-url", str, "OpenAI-compatible embeddings API base URL; without it, local MiniLM"),
