@@ -10,20 +10,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from storage.records import excerpt
 
 if TYPE_CHECKING:
-    from actors.runtime import Runtime
+    from actors.metrics import Metrics
+    from providers.analysis import Analysis
 
 log = logging.getLogger("stillhere.analysis")
 
 T = TypeVar("T")
 
 
+class Asking(Protocol):
+    """What asking needs of the runtime: the analysis, and where failures are counted. The
+    server's `Runtime` is one; `stillhere eval turns` builds one without a server."""
+
+    analysis: Analysis
+    metrics: Metrics
+
+
 async def ask_shaped(
-    rt: Runtime,
+    rt: Asking,
     task: str,
     lines: Sequence[str],
     instructions: str,

@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import re
 import string
+import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from actors.follow_on import FollowOnDue, FollowOnWait, after_exchange, count_cancelled
 from actors.handles import TurnHandles
 from actors.inbox import ThreadingActor
 from actors.messages import (
@@ -31,6 +33,7 @@ from actors.messages import (
     SpeakerSet,
     TurnEnded,
     TurnRequest,
+    speaker_lapsed,
 )
 from actors.runtime import ActorFailed, Reply, Runtime
 from actors.stream import ConversationStream
@@ -101,6 +104,7 @@ class ConversationActor(ThreadingActor):
         self._after_interrupt = bool(record.window and record.window[-1].interrupted)
         self._ending: End | None = None
         self._parking = False
+        self._follow_on: FollowOnWait | None = None  # after a lull, until its pause ends
         self._handled = 0  # messages received, published with each snapshot
 
     def on_start(self) -> None:
@@ -128,6 +132,8 @@ class ConversationActor(ThreadingActor):
                 self._on_stored(message)
             case TurnEnded():
                 self._on_turn_ended(message)
+            case FollowOnDue():
+                self._on_follow_on_due(message)
             case Interrupt():
                 self._interrupt()
             case Attach():
@@ -152,6 +158,7 @@ class ConversationActor(ThreadingActor):
     # -- says and turns -------------------------------------------------------------------
 
     def _on_say(self, say: Say) -> None:
+        self._cancel_follow_on()  # the person spoke first
         if self._leaving:
             # Ending: the conversation is over. Parking: the next hello rehydrates it, so
             # the client's resend (same id) lands there.
@@ -160,7 +167,9 @@ class ConversationActor(ThreadingActor):
             return
         now = self._rt.clock.now()
         silence = (now - self._last_activity).total_seconds()
-        if self._speaker and silence >= self._rt.settings.speaker_reset_s:
+        if self._speaker and speaker_lapsed(
+            self._last_activity, now, self._rt.settings.speaker_reset_s
+        ):
             log.info("speaker reset to the owner after %d s of silence", silence)
             self._speaker = self._speaker_at = None
             self._rt.run(self._rt.store.set_speaker(self._id, None, None), "resetting the speaker")
@@ -208,12 +217,19 @@ class ConversationActor(ThreadingActor):
             self._during_reply = True
 
     def _start_turn(
-        self, new: list[Turn], handles: TurnHandles, since: float, generation: int | None = None
+        self,
+        new: list[Turn],
+        handles: TurnHandles,
+        since: float,
+        generation: int | None = None,
+        *,
+        follow_on: bool = False,
     ) -> None:
-        """Start a turn on `new`. `generation` is the context generation read with the say
-        just stored; says kept while a reply ran pass none, as that reply may have changed
-        the context since they were stored, so the turn reads it afresh."""
-        request = self._request(new, handles)
+        """Start a turn on `new` (none for a follow-on). `generation` is the context
+        generation read with the say just stored; says kept while a reply ran pass none, as
+        that reply may have changed the context since they were stored, so the turn reads it
+        afresh."""
+        request = self._request(new, handles, follow_on=follow_on)
         self._window.extend(new)
         self._during_reply = self._after_interrupt = False
         self._turn = TurnJob()
@@ -222,7 +238,9 @@ class ConversationActor(ThreadingActor):
         )
         self._rt.run(job, "a turn")
 
-    def _request(self, new: list[Turn], handles: TurnHandles) -> TurnRequest:
+    def _request(
+        self, new: list[Turn], handles: TurnHandles, *, follow_on: bool = False
+    ) -> TurnRequest:
         return TurnRequest(
             conversation=self._id,
             person=self._person,
@@ -233,6 +251,7 @@ class ConversationActor(ThreadingActor):
             during_reply=self._during_reply,
             after_interrupt=self._after_interrupt,
             handles=handles,
+            follow_on=follow_on,
         )
 
     def _on_turn_ended(self, message: TurnEnded) -> None:
@@ -246,12 +265,52 @@ class ConversationActor(ThreadingActor):
         else:
             self._window.append(message.turn)
             self._after_interrupt = message.turn.interrupted
+            # As the database counts it (`Store`): the reply's turn is activity too.
+            self._last_activity = max(self._last_activity, message.turn.at)
         self._turn = None
         if self._ending is not None:
             self._finish()
         elif self._pending and self._pending_handles is not None:
             pending, self._pending = self._pending, []
             self._start_turn(pending, self._pending_handles, self._pending_since)
+        if message.turn is not None and not message.follow_on:
+            self._after_exchange(message)
+
+    # -- follow-ons -----------------------------------------------------------------------
+
+    def _after_exchange(self, ended: TurnEnded) -> None:
+        """The mood moves after every reply to a say; after a lull with nothing else to do,
+        a follow-on may come (actors/follow_on.py)."""
+        assert ended.turn is not None
+        wait = None
+        idle = self._turn is None and not self._storing and not self._leaving
+        handles = ended.handles
+        if ended.lull and idle and handles and self._rt.settings.follow_ons != "off":
+            wait = self._follow_on = FollowOnWait(handles)
+        job = after_exchange(
+            self._rt,
+            self._id,
+            self._person,
+            cut_off=ended.turn.interrupted,
+            wait=wait,
+            mailbox=self._live,
+        )
+        self._rt.run(job, "after an exchange")
+
+    def _on_follow_on_due(self, due: FollowOnDue) -> None:
+        """The pause is over. Anything that would keep the actor from starting a turn now (a
+        say, the end, parking) cancelled the wait first, so the wait is ours or stale."""
+        if due.wait is not self._follow_on:
+            count_cancelled(self._rt)  # cancelled as the message was on its way
+            return
+        self._follow_on = None
+        self._rt.metrics.follow_ons.labels(outcome="sent").inc()
+        self._start_turn([], due.wait.handles, time.monotonic(), follow_on=True)
+
+    def _cancel_follow_on(self) -> None:
+        if self._follow_on is not None:
+            self._rt.call(self._follow_on.cancel, self._rt)
+            self._follow_on = None
 
     def _rematch(self, matched: tuple[Turn, ...]) -> None:
         """The says just answered, as matched: the next turn's candidates start from them."""
@@ -281,6 +340,7 @@ class ConversationActor(ThreadingActor):
                 message.reply.resolve(False)
             return
         self._ending = message
+        self._cancel_follow_on()  # the person leaves, or the conversation idles out
         if self._turn is None:
             self._finish()
         else:  # the reply is cut and stored (or never begins), then we finish
@@ -295,6 +355,8 @@ class ConversationActor(ThreadingActor):
     def _on_park(self, message: Park) -> None:
         idle = self._turn is None and not self._pending and not self._storing and not self._leaving
         self._parking = idle
+        if idle:
+            self._cancel_follow_on()
         message.reply.resolve(idle)
 
     @property

@@ -57,6 +57,9 @@ class OpenEnds:
     threads: list[LooseEnd]  # open threads, however old
 
 
+NO_ENDS = OpenEnds([], [])  # with reply matching off (`--reply-matching off`)
+
+
 async def read_open(rt: Runtime, req: TurnRequest) -> OpenEnds:
     """Never raises: without them the reply only lacks its note."""
     try:
@@ -69,22 +72,38 @@ async def read_open(rt: Runtime, req: TurnRequest) -> OpenEnds:
         return OpenEnds([], [])
 
 
-def note_for(ends: OpenEnds, req: TurnRequest, matching: Matching) -> str | None:
-    """The prompt's LOOSE ENDS note: at most three, the person's first; the assistant's own
-    questions only while the person winds a topic down."""
-    winding_down = matching.lull or (bool(req.new) and all(is_lull(t.text) for t in req.new))
+def winding_down(req: TurnRequest, matching: Matching) -> bool:
+    """Whether the says wind a topic down: the analysis's `lull`, or phrasings that do."""
+    return matching.lull or (bool(req.new) and all(is_lull(t.text) for t in req.new))
+
+
+@dataclass(frozen=True, slots=True)
+class Handed:
+    """The loose ends a reply is handed: its LOOSE ENDS note, and their ids for the trace."""
+
+    chosen: list[LooseEnd]  # points and questions, the person's first
+    threads: list[LooseEnd]
+
+    def note(self) -> str | None:
+        lines = [LOOSE_ENDS]
+        for title, group in (
+            (LOOSE_PERSON, [e for e in self.chosen if e.by == "person"]),
+            (LOOSE_ASSISTANT, [e for e in self.chosen if e.by == "assistant"]),
+            (LOOSE_THREADS, self.threads),
+        ):
+            if group:
+                lines.append(title + " " + "; ".join(f'"{e.text}"' for e in group) + ".")
+        return "\n".join(lines) if len(lines) > 1 else None
+
+
+def choose(ends: OpenEnds, req: TurnRequest, matching: Matching) -> Handed:
+    """At most three loose ends, the person's first; the assistant's own questions only
+    while the person winds a topic down (or in a follow-on, sent then); the three newest
+    open threads."""
+    lull = req.follow_on or winding_down(req, matching)
     person = [e for e in reversed(ends.recent) if e.by == "person"]
     ours = [e for e in reversed(ends.recent) if e.by == "assistant"]
-    chosen = (person + (ours if winding_down else []))[:SHOWN]
-    lines = [LOOSE_ENDS]
-    for title, group in (
-        (LOOSE_PERSON, [e for e in chosen if e.by == "person"]),
-        (LOOSE_ASSISTANT, [e for e in chosen if e.by == "assistant"]),
-        (LOOSE_THREADS, ends.threads[-SHOWN:]),
-    ):
-        if group:
-            lines.append(title + " " + "; ".join(f'"{e.text}"' for e in group) + ".")
-    return "\n".join(lines) if len(lines) > 1 else None
+    return Handed((person + (ours if lull else []))[:SHOWN], ends.threads[-SHOWN:])
 
 
 async def note_after(rt: Runtime, req: TurnRequest, reply: Turn, ends: OpenEnds) -> None:

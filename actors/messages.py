@@ -63,12 +63,16 @@ class TurnEnded:
 
     `said_stored` is False when the job stored its own say (`answer_say`) and that say turned
     out a resend or was refused: the actor takes it back out of its window. `matched` holds
-    the says the analysis matched (actors/replies.py), to replace in the window.
+    the says the analysis matched (actors/replies.py), to replace in the window. `lull`: the
+    says wound a topic down, so a follow-on may come (actors/follow_on.py).
     """
 
     turn: Turn | None
     said_stored: bool = True
     matched: tuple[Turn, ...] = ()  # the says it answered, now with what each answers
+    lull: bool = False
+    follow_on: bool = False  # the turn was a follow-on, answering no say
+    handles: TurnHandles | None = None  # the turn's, for a follow-on after it
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,11 @@ class CardsWithdrawn:
 class SpeakerSet:
     speaker: str | None
     at: datetime
+
+
+def speaker_lapsed(last_activity: datetime, now: datetime, reset_s: float) -> bool:
+    """Silence long enough that a lent phone is back with its owner."""
+    return (now - last_activity).total_seconds() >= reset_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +117,12 @@ class Snapshot:
     after_interrupt: bool  # the next turn is told its previous reply was cut off
     handled: int = 0  # messages the actor had handled when it took this snapshot
 
+    def speaker_now(self, now: datetime, reset_s: float) -> str | None:
+        """The speaker the next reply will assume: the owner (None) once the silence since
+        the last activity reaches `--speaker-reset`, though the actor forgets the lent
+        speaker only when the next say arrives."""
+        return None if speaker_lapsed(self.last_activity, now, reset_s) else self.speaker
+
     @property
     def state(self) -> str:
         """The turn state as the admin API shows it: idle, replying or ending."""
@@ -127,3 +142,4 @@ class TurnRequest:
     during_reply: bool
     after_interrupt: bool
     handles: TurnHandles
+    follow_on: bool = False  # a message of the assistant's own after a lull: `new` is empty

@@ -71,6 +71,13 @@ class Metrics:
             "Replies asked for again because they were nothing but a repetition",
             registry=registry,
         )
+        self.follow_ons = Counter(
+            "stillhere_follow_ons",
+            "Lulls and what came of them: sent (a follow-on went out), declined (the draw "
+            "said no), cancelled (the person spoke or left first)",
+            ["outcome"],
+            registry=registry,
+        )
         self.analysis_failures = Counter(
             "stillhere_analysis_failures",
             "Analysis model calls that gave nothing usable (failed, late, not the task's shape), "

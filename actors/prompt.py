@@ -9,7 +9,12 @@ from dataclasses import dataclass
 
 from actors.context import Context
 from providers.chat import ChatMessage
-from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
+from providers.notes import (
+    CUT_MARK,
+    NOTE_CUT_BEFORE_WORDS,
+    NOTE_DURING_REPLY,
+    NOTE_INTERRUPTED,
+)
 from storage.records import Card, Turn
 
 SYSTEM = (
@@ -76,5 +81,7 @@ def build_messages(
 
 
 def _as_message(turn: Turn) -> ChatMessage:
+    if turn.interrupted and not turn.text.strip():
+        return ChatMessage("system", NOTE_CUT_BEFORE_WORDS)
     text = turn.text + CUT_MARK if turn.interrupted else turn.text
     return ChatMessage(turn.role, text)

@@ -18,16 +18,17 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
-from actors.asking import ask_shaped, line_index, numbered
+from actors.asking import Asking, ask_shaped, line_index, numbered
 from providers.notes import REPLY_ASK, REPLY_CONTEXT, REPLY_WAITING
 from storage.records import ReplyMatch, Turn, excerpt
 
 if TYPE_CHECKING:
+    from actors.clock import Clock
     from actors.messages import TurnRequest
-    from actors.runtime import Runtime
+    from actors.runtime import ConversationSettings
 
 log = logging.getLogger("stillhere.replies")
 
@@ -46,23 +47,40 @@ INSTRUCTIONS = (
 )
 
 
+class Matcher(Asking, Protocol):
+    """What matching needs of the runtime (the server's `Runtime`, or the eval's)."""
+
+    settings: ConversationSettings
+    clock: Clock
+
+
 @dataclass(frozen=True, slots=True)
 class Matching:
     """The outcome for one turn: how it was decided, and what each say answers."""
 
-    how: str  # no_candidate | just_before (no model call) | asked (the analysis was asked)
+    # no_candidate | just_before (no model call) | asked (the analysis was asked) |
+    # follow_on (a message of the assistant's own: no say to match) | off (not matched)
+    how: str
     matches: dict[str, ReplyMatch] = field(default_factory=dict)  # by the say's client id
     note: str | None = None  # the prompt's REPLY CONTEXT, when a say needs one
     failed: bool = False  # asked, and no usable answer came: no note
     lull: bool = False
 
     def __str__(self) -> str:
+        if self.how == "follow_on":
+            return "a follow-on: no say to match"
+        if self.how == "off":
+            return "replies not matched (--reply-matching off)"
         if self.how != "asked":
             return f"replies matched without the model ({self.how.replace('_', ' ')})"
         if self.failed:
             return "replies matched: no usable analysis, no note"
         parts = [_described(m) for m in self.matches.values()]
         return "replies matched by the analysis: " + (", ".join(parts) or "nothing")
+
+
+FOLLOW_ON = Matching("follow_on")
+UNMATCHED = Matching("off")  # `--reply-matching off`: every say answers the latest message
 
 
 def _described(match: ReplyMatch) -> str:
@@ -90,8 +108,10 @@ def _is_message(turn: Turn) -> bool:
     return turn.role == "assistant" and turn.reply_id is not None
 
 
-async def match_replies(rt: Runtime, req: TurnRequest) -> Matching:
+async def match_replies(rt: Matcher, req: TurnRequest) -> Matching:
     """Never raises: a matching that goes wrong costs the note, never the reply."""
+    if req.follow_on:
+        return FOLLOW_ON
     try:
         matching = await _match(rt, req)
     except Exception:
@@ -101,7 +121,7 @@ async def match_replies(rt: Runtime, req: TurnRequest) -> Matching:
     return matching
 
 
-async def _match(rt: Runtime, req: TurnRequest) -> Matching:
+async def _match(rt: Matcher, req: TurnRequest) -> Matching:
     settings = rt.settings
     found = candidates(
         req.history, rt.clock.now(), settings.reply_candidates, settings.reply_horizon_s

@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from random import Random
 from typing import TYPE_CHECKING, Any
 
 from actors.clock import Clock
 from actors.context_cache import ContextCache
 from actors.jobs import Jobs
 from actors.metrics import Metrics
+from actors.persona import DEFAULT as DEFAULT_PERSONA
+from actors.persona import Persona
 from providers.analysis import Analysis
 from providers.chat import ChatModel
 from providers.rehearsal_analysis import RehearsalAnalysis
@@ -56,8 +59,10 @@ class ConversationSettings:
     delta_window_s: float = DEFAULT_DELTA_WINDOW_S
     echo_guard: bool = True  # hold back and cut a reply's opening repetition (actors/echo.py)
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
+    reply_matching: bool = True  # match says and note loose ends (actors/replies.py)
     reply_candidates: int = 8  # assistant messages a say may be matched to (actors/replies.py)
     reply_horizon_s: float = 2 * 24 * 3600  # older ones are no candidates
+    follow_ons: str = "auto"  # after a lull: auto (the persona decides), always or off
     context: ContextSettings = field(default_factory=ContextSettings)
 
 
@@ -72,6 +77,8 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)  # one registry per server
     memory: MemoryKeeper | None = None  # long-term memory; None: the tools say so
     analysis: Analysis = field(default_factory=RehearsalAnalysis)  # judgement questions
+    persona: Persona = DEFAULT_PERSONA  # decides follow-ons (actors/persona.py)
+    random: Random = field(default_factory=Random)  # their draw; seedable
     context_cache: ContextCache = field(init=False)  # sized by settings.context.cache_s
 
     def __post_init__(self) -> None:

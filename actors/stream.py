@@ -58,7 +58,7 @@ class ConversationStream:
         self.conversation = conversation
         self.person = person
         self.last_seq = last_seq
-        self.links: set[Link] = set()
+        self.links: dict[Link, None] = {}  # attached, oldest first
         self.ordering = asyncio.Lock()  # says are stored and acked one at a time, in order
         self._store = store
         self._ceiling = ceiling
@@ -117,11 +117,12 @@ class ConversationStream:
         self._store.events.add_reply(row)
         return self.emit("reply.end", **fields)
 
-    def farewell(self, frame: Frame) -> None:
-        """Send a last frame outside the numbered stream (`bye`) and close every link."""
+    def farewell(self, frame: Frame, code: int = 1000) -> None:
+        """Send a last frame outside the numbered stream (`bye`, a `revoked` error) and
+        close every link with `code`."""
         for link in self.links:
             link.send(frame)
-            link.end()
+            link.end(code)
         self.links.clear()
 
     # -- links ----------------------------------------------------------------------------
@@ -151,7 +152,7 @@ class ConversationStream:
         for frame in replay:
             link.send(frame)
         link.flush()  # the phone waits on its welcome; the loop step may have more to do
-        self.links.add(link)
+        self.links[link] = None
         return len(replay)
 
     def _oldest(self) -> int:
@@ -172,7 +173,17 @@ class ConversationStream:
         self._buffer.trim(min(seq, self.last_seq))
 
     def detach(self, link: Link) -> None:
-        self.links.discard(link)
+        self.links.pop(link, None)
+
+    def shed(self, keep: int, frame: Frame, code: int) -> None:
+        """Close the oldest links, with `frame` then `code`, until fewer than `keep` are
+        left: room for one more under a person's link limit. The oldest go first: a link
+        a phone has left without closing is the likeliest to be dead."""
+        while self.links and len(self.links) >= keep:
+            oldest = next(iter(self.links))
+            del self.links[oldest]
+            oldest.send(frame)
+            oldest.end(code)
 
     @property
     def buffered(self) -> int:

@@ -11,6 +11,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+import pykka
+
 from actors.directory import Directory, LiveConversation
 from actors.inbox import ThreadingActor
 from actors.runtime import Reply, Runtime
@@ -91,7 +93,12 @@ class Supervisor(ThreadingActor):
         try:
             report = await self._directory.sweep()
         finally:
-            self.actor_ref.tell(SweepDone(report, reply))
+            try:
+                self.actor_ref.tell(SweepDone(report, reply))
+            except pykka.ActorDeadError:  # the server stopped while this sweep waited
+                log.info("a sweep ended after the supervisor stopped")
+                if reply is not None:
+                    reply.resolve_here(report)
 
     def _sweep_done(self, message: SweepDone) -> None:
         self._sweeping = False

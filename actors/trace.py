@@ -33,6 +33,8 @@ class TurnTrace:
     answering: tuple[str, ...]  # the client ids of the says it answered
     context: Context  # kept without its text (see __post_init__)
     notes: tuple[str, ...]  # the notes handed beside the context: reply context, loose ends
+    loose_ends: tuple[UUID, ...]  # the points and questions among those notes
+    threads: tuple[UUID, ...]  # the open threads among them
     tools: tuple[str, ...]  # one line per tool call, in order
     error: str | None
     context_chars: int = field(init=False)
@@ -61,6 +63,8 @@ class TurnTrace:
             "timings_ms": c.timings,
             "context_chars": self.context_chars,
             "notes": list(self.notes),
+            "loose_ends": [str(i) for i in self.loose_ends],
+            "threads": [str(i) for i in self.threads],
             "tools": list(self.tools),
             "error": self.error,
         }

@@ -17,15 +17,16 @@ from uuid import UUID, uuid4
 
 from actors.context import Context, assemble
 from actors.echo import NO_REPEAT, EchoGuard, sources_for
-from actors.loose_ends import note_after, note_for, read_open
+from actors.loose_ends import NO_ENDS, OpenEnds, choose, note_after, read_open, winding_down
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
 from actors.prompt import build_messages
-from actors.replies import Matching, match_replies
+from actors.replies import UNMATCHED, Matching, match_replies
 from actors.runtime import Runtime
 from actors.stream import ConversationStream
 from actors.tools import TOOLS, Mailbox, ToolContext, execute
 from actors.trace import TurnTrace
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
+from providers.notes import FOLLOW_ON
 from storage.event_log import ReplyRow
 from storage.records import StoredSay, Turn, reply_place, say_place
 from storage.store import ConversationEnded
@@ -251,13 +252,12 @@ async def run_turn(
     in_reply_to = [t.client_id for t in req.new if t.client_id]
     # Before anything is awaited: a say stored from here on is one the actor keeps for the
     # next turn, and its place in the record is after this reply (`records.say_place`).
-    start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to)
-    # Matched while the context is gathered: a judgement costs the reply no extra wait.
-    context, matching, ends = await asyncio.gather(
-        _context(rt, req, generation), match_replies(rt, req), read_open(rt, req)
-    )
+    marked = {"follow_on": True} if req.follow_on else {}
+    start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to, **marked)
+    context, matching, ends = await _gather(rt, req, generation)
     _tell_replies_to(stream, matching)
-    notes = (matching.note, note_for(ends, req, matching))
+    loose = choose(ends, req, matching)
+    notes = (matching.note, loose.note(), FOLLOW_ON if req.follow_on else None)
     messages, stats = build_messages(
         req.history,
         req.new,
@@ -299,17 +299,49 @@ async def run_turn(
         in_reply_to,
         reply_place(start["seq"]),
         tuple(matching.matches.items()),
+        follow_on=req.follow_on,
     )
     stream.end_reply(row, **end)
     handed = tuple(note for note in notes if note)
     trace = TurnTrace(
-        reply, started, tuple(in_reply_to), context, handed, tuple(tools.calls), error
+        reply,
+        started,
+        tuple(in_reply_to),
+        context,
+        handed,
+        tuple(e.id for e in loose.chosen),
+        tuple(e.id for e in loose.threads),
+        tuple(tools.calls),
+        error,
     )
     stream.traces.append(trace)
     _count_echoes(rt, req, guard)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
-    mailbox.tell(TurnEnded(turn, matched=_matched(req, matching)))
-    rt.jobs.start(note_after(rt, req, turn, ends), "noting loose ends")
+    lull = not req.follow_on and winding_down(req, matching)
+    mailbox.tell(
+        TurnEnded(
+            turn,
+            matched=_matched(req, matching),
+            lull=lull,
+            follow_on=req.follow_on,
+            handles=req.handles,
+        )
+    )
+    if rt.settings.reply_matching:
+        rt.jobs.start(note_after(rt, req, turn, ends), "noting loose ends")
+
+
+async def _gather(
+    rt: Runtime, req: TurnRequest, generation: int | None
+) -> tuple[Context, Matching, OpenEnds]:
+    """The context, and what the says answer with the loose ends to note: matched while the
+    context is gathered, so a judgement costs the reply no extra wait. With reply matching
+    off, the context alone, as before there was any."""
+    if not rt.settings.reply_matching:
+        return await _context(rt, req, generation), UNMATCHED, NO_ENDS
+    return await asyncio.gather(
+        _context(rt, req, generation), match_replies(rt, req), read_open(rt, req)
+    )
 
 
 def _tell_replies_to(stream: ConversationStream, matching: Matching) -> None:

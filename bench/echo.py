@@ -22,13 +22,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import re
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +35,14 @@ import orjson
 from aiohttp import web
 
 from actors.echo import EchoGuard, sources_for
-from bench.flap import percentiles
-from providers.event_loop import run as run_on_loop
-from transport.app import build_app
-from transport.config import Settings
-from transport.eval_turns import Case, case_turns, pieces, read_cases
+from bench.in_process import finish, on_against_off, servers, serving
+from transport.eval_cases import Case, case_turns
+from transport.eval_turns import pieces, read_cases
 from transport.memory_cli import database
 
 CASES = Path(__file__).resolve().parent.parent / "tests" / "data" / "turn_cases.jsonl"
-HOST = "127.0.0.1"
 SECRET = "bench-echo-secret-of-at-least-32-bytes"
+GUARD = {"on": {"echo_guard": True}, "off": {"echo_guard": False}}
 
 
 class ScriptedModel:
@@ -78,20 +74,6 @@ class ScriptedModel:
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
     choice = {"index": 0, "delta": delta, "finish_reason": finish}
     return b"data: " + orjson.dumps({"choices": [choice]}) + b"\n\n"
-
-
-@contextlib.asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    """`app` on a free port of 127.0.0.1; yields its base URL."""
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, HOST, 0)
-    await site.start()
-    try:
-        host, port = runner.addresses[0][:2]
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
 
 
 def model_app(model: ScriptedModel) -> web.Application:
@@ -141,7 +123,7 @@ async def measure(args: argparse.Namespace, cases: list[Case]) -> dict[str, list
     async with (
         database(args, scratch=True) as dsn,
         serving(model_app(model)) as model_url,
-        guarded_servers(dsn, model_url + "/v1") as urls,
+        servers(dsn, SECRET, GUARD, llm_url=model_url + "/v1") as urls,
         aiohttp.ClientSession() as http,
     ):
         for round_ in range(args.rounds):
@@ -153,34 +135,17 @@ async def measure(args: argparse.Namespace, cases: list[Case]) -> dict[str, list
     return delays
 
 
-@contextlib.asynccontextmanager
-async def guarded_servers(dsn: str, llm_url: str) -> AsyncIterator[dict[str, str]]:
-    """Two stillhere servers on `dsn`, the echo guard on and off: their base URLs."""
-    async with contextlib.AsyncExitStack() as stack:
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-echo-")))
-        urls = {}
-        for mode in ("on", "off"):
-            settings = Settings(
-                db=dsn, data_dir=folder, secret=SECRET, llm_url=llm_url, echo_guard=mode == "on"
-            )
-            urls[mode] = await stack.enter_async_context(serving(build_app(settings)))
-        yield urls
-
-
 def report(
     args: argparse.Namespace, cases: list[Case], delays: dict[str, list[float]]
 ) -> dict[str, Any]:
-    ms = {
-        mode: {**percentiles(values), "max": round(max(values), 2)}
-        for mode, values in delays.items()
-    }
+    ms, hold = on_against_off(delays)
     held = [held_words(case) for case in cases]
     return {
         "cases": len(cases),
         "rounds": args.rounds,
         "rate_words_per_s": args.rate,
         "first_delta_ms": ms,
-        "hold_ms": {p: round(ms["on"][p] - ms["off"][p], 2) for p in ("p50", "p99")},
+        "hold_ms": hold,
         "held_words": {
             "replies_held": sum(1 for h in held if h),
             "p50": sorted(held)[len(held) // 2],
@@ -228,13 +193,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    result = run_on_loop(run(args), "uvloop")
-    print(table(result))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    return finish(parse_args(argv), run, table)
 
 
 if __name__ == "__main__":

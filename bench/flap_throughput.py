@@ -41,7 +41,8 @@ class Throughput:
         return self.turns / self.seconds if self.seconds > 0 else None
 
 
-async def _next(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+async def next_frame(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    """The next frame; ConnectionError when the link ends, RuntimeError on an `error`."""
     message = await asyncio.wait_for(ws.receive(), FRAME_TIMEOUT_S)
     if message.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
         raise ConnectionError(f"link ended: {message.type.name}")
@@ -51,25 +52,34 @@ async def _next(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
     return frame
 
 
-async def _connect(http: aiohttp.ClientSession, url: str) -> aiohttp.ClientWebSocketResponse:
+async def connect(
+    http: aiohttp.ClientSession, url: str, device: str | None = None, **hello: Any
+) -> tuple[aiohttp.ClientWebSocketResponse, dict[str, Any]]:
+    """A bare phone's link: connected, hello said (a new device unless given, and any
+    other hello fields), and its welcome."""
     ws = await http.ws_connect(url)
-    device = "tput-" + secrets.token_urlsafe(24)
-    await ws.send_str(orjson.dumps({"type": "hello", "v": 1, "device": device}).decode())
-    while (await _next(ws))["type"] != "welcome":
+    device = device or "tput-" + secrets.token_urlsafe(24)
+    frame = {"type": "hello", "v": 1, "device": device, **hello}
+    await ws.send_str(orjson.dumps(frame).decode())
+    while (welcome := await next_frame(ws))["type"] != "welcome":
         pass
-    return ws
+    return ws, welcome
+
+
+async def say(ws: aiohttp.ClientWebSocketResponse, text: str) -> int:
+    """Send a say; read until the `reply.end` after it; the deltas it took."""
+    await ws.send_str(orjson.dumps({"type": "say", "id": uuid.uuid4().hex, "text": text}).decode())
+    deltas = 0
+    while (kind := (await next_frame(ws))["type"]) != "reply.end":
+        deltas += kind == "reply.delta"
+    return deltas
 
 
 async def _turns(ws: aiohttp.ClientWebSocketResponse, k: int, out: Throughput | None) -> None:
     """K turns back to back; timed into `out` (None: a warm-up, not counted)."""
     for n in range(k):
-        id_ = uuid.uuid4().hex
-        text = f"Throughput message {n}, plain words and nothing more."
         sent = time.perf_counter()
-        await ws.send_str(orjson.dumps({"type": "say", "id": id_, "text": text}).decode())
-        deltas = 0
-        while (kind := (await _next(ws))["type"]) != "reply.end":
-            deltas += kind == "reply.delta"
+        deltas = await say(ws, f"Throughput message {n}, plain words and nothing more.")
         if out is not None:
             out.deltas += deltas
             out.turn_ms.append((time.perf_counter() - sent) * 1000.0)
@@ -92,9 +102,10 @@ async def measure(
     url = base_url + "/v1/ws"
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as http:
-        links = await asyncio.wait_for(
-            asyncio.gather(*(_connect(http, url) for _ in range(phones))), timeout
+        opened = await asyncio.wait_for(
+            asyncio.gather(*(connect(http, url) for _ in range(phones))), timeout
         )
+        links = [ws for ws, _ in opened]
         try:
             await asyncio.wait_for(
                 asyncio.gather(*(_turns(ws, warmup, None) for ws in links)), timeout

@@ -146,12 +146,14 @@ def start(
     rate: float,
     event_loop: str = "uvloop",
     extra: list[str] | None = None,
+    port: int | None = None,
 ) -> Server:
-    """Start one server in `root/<name>` on a free port of 127.0.0.1, on `event_loop`
-    (every server of a run on the same one, so the comparison is of designs)."""
+    """Start one server in `root/<name>` on `port` (default a free one) of 127.0.0.1, on
+    `event_loop` (every server of a run on the same one, so the comparison is of designs).
+    Started again in the same `root`, it takes up the same data, and its log goes on."""
     home = root / name
     home.mkdir(parents=True, exist_ok=True)
-    port, log_path = free_port(), home / "server.log"
+    port, log_path = port or free_port(), home / "server.log"
     data_dir: Path | None = home / "data"
     timing = ["--rehearsal-latency", f"{latency}", "--rehearsal-rate", f"{rate}"]
     if name == "stillhere":
@@ -169,7 +171,7 @@ def start(
     else:
         raise ValueError(f"unknown server {name!r}")
     command += ["--event-loop", event_loop, *(extra or [])]
-    with log_path.open("wb") as log:
+    with log_path.open("ab") as log:
         proc = subprocess.Popen(
             command,
             cwd=PROJECT,

@@ -20,6 +20,9 @@ import orjson
 
 from providers.http import ApiClient, excerpt
 
+# One embeddings API call, in all: the back-fill pass and a search wait this long at most.
+DEFAULT_TIMEOUT_S = 30.0
+
 # Below this norm a vector has no direction: normalising it would turn noise into a
 # fingerprint that matches anything.
 _MIN_NORM = 1e-12
@@ -108,7 +111,7 @@ class OpenAIEmbeddings:
         model: str,
         key: str | None = None,
         *,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
         dim: int | None = None,
         batch_size: int = 64,
     ) -> None:

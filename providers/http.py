@@ -60,9 +60,23 @@ class ApiClient:
                 "timeout", self.scrub(f"{self.endpoint} timed out: {describe(exc)}")
             ) from None
         except aiohttp.ClientError as exc:
-            # Refused, reset or dropped mid-answer: the call can only be retried.
+            # Refused, reset or dropped before an answer began: the call can only be retried.
             raise error(
                 "connect", self.scrub(f"cannot reach {self.endpoint}: {describe(exc)}")
+            ) from None
+
+    @contextlib.contextmanager
+    def answer_cut(self, error: ErrorType) -> Iterator[None]:
+        """Inside `network_failures`, once an answer began: the endpoint was reached, so a
+        connection lost now is `stream_cut`, not `connect` (a stall stays a `timeout`)."""
+        try:
+            yield
+        except TimeoutError:
+            raise
+        except aiohttp.ClientError as exc:
+            raise error(
+                "stream_cut",
+                self.scrub(f"{self.endpoint} broke off its answer: {describe(exc)}"),
             ) from None
 
 

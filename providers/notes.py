@@ -5,6 +5,8 @@ answers, which notes it was handed.
 """
 
 CUT_MARK = " [cut off here: the person interrupted]"
+# In place of a reply the person interrupted before it had a word: no empty assistant turn.
+NOTE_CUT_BEFORE_WORDS = "The person interrupted you before you had said anything in reply."
 NOTE_INTERRUPTED = (
     "Your previous reply was interrupted by the person and cut off where it ends above. "
     "Do not pretend it was complete, and do not simply carry on with it."
@@ -26,3 +28,10 @@ LOOSE_ENDS = "LOOSE ENDS (data)"
 LOOSE_PERSON = "Points of theirs you have not addressed yet:"
 LOOSE_ASSISTANT = "Your own questions still unanswered (raise one only if it fits now):"
 LOOSE_THREADS = "Open threads you may come back to later:"
+# Follow-ons (actors/follow_on.py): the last note of a message the assistant sends unasked.
+FOLLOW_ON = (
+    "FOLLOW-ON (data): the person is winding the topic down and has not written since your "
+    "last message. Send one short message of your own now: pick up something you still "
+    "wanted to say (one of the loose ends or open threads above, if any). Do not answer "
+    "their last message again, and do not ask whether they are still there."
+)

@@ -62,9 +62,10 @@ class OpenAIChat:
                 if not 200 <= response.status < 300:
                     raise api.http_error(ModelError, response.status, await response.read())
                 calls = _ToolCallAssembler()
-                async for payload in _sse_data(response):
-                    for event in self._parse_chunk(payload, calls):
-                        yield event
+                with api.answer_cut(ModelError):
+                    async for payload in _sse_data(response):
+                        for event in self._parse_chunk(payload, calls):
+                            yield event
                 for call in calls.finish():
                     yield call
 

@@ -20,6 +20,8 @@ import orjson
 from providers.chat import ChatEvent, ChatMessage, TextDelta, ToolCall, ToolSpec
 from providers.notes import (
     CUT_MARK,
+    FOLLOW_ON,
+    LOOSE_ENDS,
     NOTE_DURING_REPLY,
     NOTE_INTERRUPTED,
     REPLY_ASK,
@@ -38,6 +40,7 @@ _END = r"[.!?,;:\s]*$"
 _APOS = "['\u2019]"  # voice transcripts often write a curly apostrophe
 _NAME = r"([^\W\d_][\w'-]*)"
 _FLAGS = re.IGNORECASE | re.DOTALL
+_QUOTED = re.compile(r'"[^"]*"')
 
 _REMEMBER = re.compile(_LEAD + r"(?:(?:note|remember)\s+that|remember)\s+(.+?)" + _END, _FLAGS)
 _REMIND = re.compile(_LEAD + r"remind\s+me\s+to\s+(.+?)" + _END, _FLAGS)
@@ -45,6 +48,8 @@ _RECALL = re.compile(
     _LEAD + r"(?:what\s+do\s+you\s+(?:know|remember)\s+about|do\s+you\s+remember)\s+(.+?)" + _END,
     _FLAGS,
 )
+_PAGE = re.compile(_LEAD + r"show\s+me\s+a\s+page\s+(?:about|on)\s+(.+?)" + _END, _FLAGS)
+_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
 _WHEN = re.compile(r"\s(?:on|at|by|next)\s|\s(?:tomorrow|tonight)\b", re.IGNORECASE)
 _GREETING = r"^(?:(?:hi|hello|hey)[,!]?\s+)?"
 _SPEAKER_EXPLICIT = (
@@ -104,6 +109,18 @@ def _remind(text: str) -> _Intent | None:
     )
 
 
+def _page(text: str) -> _Intent | None:
+    """ "Show me a page about the Bristol weather": a page (never a memory), titled with the
+    topic's last three words at most (no leading article), as the tool wants a short title."""
+    match = _PAGE.match(text)
+    if match is None:
+        return None
+    topic = _clean(match.group(1))
+    title = " ".join(_ARTICLE.sub("", topic).split()[-3:])
+    body = f"A page about {topic}, to read now; shown by the rehearsal model, never remembered."
+    return _Intent("show_page", {"title": title[:1].upper() + title[1:], "body": body})
+
+
 def _recall(text: str) -> _Intent | None:
     """ "What do you know about Owen?": a search of the person's memories."""
     match = _RECALL.match(text)
@@ -129,6 +146,7 @@ def _speaker(text: str) -> _Intent | None:
 
 
 _RECOGNISERS: tuple[Callable[[str], _Intent | None], ...] = (
+    _page,
     _remind,
     _remember,
     _recall,
@@ -182,6 +200,18 @@ def _clarify(note: str) -> str | None:
     return f"{PREFIX}Sorry, which did you mean: {unclear.group(1)}?"
 
 
+def _follow_on(messages: list[ChatMessage]) -> str:
+    """A follow-on picks up the first loose end or open thread it was handed, by its words."""
+    note = next(
+        (m.content for m in messages if m.role == "system" and m.content.startswith(LOOSE_ENDS)),
+        "",
+    )
+    picked = _QUOTED.search(note)
+    if picked is None:
+        return f"{PREFIX}One more thing: I enjoyed this. Talk soon!"
+    return f"{PREFIX}One more thing, about {picked.group(0)}: tell me more when you like."
+
+
 def _new_start(messages: list[ChatMessage]) -> int:
     """Index of the trailing run of user messages: the turn's new messages."""
     start = len(messages)
@@ -225,6 +255,8 @@ def _confirm(call: ToolCall, result: str) -> str:
     if call.name == "schedule_reminder":
         text, when = _clean(str(args.get("text", ""))), _clean(str(args.get("when", "")))
         return f"I'll remind you to {text} ({when or 'unspecified'})."
+    if call.name == "show_page":
+        return f"Here is a page: {_clean(str(args.get('title', '')))}."
     if call.name == "set_speaker":
         name = str(args.get("name") or "").strip()
         if not name:
@@ -277,6 +309,8 @@ def _answer(messages: list[ChatMessage], tools: list[ToolSpec]) -> str | _Intent
     intent = _intent(last, {t.name for t in tools})
     if intent is not None:
         return intent
+    if _has_note(messages, FOLLOW_ON):
+        return _follow_on(messages)
     note = _reply_context(messages)
     asked = _clarify(note) if note else None
     return asked or _question(last) or _story(last) or _echo(messages, start)

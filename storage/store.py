@@ -18,6 +18,7 @@ from storage.context import ContextReads
 from storage.event_log import EventLog
 from storage.loose_ends import LooseEndStore
 from storage.migrate import migrate
+from storage.moods import MoodStore
 from storage.pool import open_pool
 from storage.records import (
     LAST_FIRST,
@@ -46,11 +47,14 @@ FROM turns t WHERE t.person = $1 AND t.client_id = $2
 """
 
 
-# A conversation's last activity is its last turn's time. Says only lock the conversation's
-# row (`say_log`), so its `last_activity` holds the start until the archive writes this. For
-# a query whose `conversations` row is aliased `c`.
+# A conversation's last activity is its last turn's time, follow-ons aside (the assistant
+# speaking on its own is not the person's activity), or a resent say's arrival if later
+# (`say_log` writes that onto the row). Stored says only lock the conversation's row, so its
+# `last_activity` holds the start (or the last resend) until the archive writes this. For a
+# query whose `conversations` row is aliased `c`.
 _ACTIVITY = f"""greatest(c.last_activity, (
-    SELECT t.at FROM turns t WHERE t.conversation = c.id ORDER BY {LAST_FIRST} LIMIT 1
+    SELECT t.at FROM turns t WHERE t.conversation = c.id AND NOT t.follow_on
+    ORDER BY {LAST_FIRST} LIMIT 1
 ))"""
 
 
@@ -91,6 +95,7 @@ class Store:
         self.says = SayLog(pool)  # says, group-committed
         self.rules = RuleStore(pool)  # personal rules, edited over HTTP
         self.loose_ends = LooseEndStore(pool)  # what exchanges left unaddressed
+        self.moods = MoodStore(pool)  # the assistant's fondness for each person
 
     @classmethod
     async def open(cls, dsn: str, *, max_size: int = 10) -> Store:
@@ -105,6 +110,10 @@ class Store:
 
     async def close(self) -> None:
         await self._pool.close()
+
+    async def ping(self) -> None:
+        """One trivial query: PostgreSQL is reachable (the caller bounds the wait)."""
+        await self._pool.fetchval("SELECT 1")
 
     # -- conversations ------------------------------------------------------------------
 

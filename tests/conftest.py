@@ -25,9 +25,8 @@ from storage.store import Store
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.fakes.openai_server import FakeOpenAI
 from tests.memory_support import Script, close_memory, fake_server, open_memory, scripted
-from transport.app import build_app
+from transport.app import build_app, runner_options
 from transport.config import Settings
-from transport.logs import AccessLogger
 from transport.server import SERVER_KEY, Server
 
 
@@ -171,8 +170,9 @@ class Harness:
             **overrides,
         )
         app = build_app(settings, clock=self.clock)
-        self.test_server = TestServer(app, access_log_class=AccessLogger)
-        await self.test_server.start_server()
+        self.test_server = TestServer(app)
+        # start_server's options reach the runner; TestServer's own drops them silently.
+        await self.test_server.start_server(**runner_options(settings))
         return self
 
     async def stop(self) -> None:

@@ -109,3 +109,32 @@ def test_search(tmp_path: Path) -> None:
         for clock in ("ms", "cpu_ms"):
             assert set(size[f"{subject}_{clock}"]) >= PERCENTILES, (subject, clock)
     assert report["queries"] == 2 and report["targets"] == []
+
+
+@pytest.mark.timeout(100)
+def test_slow_readers(tmp_path: Path) -> None:
+    args = ["--phones", "3", "--says", "2", "--pause", "0.1", "--link-buffer", "64KB"]
+    report = run_bench("slow_readers", args, tmp_path, {0})
+
+    assert (report["phones"], report["link_buffer_bytes"]) == (3, 65536)
+    assert report["reading"]["ends"] == {"read": 3, "open": 0, "cut": 0}
+    stalled = report["stalled"]
+    assert sum(stalled["ends"].values()) == 3 and stalled["ends"]["read"] == 0
+    assert stalled["cut_by_server"] >= 0 and stalled["errors"] == 0
+    for fleet in (report["reading"], stalled):
+        assert fleet["peak_rss_mb"] >= fleet["idle_rss_mb"] > 0
+    assert "held_over_baseline" in report and report["server_stop"]["log_problems"] == 0
+
+
+@pytest.mark.timeout(100)
+def test_hello_flood(tmp_path: Path) -> None:
+    args = ["--phones", "4", "--resumes", "2", "--flooders", "3", "--address-limit", "2"]
+    report = run_bench("hello_flood", args, tmp_path, {0})
+
+    for phase in ("alone", "flooded"):
+        assert report[phase]["errors"] == 0, report[phase]
+        assert set(report[phase]["resume_ms"]) >= PERCENTILES
+        assert report[phase]["resume_ms"]["n"] == 8
+    flooded = report["flooded"]
+    assert flooded["flood_hellos_per_s"] > 0 and flooded["flood_refused_per_s"] > 0
+    assert report["p99_over_baseline"] is not None

@@ -17,13 +17,14 @@ def _parse(argv: list[str]) -> Settings:
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("90s", 90), ("30m", 1800), ("2h", 7200), ("250ms", 0.25), ("45", 45)]
+    ("text", "seconds"),
+    [("90s", 90), ("30m", 1800), ("2h", 7200), ("250ms", 0.25), ("45", 45), ("7d", 604800)],
 )
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "soon", "5 minutes", "-3s", "1d"])
+@pytest.mark.parametrize("text", ["", "soon", "5 minutes", "-3s", "1w"])
 def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
         parse_duration(text)

@@ -1,6 +1,7 @@
-"""`stillhere eval turns` on the shipped labelled cases: the report's shape and the echo
-guard's targets (no wrong cut, at least 95% of echoes caught), which are correctness
-figures, not timings."""
+"""`stillhere eval turns` on the shipped labelled cases: the report's shape, the echo guard's
+targets (no wrong cut, at least 95% of echoes caught), which are correctness figures, not
+timings, and reply matching scored as the turn would go on, with the rehearsal analysis or
+a fake analysis model over HTTP."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.fakes.analysis_server import Down, FakeAnalysis
 from transport import eval_turns
 from transport.cli import _parser
+from transport.eval_cases import Case
 
 CASES = Path(__file__).parent / "data" / "turn_cases.jsonl"
 ECHO_KINDS = {
@@ -22,6 +25,17 @@ ECHO_KINDS = {
     "echo/quote",
 }
 FIGURES = {"cases", "echoes", "cuts", "right", "wrong", "missed", "caught", "asked_again"}
+MATCH_KINDS = {"match/latest", "match/earlier", "match/new", "match/unclear"}
+MATCH_FIGURES = {
+    "cases",
+    "right",
+    "accuracy",
+    "skipped",
+    "skipped_share",
+    "asked",
+    "asked_accuracy",
+    "failed",
+}
 
 
 async def evaluate(*argv: str) -> int:
@@ -34,7 +48,8 @@ async def test_the_shipped_cases_meet_the_echo_targets(tmp_path: Path) -> None:
     assert await evaluate("--cases", str(CASES), "--json", str(out)) == 0
     report = orjson.loads(out.read_bytes())
     echo = report["echo"]
-    assert report["cases"] == echo["cases"] >= 100
+    assert report["cases"] == echo["cases"] + report["match"]["cases"]
+    assert echo["cases"] >= 100
     assert set(echo["kinds"]) == ECHO_KINDS
     assert all(set(figures) >= FIGURES for figures in echo["kinds"].values())
     assert set(echo) >= FIGURES and echo["targets"] == {"wrong": 0, "caught": 0.95}
@@ -45,7 +60,7 @@ async def test_the_shipped_cases_meet_the_echo_targets(tmp_path: Path) -> None:
 
 
 def test_how_a_reply_is_split_does_not_change_any_outcome() -> None:
-    cases = eval_turns.read_cases(CASES)
+    cases = [c for c in eval_turns.read_cases(CASES) if c.family == "echo"]
     for case in cases:
         shown = {eval_turns.run_echo_case(case, size).shown for size in (0, 1, 2, 5)}
         assert len(shown) == 1, case.where
@@ -65,7 +80,26 @@ async def test_the_table_shows_each_kind(capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.parametrize(
     ("line", "error"),
     [
-        ('{"kind": "match/answers_latest"}', "no evaluator for 'match/answers_latest'"),
+        ('{"kind": "turn/latest"}', "no evaluator for 'turn/latest'"),
+        (
+            '{"kind": "match/sideways", "turns": [{"role": "user", "text": "hi"}]}',
+            "match kinds are latest, earlier, new, unclear",
+        ),
+        (
+            '{"kind": "match/latest", "turns": [{"role": "user", "text": "hi"}, '
+            '{"role": "assistant", "text": "Hello!"}], "answers": "Hello!"}',
+            "turns must end with the say",
+        ),
+        (
+            '{"kind": "match/latest", "turns": [{"role": "assistant", "text": "Hello!"}, '
+            '{"role": "user", "text": "hi"}], "answers": "Goodbye!"}',
+            "answers needs an assistant text of the case",
+        ),
+        (
+            '{"kind": "match/unclear", "turns": [{"role": "assistant", "text": "Tea?"}, '
+            '{"role": "user", "text": "yes"}], "unclear": ["Tea?"]}',
+            "unclear needs two or more assistant texts",
+        ),
         ('{"reply": "hi"}', 'needs a "kind"'),
         ("not json", "not JSON"),
         ('{"kind": "echo/quote", "turns": [], "reply": "hi"}', "needs reply and shown"),
@@ -79,3 +113,68 @@ async def test_a_bad_line_is_named(
     assert await evaluate("--cases", str(cases)) == 2
     printed = capsys.readouterr().out
     assert error in printed and f"{cases}:1" in printed
+
+
+# -- reply matching --------------------------------------------------------------------------
+
+
+def match_cases() -> list[Case]:
+    return [c for c in eval_turns.read_cases(CASES) if c.family == "match"]
+
+
+async def test_the_shipped_match_cases_are_scored_by_kind_and_language(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    assert await evaluate("--cases", str(CASES), "--json", str(out)) == 0
+    match = orjson.loads(out.read_bytes())["match"]
+    assert match["cases"] >= 150 and match["analysis"].startswith("rehearsal")
+    assert set(match["kinds"]) == MATCH_KINDS and set(match["languages"]) == {"en", "fr"}
+    for figures in [match, *match["kinds"].values(), *match["languages"].values()]:
+        assert set(figures) >= MATCH_FIGURES
+        assert figures["accuracy"] == round(figures["right"] / figures["cases"], 4)
+        assert figures["skipped"] + figures["asked"] == figures["cases"]
+    assert sum(k["cases"] for k in match["kinds"].values()) == match["cases"]
+    assert len(match["failures"]) == match["cases"] - match["right"]
+    assert match["failed"] == 0  # the rehearsal analysis always answers
+    # One candidate just before the say: decided without asking, and it answers it.
+    assert match["kinds"]["match/latest"]["skipped"] > 0
+    assert match["kinds"]["match/earlier"]["skipped"] == 0
+
+
+async def test_an_analysis_that_always_says_latest_gets_only_the_latest_right(
+    tmp_path: Path,
+) -> None:
+    """The fake's neutral answer: every say answers the latest message. So the evaluator
+    must score exactly the `latest` cases right, and none that answer anything else."""
+    out = tmp_path / "report.json"
+    async with FakeAnalysis() as fake:
+        code = await evaluate("--cases", str(CASES), "--analysis-url", fake.url, "--json", str(out))
+        asked = len(fake.tasks("reply-matching"))
+    assert code == 0
+    match = orjson.loads(out.read_bytes())["match"]
+    kinds = match["kinds"]
+    assert match["analysis"].startswith("openai-compatible") and match["failed"] == 0
+    assert asked == match["asked"]
+    assert kinds["match/latest"]["accuracy"] == 1.0
+    assert kinds["match/earlier"]["right"] == kinds["match/unclear"]["right"] == 0
+    new = kinds["match/new"]
+    assert new["right"] == 0 and new["asked"] == new["cases"]
+
+
+async def test_an_analysis_that_fails_reads_as_the_latest_and_is_counted(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    async with FakeAnalysis(default=lambda _: Down()) as fake:
+        code = await evaluate("--cases", str(CASES), "--analysis-url", fake.url, "--json", str(out))
+    assert code == 0
+    match = orjson.loads(out.read_bytes())["match"]
+    assert match["failed"] == match["asked"] > 0
+    assert match["kinds"]["match/latest"]["accuracy"] == 1.0
+    assert match["kinds"]["match/earlier"]["right"] == 0
+
+
+async def test_the_table_shows_the_analysis_and_each_match_kind(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert await evaluate("--cases", str(CASES)) == 0
+    printed = capsys.readouterr().out
+    assert "reply matching by rehearsal" in printed
+    assert all(kind in printed for kind in MATCH_KINDS)

@@ -46,6 +46,18 @@ KEPT_APART = [
     ("slot", fact("I am allergic to cats."), fact("Je suis allergique aux chiens.")),
     ("slot", fact("Ma sœur habite à Lyon."), fact("Ma sœur habite à Nantes.")),
     ("slot", fact("Owen is 34.", "owen"), fact("Owen is 43.", "owen")),
+    ("slot", fact("Hannah is allergic to cats."), fact("Hannah is allergic to peanuts.")),
+    ("slot", fact("Hannah a peur de l'avion."), fact("Hannah a peur des araignées.")),
+    (
+        "subject",
+        fact("Grandma Rose knits scarves for the grandchildren.", "rose"),
+        fact("The grandchildren knit scarves for Grandma Rose.", "rose"),
+    ),
+    (
+        "subject",
+        fact("Léa appelle sa mère le dimanche.", "léa"),
+        fact("Sa mère appelle Léa le dimanche.", "léa"),
+    ),
 ]
 
 RESTATED = [
@@ -61,6 +73,12 @@ RESTATED = [
     (fact("I'm allergic to cats."), fact("I am allergic to cats.")),
     (fact("The wifi password is on the fridge."), fact("The wi-fi password is on the fridge.")),
     (fact("Mon frère s'est marié en juin."), fact("Mon frère a épousé sa compagne en juin.")),
+    (fact("Owen has two kids and a dog.", "owen"), fact("Owen has 2 kids and a dog.", "owen")),
+    (fact("Hannah drives a blue Fiat 500."), fact("Hannah's car is a blue Fiat 500.")),
+    (fact("Owen's dog is called Biscuit.", "owen"), fact("Owen's dog's name is Biscuit.", "owen")),
+    (fact("In August we go to Crete."), fact("We go to Crete in August.")),
+    (fact("Owen loves Maya.", "owen", "maya"), fact("Maya is loved by Owen.", "owen", "maya")),
+    (fact("My brother Owen lives in Bristol."), fact("Mon frère Owen habite Bristol.")),
 ]  # fmt: skip
 
 

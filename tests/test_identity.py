@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import Harness, Phone
 from transport.cli import main
-from transport.identity import Identity, Unauthorized
+from transport.identity import TOKEN_LEEWAY_S, Identity, Unauthorized
 
 TABLES = ("conversations", "turns", "events", "cards", "reminders")
 # The short secrets are the test's own; PyJWT would warn about each one.
@@ -46,7 +46,7 @@ REFUSED: list[tuple[str, Callable[[Identity], dict[str, Any]]]] = [
         "token of another secret",
         lambda _: {"token": Identity("another-secret-of-at-least-32-bytes").issue("hannah")},
     ),
-    ("expired token", lambda ours: {"token": ours.issue("hannah", ttl_s=-10)}),
+    ("expired token", lambda ours: {"token": ours.issue("hannah", ttl_s=-TOKEN_LEEWAY_S - 10)}),
     ("bad token beside a good device", lambda _: {"token": "garbage", "device": "d" * 30}),
 ]
 
@@ -133,7 +133,7 @@ async def test_secrets_never_in_the_clear(
     await harness.start()
     device = secrets.token_urlsafe(24)
     token = server_identity(harness).issue("hannah")
-    expired = server_identity(harness).issue("hannah", ttl_s=-10)
+    expired = server_identity(harness).issue("hannah", ttl_s=-TOKEN_LEEWAY_S - 10)
 
     by_device = await harness.phone(device)
     await by_device.say("Note that Owen arrives Friday evening.")

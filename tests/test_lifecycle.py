@@ -11,7 +11,7 @@ import pytest
 
 from actors import archive
 from actors.conversation import ConversationActor
-from actors.messages import TurnEnded
+from actors.messages import Attach, TurnEnded
 from storage.records import Turn
 from tests.conftest import Harness, HeldReplies, Phone, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -144,6 +144,33 @@ async def test_the_sweep_archives_idle_conversations_live_or_left_behind(
     await eventually(lambda: live.ws is not None and live.ws.closed)  # bye ends the link
     assert [r["status"] for r in await _conversations(db)] == ["archived", "archived"]
     assert len(harness.server.directory) == 0
+
+
+async def test_a_conversation_kept_alive_by_resends_is_not_archived_inside_its_window(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    await harness.start()
+    phone = await harness.phone()
+    first = await phone.say("is the train on time?", "s1")
+    await phone.reply()
+    harness.clock.advance(20 * 60)
+    again = await phone.say("is the train on time?", "s1")  # the outbox resends it
+    resent_at = harness.clock.now()
+    harness.clock.advance(20 * 60)  # 40 min since the last turn, 20 since the resend
+
+    assert again["seq"] == first["seq"]  # the same ack: nothing new was stored
+    assert (await harness.sweep())["archived"] == 0
+    live = harness.server.directory.get(harness.person(phone))
+    assert live is not None and (await live.ask(Attach)).last_activity == resent_at
+    await phone.close()
+    await harness.stop()  # and a restarted server counts it the same way
+    await harness.start()
+    back = await harness.phone(phone.device)
+    assert back.welcome["resumed"] is True and back.welcome["age_s"] == 20 * 60
+    await back.close()
+    harness.clock.advance(10 * 60 + 1)
+    assert (await harness.sweep())["archived"] == 1
+    assert [r["status"] for r in await _conversations(db)] == ["archived"]
 
 
 async def test_an_unlinked_actor_is_parked_and_rehydrated(

@@ -16,12 +16,14 @@ from aiohttp import web
 from actors.stream import ConversationStream
 from providers.event_loop import run
 from storage.store import Store
-from tests.conftest import Harness, eventually
+from tests.conftest import Harness, Phone, eventually
 from tests.sse_client import SseClient
+from transport.config import Limits
 from transport.link import QueuedLink
 
 FRAMES = 60
 TEXT = "x" * 20_000  # 60 frames of 20 KB: far more than the socket's buffers hold
+BIG_BUFFER = 8 << 20  # a link buffer that holds them all: these phones are slow, not gone
 
 
 def _send_buffer(link: QueuedLink, size: int) -> None:
@@ -74,15 +76,20 @@ async def _more(harness: Harness, person: str) -> list[int]:
     return seqs
 
 
+async def phone_and_link(harness: Harness) -> tuple[Phone, QueuedLink, Any]:
+    """A new phone, its link on the server, and its own (client) transport."""
+    phone = await harness.phone()
+    link = _only_link(harness, harness.person(phone))
+    assert phone.ws is not None
+    return phone, link, phone.ws._response.connection.transport  # type: ignore[union-attr]
+
+
 async def test_a_websocket_phone_that_stops_reading_gets_everything_later(
     harness: Harness,
 ) -> None:
-    await harness.start()
-    phone = await harness.phone()
+    await harness.start(limits=Limits(link_buffer=BIG_BUFFER))
+    phone, link, client_transport = await phone_and_link(harness)
     person = harness.person(phone)
-    link = _only_link(harness, person)
-    assert phone.ws is not None
-    client_transport = phone.ws._response.connection.transport  # type: ignore[union-attr]
     _stall(client_transport, link)
     seqs = await _flood(harness, person, link)
     _unstall(client_transport, link)
@@ -96,7 +103,7 @@ async def test_a_websocket_phone_that_stops_reading_gets_everything_later(
 async def test_frames_of_every_length_reach_a_websocket_phone_whole(harness: Harness) -> None:
     """One frame per length class of a WebSocket header: under 126 bytes, under 64 KiB, and
     above it (an 8-byte length)."""
-    await harness.start()
+    await harness.start(limits=Limits(link_buffer=BIG_BUFFER))
     phone = await harness.phone()
     live = harness.server.directory.get(harness.person(phone))
     assert live is not None
@@ -109,7 +116,7 @@ async def test_frames_of_every_length_reach_a_websocket_phone_whole(harness: Har
 async def test_an_event_stream_phone_that_stops_reading_gets_everything_later(
     harness: Harness,
 ) -> None:
-    await harness.start()
+    await harness.start(limits=Limits(link_buffer=BIG_BUFFER))
     client = SseClient(harness.http, harness.url)
     stream = await client.open()
     await stream.expect("welcome")
@@ -134,7 +141,7 @@ class ScriptedLink(QueuedLink):
     kind = "scripted"
 
     def __init__(self) -> None:
-        super().__init__(None)
+        super().__init__(None, BIG_BUFFER)
         self.keeping_up = True
         self.released = asyncio.Event()
         self.wire: list[int] = []
@@ -153,6 +160,9 @@ class ScriptedLink(QueuedLink):
 
     async def close(self, code: int) -> None:
         pass
+
+    def closing_bytes(self, code: int) -> bytes:
+        return b""
 
 
 async def test_frames_of_one_loop_step_leave_in_one_write_at_its_end() -> None:
@@ -265,6 +275,9 @@ class RawLink(QueuedLink):
     async def close(self, code: int) -> None:
         pass
 
+    def closing_bytes(self, code: int) -> bytes:
+        return b""
+
 
 @pytest.mark.parametrize("kind", ["uvloop", "asyncio"])
 def test_frames_go_straight_out_on_either_loop(kind: str) -> None:
@@ -281,7 +294,7 @@ def test_frames_go_straight_out_on_either_loop(kind: str) -> None:
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         _, writer = await asyncio.open_connection("127.0.0.1", port)
-        link = RawLink(writer.transport)
+        link = RawLink(writer.transport, BIG_BUFFER)
         link.send({"bytes": b"hello"})
         got = await received.get()
         await link.drain()

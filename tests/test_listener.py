@@ -139,3 +139,29 @@ async def _serve_then_stop() -> bytes:
 
 def test_serve_answers_until_sigterm_then_stops() -> None:
     assert run(_serve_then_stop(), "uvloop").endswith(b"pong")
+
+
+async def _send_buffers(send_buffer: int) -> int:
+    """The kernel send buffer of a connection the site accepted, as the server sees it."""
+
+    async def sndbuf(request: web.Request) -> web.Response:
+        sock = request.transport.get_extra_info("socket")  # type: ignore[union-attr]
+        return web.Response(text=str(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)))
+
+    app = web.Application()
+    app.router.add_get("/ping", sndbuf)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        await AcceptingSite(runner, "127.0.0.1", 0, backlog=16, send_buffer=send_buffer).start()
+        answer = await asyncio.wait_for(_ask(runner.addresses[0][1]), timeout=10)
+        return int(answer.rsplit(b"\r\n\r\n", 1)[1])
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_the_socket_send_buffer_is_fixed_when_asked(kind: str) -> None:
+    """Linux doubles what is set (for its bookkeeping) and never autotunes it after."""
+    assert run(_send_buffers(32 * 1024), kind) == 2 * 32 * 1024
+    assert run(_send_buffers(0), kind) != 2 * 32 * 1024  # the kernel's own size

@@ -8,6 +8,7 @@ deterministic.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,7 +21,7 @@ from actors.clock import ManualClock
 from actors.memory.keeper import MemoryKeeper
 from actors.messages import Attach
 from tests.conftest import Harness
-from tests.fakes.embeddings_server import FakeEmbeddings
+from tests.fakes.embeddings_server import FakeEmbeddings, Late
 from tests.memory_support import MODEL, Script
 
 OWEN = {
@@ -166,6 +167,32 @@ async def test_calendar_fields_are_stored_and_an_all_day_time_is_its_date(api: A
     assert answer["memory"]["starts_at"] == "2026-05-23T00:00:00+00:00"
     assert answer["memory"]["all_day"] is True
     assert timed["memory"]["starts_at"] == "2026-05-20T14:00:00+00:00"
+
+
+async def test_a_slow_embedder_never_holds_the_request_the_memory_is_stored_first(
+    harness: Harness, fake_embeddings: FakeEmbeddings, db: asyncpg.Connection
+) -> None:
+    await harness.start(embed_url=fake_embeddings.url, embed_model=MODEL, fingerprint_wait=0.05)
+    api = Api(harness)
+    release = asyncio.Event()
+    fake_embeddings.queue(Late(release))
+
+    async with asyncio.timeout(10):  # answered while the embedder still holds the request
+        created = await api.create(OWEN)
+
+    row = await db.fetchrow("SELECT text, fingerprint, fingerprint_model FROM cards")
+    assert created["result"] == "created" and row["text"] == OWEN["text"]
+    assert row["fingerprint"] is None and row["fingerprint_model"] is None
+    release.set()
+    await until(lambda: db.fetchval("SELECT fingerprint_model FROM cards"), MODEL)
+    assert await found(api, OWEN["text"]) == [OWEN["text"]]
+
+
+async def until(read: Any, expected: Any) -> None:
+    """Wait until `read()` gives `expected`: for what the server finishes on its own."""
+    async with asyncio.timeout(10):
+        while await read() != expected:
+            await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize(

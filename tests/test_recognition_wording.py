@@ -16,7 +16,6 @@ from actors.memory.recognition import (
     Wording,
     reach,
     recognise,
-    tier,
     wording,
 )
 from actors.memory.values import conflict, content_words, plain
@@ -118,29 +117,10 @@ def test_words_are_compared_plain() -> None:
 # -- wording ----------------------------------------------------------------------------------
 
 
-def test_a_one_word_swap_is_seen() -> None:
-    cats, peanuts = fact("Hannah is allergic to cats."), fact("Hannah is allergic to peanuts.")
-    assert wording(cats, peanuts).one_word_swap
-    # A value spelled two ways is not a swap (the guard compares values)...
-    assert not wording(
-        fact("Owen has two kids and a dog"), fact("Owen has 2 kids and a dog")
-    ).one_word_swap
-    # ... nor is a sentence with too little kept around the change.
-    assert not wording(
-        fact("Maya's birthday is in June."), fact("Maya was born in June.")
-    ).one_word_swap
-    # ... nor a reworded one.
-    assert not wording(
-        fact("Léa is moving to Montreal in the autumn."),
-        fact("In the autumn Léa moves to Montreal."),
-    ).one_word_swap
-
-
 def test_a_one_word_swap_is_never_the_same_memory_and_not_a_contradiction() -> None:
     cats = fact("Hannah is allergic to cats.", themes=("health",))
     peanuts = fact("Hannah is allergic to peanuts.", themes=("health",))
     t = Thresholds(0.85, 0.70)
-    assert tier(peanuts, cats, 0.95, t) is None
     verdict = recognise(peanuts, [Candidate(stored(cats), Judged(0.95, "m", t))])
     assert verdict.match is None and verdict.contradicts == ()
     # The swapped one is passed over; a lower candidate may still be the memory.

@@ -22,6 +22,7 @@ TOOLS = [
     ToolSpec("remember", "Store a memory card.", OBJECT),
     ToolSpec("schedule_reminder", "Schedule a reminder.", OBJECT),
     ToolSpec("set_speaker", "Note who is talking.", OBJECT),
+    ToolSpec("show_page", "Show a page.", OBJECT),
 ]
 
 
@@ -216,7 +217,25 @@ async def test_speaker_phrasings(said: str, name: str) -> None:
     assert call == ToolCall("rehearsal-1", "set_speaker", {"name": name})
 
 
-@pytest.mark.parametrize("said", ["this is great", "Who's speaking?", "remind me"])
+@pytest.mark.parametrize(
+    ("said", "title"),
+    [
+        ("Show me a page about the Bristol weather.", "Bristol weather"),
+        ("show me a page on opening hours", "Opening hours"),
+        ("And show me a page about trains", "Trains"),
+    ],
+)
+async def test_page_phrasings(said: str, title: str) -> None:
+    call = await only_call(said)
+    assert call.name == "show_page" and call.arguments["title"] == title
+    assert call.arguments["body"].startswith("A page about ")
+    confirmed = await reply(after_tools(ToolCall("id-show_page", "show_page", call.arguments)))
+    assert confirmed == f"Here is a page: {title}."
+
+
+@pytest.mark.parametrize(
+    "said", ["this is great", "Who's speaking?", "remind me", "show me the way"]
+)
 async def test_lookalikes_are_not_tool_calls(said: str) -> None:
     text = await reply(window([], [said]))
     assert text.startswith(f'[rehearsal] You said "{said}".')

@@ -243,6 +243,26 @@ async def test_easy_cases_make_no_analysis_request(
     assert all("replies matched without the model (just before)" in line for line in lines[1:])
 
 
+async def test_reply_matching_off_asks_nothing_and_notes_nothing(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
+) -> None:
+    await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url, reply_matching=False)
+    fake_llm.queue(
+        Reply("How was your weekend?"), Reply("Did you finish that book?"), Reply("Lovely.")
+    )
+    phone = await harness.phone()
+    for text in ("hi", "brb, coffee?", "it was great, went hiking"):
+        await turn(phone, text)
+    await harness.recorded()
+    assert analysis.asked == []  # neither reply matching nor loose ends
+    assert not [f for f in phone.frames if f["type"] == "reply_to"]
+    assert not any(
+        m["role"] == "system" and REPLY_CONTEXT in m["content"]
+        for m in fake_llm.requests[-1]["messages"]
+    )
+    assert set((await counters(harness, "stillhere_reply_matching")).values()) == {0.0}
+
+
 @pytest.mark.parametrize(
     ("response", "reason"),
     [

@@ -69,9 +69,10 @@ async def test_the_search_path_is_never_taken_for_a_memory_id(hannah: Api) -> No
 @pytest.mark.parametrize(
     ("params", "words"),
     [
-        ({}, "q must be a non-empty string"),
-        ({"q": ""}, "q must be a non-empty string"),
-        ({"q": "   "}, "q must be a non-empty string"),
+        ({}, "q is missing"),
+        ({"q": ""}, "q is empty"),
+        ({"q": "   "}, "q holds only whitespace"),
+        ({"q": "ow\x00en"}, "q holds a NUL character (U+0000) at 2, which no text here may hold"),
         ({"q": "x" * 5_000}, "q is limited to 1000 characters"),
         ({"q": "owen", "limit": "0"}, "limit must be an integer from 1 to 50"),
         ({"q": "owen", "limit": "51"}, "limit must be an integer from 1 to 50"),
@@ -93,8 +94,8 @@ async def test_bad_queries_get_a_coded_error_and_change_nothing(
     ("body", "words"),
     [
         ({"q": "x" * 10_240}, "q is limited to 1000 characters"),
-        ({"q": 42}, "q must be a non-empty string"),
-        ({"q": ["owen"]}, "q must be a non-empty string"),
+        ({"q": 42}, "q must be a string, not a number"),
+        ({"q": ["owen"]}, "q must be a string, not a list"),
         ({"q": "owen", "limit": "5"}, "limit must be an integer from 1 to 50"),
         ({"q": "owen", "limit": True}, "limit must be an integer from 1 to 50"),
         ({"q": "owen", "limit": 2.5}, "limit must be an integer from 1 to 50"),

@@ -46,7 +46,7 @@ async def test_the_cli_refuses_an_empty_or_long_query(
     dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert await run("  ", "--person", HANNAH, "--db", dsn) == 2
-    assert "query must be a non-empty string" in capsys.readouterr().err
+    assert "query holds only whitespace" in capsys.readouterr().err
     assert await run("x" * 10_240, "--person", HANNAH, "--db", dsn) == 2
     assert "query is limited to 1000 characters" in capsys.readouterr().err
     with pytest.raises(SystemExit):

@@ -62,10 +62,10 @@ async def test_what_do_you_know_about_owen_is_answered_from_the_tool(
 @pytest.mark.parametrize(
     ("arguments", "words"),
     [
-        ({"query": ""}, "query must be a non-empty string"),
+        ({"query": ""}, "query is empty"),
         ({"query": "x" * 10_240}, "query is limited to 1000 characters"),
-        ({"query": 42}, "query must be a non-empty string"),
-        ({}, "query must be a non-empty string"),
+        ({"query": 42}, "query must be a string, not a number"),
+        ({}, "query is missing"),
         ({"query": "Owen", "limit": "3"}, "limit must be an integer from 1 to 20"),
         ({"query": "Owen", "limit": 0}, "limit must be an integer from 1 to 20"),
     ],

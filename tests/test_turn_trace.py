@@ -80,16 +80,17 @@ async def test_only_the_last_20_turns_are_kept_and_they_go_with_the_conversation
 
 
 async def test_the_trace_shows_the_open_threads_handed_beside_the_context(
-    harness: Harness, db: asyncpg.Connection
+    harness: Harness, db: asyncpg.Connection, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = await _start(harness)
     phone = await harness.phone()
     person = harness.person(phone)
     await phone.say("hello", "m0")
     await phone.reply()
-    await db.execute(
+    thread = await db.fetchval(
         "INSERT INTO loose_ends (id, person, conversation, by, kind, text, at) "
-        "VALUES (gen_random_uuid(), $1, $2, 'person', 'thread', 'the boiler quote', $3)",
+        "VALUES (gen_random_uuid(), $1, $2, 'person', 'thread', 'the boiler quote', $3) "
+        "RETURNING id",
         person,
         uuid.UUID(phone.welcome["conversation"]),
         harness.clock.now(),
@@ -100,3 +101,8 @@ async def test_the_trace_shows_the_open_threads_handed_beside_the_context(
     first, second = answer["turns"]
     assert not any("boiler" in note for note in first["notes"])
     assert any('"the boiler quote"' in note for note in second["notes"])
+    assert (first["threads"], second["threads"]) == ([], [str(thread)])
+    assert second["loose_ends"] == []
+    options = ["--admin-url", url, "--admin-token", TOKEN]
+    assert await asyncio.to_thread(main, ["inspect", person[:12], "--turns", *options]) == 0
+    assert f"  threads        {str(thread)[:8]}" in capsys.readouterr().out

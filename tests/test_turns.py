@@ -10,11 +10,11 @@ import pytest
 
 from actors import tools
 from actors.turn import FALLBACK
-from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED
+from providers.notes import CUT_MARK, NOTE_CUT_BEFORE_WORDS, NOTE_DURING_REPLY, NOTE_INTERRUPTED
 from storage.records import StoredSay
 from storage.store import Store
 from tests.conftest import Harness, HeldReplies, Phone, eventually
-from tests.fakes.openai_server import Empty, Fail, FakeOpenAI, Reply
+from tests.fakes.openai_server import Cut, Empty, Fail, FakeOpenAI, Reply
 
 SLOW = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"
 
@@ -168,6 +168,42 @@ async def test_interrupt_frame_cuts_the_reply_and_the_next_call_knows(
     assert NOTE_INTERRUPTED in handed
 
 
+async def test_an_interrupt_before_any_word_is_said_plainly_to_the_model(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    # Slow to begin: cut before its first word (or before it was even asked for; then the
+    # next turn gets it, which is no slower).
+    fake_llm.queue(Reply("Go on.", chunk=100, delay=0.5))
+    phone = await harness.phone()
+    await phone.say("Tell me everything.")
+    await phone.expect("reply.start")
+    await phone.send({"type": "interrupt"})
+    end = await phone.reply()
+    assert (end["interrupted"], end["text"]) == (True, "")
+    await phone.say("Actually, just the weekend.")
+    await phone.reply()
+
+    handed = fake_llm.requests[-1]["messages"]
+    assert {"role": "system", "content": NOTE_CUT_BEFORE_WORDS} in handed
+    assert not [m for m in handed if m["role"] == "assistant"]  # no turn of just a cut mark
+    assert not [m for m in handed if CUT_MARK.strip() in (m.get("content") or "")]
+
+
+async def test_a_reply_cut_mid_stream_names_the_fault_and_the_next_say_is_answered(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    await harness.start(llm_url=fake_llm.url)
+    fake_llm.queue(Cut("Let me think about that"), Reply("Here is your week."))
+    phone = await harness.phone()
+    await phone.say("Plan my week.")
+    end = await phone.reply()
+    assert end["error"] == "stream_cut" and end["text"].startswith("Let me think")
+    await phone.say("Well?")
+    assert (await phone.reply())["text"] == "Here is your week."
+    assert len(fake_llm.requests) == 2  # a reply that had begun is not asked for again
+
+
 async def test_a_short_stop_word_interrupts_and_is_answered(
     harness: Harness, fake_llm: FakeOpenAI
 ) -> None:
@@ -269,8 +305,11 @@ async def test_the_lent_phone_speaker_is_kept_and_resets_after_silence(
     await again.reply()
     assert "person speaking now is Owen" in _contents(fake_llm.requests[-1])[0]
     harness.clock.advance(601)  # ten minutes of silence: the phone is back with its owner
-    await again.say("it's me")
-    await again.reply()
+    await again.drop()
+    reopened = await harness.phone(phone.device)
+    assert reopened.welcome["speaker"] is None  # what the next reply will assume
+    await reopened.say("it's me")
+    await reopened.reply()
     assert "person speaking now" not in _contents(fake_llm.requests[-1])[0]
 
 

@@ -1,8 +1,9 @@
 """The admin API, for developers looking into a conversation that went wrong; and `/metrics`.
 
 The admin API is off unless an admin token is configured, and then listens on a socket of
-its own (loopback by default), apart from the one phones connect to: it shows what people
-said. Every request needs `Authorization: Bearer <admin token>`, compared in constant time;
+its own, apart from the one phones connect to: it shows what people said, so it listens on
+loopback only unless `--admin-remote on` allows another address. Every request needs
+`Authorization: Bearer <admin token>`, compared in constant time (`hmac.compare_digest`);
 the token is never logged (the access log records paths only).
 
 Like all loop-side code it never blocks on an actor: each actor is asked for a `Snapshot`
@@ -35,8 +36,9 @@ from actors.supervisor import SweepHistory, Sweeps
 from storage.records import Turn
 from transport.admin_listing import InvalidField, actor_query
 from transport.admin_view import add_view, is_view_path
+from transport.config import Settings
+from transport.errors import error_response, json_errors
 from transport.logs import AccessLogger
-from transport.protocol import error_frame
 from transport.server import SERVER_KEY, Server
 
 log = logging.getLogger("stillhere.admin")
@@ -55,6 +57,7 @@ async def start_admin(server: Server) -> web.AppRunner | None:
     settings = server.settings
     if not settings.admin_token:
         return None
+    check_admin_host(settings)
     runner = web.AppRunner(
         build_admin_app(server, settings.admin_token), access_log_class=AccessLogger
     )
@@ -67,10 +70,25 @@ async def start_admin(server: Server) -> web.AppRunner | None:
     server.admin_port = runner.addresses[0][1]  # its URL is in the line `serve` logs
     if not _is_loopback(settings.admin_host):
         log.warning(
-            "the admin API listens beyond loopback (%s): it shows what people said",
+            "the admin API listens beyond loopback (%s, --admin-remote on): "
+            "it shows what people said",
             settings.admin_host,
         )
     return runner
+
+
+class AdminExposed(ValueError):
+    """The admin listener was asked to listen beyond loopback without --admin-remote on."""
+
+
+def check_admin_host(settings: Settings) -> None:
+    """Refuse a non-loopback admin address unless `--admin-remote on` says it is meant: the
+    admin API shows what people said, so exposing it takes two deliberate options."""
+    if settings.admin_token and not settings.admin_remote and not _is_loopback(settings.admin_host):
+        raise AdminExposed(
+            f"--admin-host {settings.admin_host} is not a loopback address; the admin API "
+            "shows what people said: add --admin-remote on to listen there anyway"
+        )
 
 
 def _is_loopback(host: str) -> bool:
@@ -83,7 +101,9 @@ def _is_loopback(host: str) -> bool:
 
 
 def build_admin_app(server: Server, token: str) -> web.Application:
-    app = web.Application(middlewares=[_bearer(token), _json_errors])
+    # JSON errors outermost: the bearer check's refusals and its own failures are JSON too.
+    answer_json = json_errors("the admin API is under /admin/actors")
+    app = web.Application(middlewares=[answer_json, _bearer(token)])
     app[SERVER_KEY] = server
     app.router.add_get("/admin/actors", actors_handler)
     app.router.add_get("/admin/actors/{person}", actor_handler)
@@ -105,7 +125,7 @@ def _bearer(token: str) -> Any:
             return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
-            return _error(
+            return error_response(
                 401,
                 "unauthorized",
                 "send the admin token as Authorization: Bearer <token>",
@@ -114,18 +134,6 @@ def _bearer(token: str) -> Any:
         return await handler(request)
 
     return check
-
-
-@web.middleware
-async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """An unknown path or method is answered like every other error: a JSON error object."""
-    try:
-        return await handler(request)
-    except web.HTTPNotFound:
-        return _error(404, "not_found", f"no admin endpoint {request.path}; try /admin/actors")
-    except web.HTTPMethodNotAllowed as refused:
-        allow = {"Allow": ", ".join(sorted(refused.allowed_methods))}
-        return _error(405, "method_not_allowed", "the admin API is read-only: use GET", allow)
 
 
 # -- endpoints ----------------------------------------------------------------------------
@@ -137,7 +145,7 @@ async def actors_handler(request: web.Request) -> web.Response:
     try:
         query = actor_query(request.query)
     except InvalidField as wrong:
-        return _error(400, "invalid_field", str(wrong))
+        return error_response(400, "invalid_field", str(wrong))
     server = request.app[SERVER_KEY]
     lives = server.directory.lives()
     looks = await _looks(lives)
@@ -153,7 +161,10 @@ async def actor_handler(request: web.Request) -> web.Response:
     if live is None:
         return _unknown_person()
     look = await _look(live)
-    return _json(_detail(live, look, server.runtime.clock.now()))
+    detail = _detail(live, look, server.runtime.clock.now())
+    # The mood is the person's, kept in the database beside the conversation: read, not asked.
+    detail["fondness"] = await server.runtime.store.moods.fondness(live.person)
+    return _json(detail)
 
 
 async def turns_handler(request: web.Request) -> web.Response:
@@ -167,7 +178,7 @@ async def turns_handler(request: web.Request) -> web.Response:
 
 
 def _unknown_person() -> web.Response:
-    return _error(
+    return error_response(
         404, "unknown_person", "no live conversation for this person key (ended or parked?)"
     )
 
@@ -180,7 +191,7 @@ async def sweeps_handler(request: web.Request) -> web.Response:
         server.supervisor.tell(Sweeps(reply))
         history: SweepHistory = await reply.wait(SNAPSHOT_TIMEOUT)
     except (pykka.ActorDeadError, TimeoutError):
-        return _error(503, "unresponsive", "the supervisor did not answer in time")
+        return error_response(503, "unresponsive", "the supervisor did not answer in time")
     return _json(
         {
             "interval_s": server.settings.sweep_interval,
@@ -292,14 +303,3 @@ def _iso(at: datetime | None) -> str | None:
 
 def _json(value: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(value), status=status, content_type="application/json")
-
-
-def _error(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
-) -> web.Response:
-    return web.Response(
-        body=orjson.dumps(error_frame(code, message)),
-        status=status,
-        content_type="application/json",
-        headers=headers,
-    )

@@ -6,6 +6,8 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from functools import partial
+from random import Random
+from typing import Any
 
 from aiohttp import web
 
@@ -14,6 +16,8 @@ from actors.directory import Directory, stop_actors
 from actors.memory.same_memory import SameMemoryJudge
 from actors.memory.setup import close_keeper, make_embedder, open_keeper, warm
 from actors.metrics import Metrics
+from actors.persona import DEFAULT as DEFAULT_PERSONA
+from actors.persona import Persona, load_persona
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
 from providers.analysis import Analysis, AnalysisModel, FailureHook
@@ -30,12 +34,18 @@ from storage.embedded import EmbeddedPostgres
 from storage.store import Store
 from transport.admin import metrics_handler, start_admin
 from transport.config import Settings, collector_pace
+from transport.errors import json_errors
+from transport.health import add_routes as add_health_routes
 from transport.identity import Identity, load_or_create_secret
+from transport.logs import AccessLogger
 from transport.memory_api import add_routes as add_memory_routes
+from transport.origin import normalise, origin_check
+from transport.revocations import RevocationWatch
 from transport.rules_api import add_routes as add_rule_routes
-from transport.server import SERVER_KEY, Server, close_links
+from transport.server import SERVER_KEY, Server, close_links, close_revoked
 from transport.sse import events_handler, interrupt_handler, leave_handler, say_handler
 from transport.threads_api import add_routes as add_thread_routes
+from transport.web_app import add_routes as add_web_app_routes
 from transport.websocket import websocket_handler
 
 log = logging.getLogger("stillhere.server")
@@ -67,6 +77,19 @@ def make_analysis(settings: Settings, on_failure: FailureHook) -> Analysis:
     return RehearsalAnalysis()
 
 
+def make_persona(settings: Settings) -> Persona:
+    persona = DEFAULT_PERSONA if settings.persona is None else load_persona(settings.persona)
+    log.info(
+        "persona %s: energy %.2f, curiosity %.2f, warmth %.2f; follow-ons %s",
+        persona.name,
+        persona.energy,
+        persona.curiosity,
+        persona.warmth,
+        settings.follow_ons,
+    )
+    return persona
+
+
 def conversation_settings(settings: Settings) -> ConversationSettings:
     return ConversationSettings(
         window_turns=settings.window_turns,
@@ -76,8 +99,10 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         interrupt_words=settings.interrupt_words,
         delta_window_s=settings.delta_window,
         echo_guard=settings.echo_guard,
+        reply_matching=settings.reply_matching,
         reply_candidates=settings.reply_candidates,
         reply_horizon_s=settings.reply_horizon,
+        follow_ons=settings.follow_ons,
         context=ContextSettings(
             budget_chars=settings.context_budget,
             source_timeout_s=settings.context_timeout,
@@ -87,7 +112,14 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
 
 
 def build_app(settings: Settings, clock: Clock | None = None) -> web.Application:
-    app = web.Application(client_max_size=settings.limits.max_frame_bytes * 4)
+    extra = frozenset(map(normalise, settings.allowed_origins))
+    app = web.Application(
+        client_max_size=settings.limits.max_frame_bytes * 4,
+        middlewares=[
+            json_errors("the endpoints are listed in docs/protocol.md"),
+            origin_check(extra),
+        ],
+    )
     app.cleanup_ctx.append(partial(_lifecycle, settings, clock or SystemClock()))
     app.on_shutdown.append(close_links)
     app.router.add_get("/v1/ws", websocket_handler)
@@ -96,10 +128,23 @@ def build_app(settings: Settings, clock: Clock | None = None) -> web.Application
     app.router.add_post("/v1/interrupt", interrupt_handler)
     app.router.add_post("/v1/leave", leave_handler)
     app.router.add_get("/metrics", metrics_handler)
+    add_health_routes(app.router)
     add_memory_routes(app.router)
     add_rule_routes(app.router)
     add_thread_routes(app.router)
+    add_web_app_routes(app.router)
     return app
+
+
+def runner_options(settings: Settings) -> dict[str, Any]:
+    """How aiohttp's runner serves the app (`serve`, and the tests' server): the access
+    log that never writes a query string, and how long a connection may go without a whole
+    request (`--http-idle-timeout`: a slowloris client is closed then, however it trickles,
+    as aiohttp never pushes that deadline back for a partial request)."""
+    return {
+        "access_log_class": AccessLogger,
+        "keepalive_timeout": settings.limits.http_idle_timeout,
+    }
 
 
 def listening_line(server: Server, port: int) -> str:
@@ -140,9 +185,10 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         settings.embed_model,
         settings.embed_key,
         path=settings.embed_path,
+        timeout=settings.embed_timeout,
         local=settings.embed_local,
     )
-    memory = await open_keeper(dsn, embedder, clock)
+    memory = await open_keeper(dsn, embedder, clock, fingerprint_wait=settings.fingerprint_wait)
     await warm(embedder)
     metrics = Metrics()
     analysis = make_analysis(settings, metrics.count_analysis_failure)
@@ -156,12 +202,17 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         metrics=metrics,
         memory=memory,
         analysis=analysis,
+        persona=make_persona(settings),
+        random=Random(settings.follow_on_seed),
     )
     directory = Directory(rt)
     memory.on_withdrawn = directory.withdraw
     supervisor = Supervisor.start(rt, directory)
     secret = settings.secret or load_or_create_secret(settings.data_dir)
-    app[SERVER_KEY] = Server(settings, rt, Identity(secret), directory, supervisor)
+    revocations = RevocationWatch(dsn, partial(close_revoked, directory))
+    listening = await revocations.load()
+    identity = Identity(secret, revocations.revoked)
+    app[SERVER_KEY] = Server(settings, rt, identity, directory, supervisor)
     admin: web.AppRunner | None = None
     try:
         with (
@@ -172,6 +223,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
                 paced_collector(collector_pace(settings)),
                 loop_lag_probe(rt.metrics.loop_lag_seconds.observe),
                 in_background(_tick(supervisor, settings.sweep_interval)),
+                in_background(revocations.watch(listening)),
             ):
                 admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
                 log.info("stillhere ready, model: %s, analysis: %s", model.label, analysis.label)

@@ -1,4 +1,4 @@
-"""The `stillhere` command: `serve`, `token` and `inspect`."""
+"""The `stillhere` command: `serve`, `token`, `revoke`, `inspect`, `memory`, `eval` and `bench`."""
 
 from __future__ import annotations
 
@@ -6,18 +6,20 @@ import argparse
 import sys
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 
-from bench import flap
+from bench import crash, flap, fuzz
 from providers.event_loop import run as run_on_loop
-from transport import eval_dedup, eval_search, eval_turns, memory_cli
-from transport.app import build_app, log_listening
-from transport.config import Settings, add_options, env_value, settings_from
+from storage.embedded import InUse
+from transport import eval_dedup, eval_search, eval_turns, memory_cli, revoke_cli
+from transport.admin import AdminExposed, check_admin_host
+from transport.app import build_app, log_listening, runner_options
+from transport.config import add_options, longer_than_zero, settings_from
 from transport.eval_io import add_eval_command
-from transport.identity import Identity, load_or_create_secret
+from transport.identity import DEFAULT_TOKEN_TTL_S, TOKEN_LEEWAY_S, Identity
 from transport.inspect import add_inspect_options, run_inspect
 from transport.listener import serve
-from transport.logs import AccessLogger, setup_logging
+from transport.logs import setup_logging
+from transport.revoke_cli import add_secret_options, secret_of
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,13 +27,17 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the conversation server")
     add_options(serve)
-    token = commands.add_parser("token", help="print a signed account token (development)")
+    token = commands.add_parser("token", help="print a signed account token")
     token.add_argument("account")
+    add_secret_options(token)
     token.add_argument(
-        "--data-dir", default=Path(env_value("data-dir") or Settings().data_dir), type=Path
+        "--expires",
+        type=longer_than_zero,
+        default=DEFAULT_TOKEN_TTL_S,
+        help="lifetime: 7d, 12h, 30m or seconds (default 30d); "
+        f"servers allow {TOKEN_LEEWAY_S} s of clock skew past it",
     )
-    token.add_argument("--secret", default=env_value("secret"), help="env STILLHERE_SECRET")
-    token.add_argument("--ttl", type=int, default=30 * 24 * 3600, help="lifetime in seconds")
+    revoke_cli.add_parser(commands)  # revoke
     inspect = commands.add_parser(
         "inspect", help="show live actors (or one) through a running server's admin API"
     )
@@ -41,23 +47,33 @@ def _parser() -> argparse.ArgumentParser:
     for evaluation in (eval_dedup, eval_turns, eval_search):
         evaluation.add_parser(evals)  # eval dedup, eval turns, eval search
     bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
-    flap.add_parser(bench.add_subparsers(dest="bench", required=True))  # bench flap
+    benches = bench.add_subparsers(dest="bench", required=True)
+    for module in (flap, fuzz, crash):
+        module.add_parser(benches)  # bench flap, bench fuzz, bench crash
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.command == "token":
-        secret = args.secret or load_or_create_secret(args.data_dir)
-        print(Identity(secret).issue(args.account, args.ttl))
+        print(Identity(secret_of(args)).issue(args.account, args.expires))
         return 0
     if args.command == "inspect":
         return run_inspect(args)
-    if args.command in ("memory", "eval", "bench"):
+    if args.command in ("memory", "eval", "bench", "revoke"):
         setup_logging("text")
         # bench flap's phones run on the loop its servers do; the other commands on asyncio's
-        return run_on_loop(args.run(args), getattr(args, "event_loop", "asyncio"))
+        try:
+            return run_on_loop(args.run(args), getattr(args, "event_loop", "asyncio"))
+        except InUse as busy:
+            print(f"stillhere {args.command}: {busy}", file=sys.stderr)
+            return 1
     settings = settings_from(args)
+    try:
+        check_admin_host(settings)
+    except AdminExposed as exposed:
+        parser.error(str(exposed))
     setup_logging(settings.log_format)
     app = build_app(settings)
     serving = serve(
@@ -65,8 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.host,
         settings.port,
         backlog=settings.backlog,
+        send_buffer=settings.limits.socket_send_buffer,
         on_listening=partial(log_listening, app),
-        access_log_class=AccessLogger,
+        **runner_options(settings),
     )
     run_on_loop(serving, settings.event_loop)
     return 0

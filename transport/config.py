@@ -6,12 +6,17 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from actors.clock import parse_duration
+from actors.follow_on import MODES as FOLLOW_ON_MODES
+from actors.memory.keeper import DEFAULT_FINGERPRINT_WAIT_S
+from actors.persona import PersonaError, load_persona
 from actors.runtime import DEFAULT_DELTA_WINDOW_S, DEFAULT_INTERRUPT_WORDS
 from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
 from providers.collector import DEFAULT as COLLECTOR_DEFAULT
 from providers.collector import Pace, parse_thresholds
+from providers.embedding import DEFAULT_TIMEOUT_S as DEFAULT_EMBED_TIMEOUT_S
 from providers.event_loop import LOOPS
 from providers.gil import DEFAULT_S as SWITCH_INTERVAL_DEFAULT
 
@@ -20,6 +25,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"needs a whole number of at least 1, not {text!r}")
+    return value
+
+
+def _at_least_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"needs a whole number of at least 0, not {text!r}")
     return value
 
 
@@ -36,7 +48,7 @@ def _local_embedder(text: str) -> str:
     return text
 
 
-def _longer_than_zero(text: str) -> float:
+def longer_than_zero(text: str) -> float:
     seconds = parse_duration(text)
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"needs a duration above 0, not {text!r}")
@@ -49,8 +61,31 @@ def _on_off(text: str) -> bool:
     return text == "on"
 
 
+def _persona_file(text: str) -> Path:
+    """A persona file, read once here so that a bad one stops the start with its reason."""
+    try:
+        load_persona(Path(text))
+    except PersonaError as wrong:
+        raise argparse.ArgumentTypeError(str(wrong)) from None
+    return Path(text)
+
+
 def _words(text: str) -> tuple[str, ...]:
     return tuple(w.strip().lower() for w in text.split(",") if w.strip())
+
+
+def _origins(text: str) -> tuple[str, ...]:
+    """Web origins (`https://app.example.org`), comma-separated: scheme and host, no path."""
+    origins = []
+    for raw in _words(text):
+        origin = raw.rstrip("/")
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+            raise argparse.ArgumentTypeError(
+                f"an origin is scheme://host[:port], such as https://app.example.org, not {raw!r}"
+            )
+        origins.append(origin)
+    return tuple(origins)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +97,17 @@ class Limits:
     max_id_chars: int = 128
     frames_per_s: float = 20.0
     frame_burst: int = 40
+    # Bytes a link may hold for a phone that does not read (frames queued and the socket's
+    # buffer); past it the link is closed (4503). A whole reply is a few KB.
+    link_buffer: int = 1024 * 1024
+    hello_timeout: float = 10.0  # from connecting to a successful hello (4408)
+    max_links_per_address: int = 0  # open links from one IP address; 0: no limit
+    max_links_per_person: int = 8  # over it, the person's oldest link is closed (4429)
+    # A connection that has not sent a whole request this long after it opened, or after
+    # its last answer, is closed (aiohttp's keep-alive timeout): a slow client cannot hold
+    # one. Above aiohttp clients' own 15 s, so they close their idle connections first.
+    http_idle_timeout: float = 30.0
+    socket_send_buffer: int = 0  # SO_SNDBUF of each connection; 0: the kernel sizes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +128,16 @@ class Settings:
     analysis_model: str | None = None
     analysis_key: str | None = field(default=None, repr=False)  # a secret: never shown
     analysis_timeout: float = DEFAULT_ANALYSIS_TIMEOUT_S
+    reply_matching: bool = True
     reply_candidates: int = 8
     reply_horizon: float = 2 * 24 * 3600
     rehearsal_latency: float = 0.0
     rehearsal_rate: float = 0.0
     delta_window: float = DEFAULT_DELTA_WINDOW_S
     echo_guard: bool = True
+    persona: Path | None = None  # None: the default persona (actors/persona.py)
+    follow_ons: str = "auto"
+    follow_on_seed: int | None = None  # None: seeded by the system
     resume_window: float = 30 * 60
     sweep_interval: float = 5 * 60
     park_after: float = 10 * 60
@@ -97,6 +147,8 @@ class Settings:
     context_timeout: float = 0.5
     context_cache: float = 60.0
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
+    # Web origins besides the server's own whose pages may open links and write (origin.py).
+    allowed_origins: tuple[str, ...] = ()
     secret: str | None = field(default=None, repr=False)  # a secret: never shown
     log_format: str = "text"
     embed_url: str | None = None
@@ -104,9 +156,12 @@ class Settings:
     embed_key: str | None = field(default=None, repr=False)  # a secret: never shown
     embed_path: str | None = None
     embed_local: str = "pair"  # without embed_url: pair, minilm or use
+    embed_timeout: float = DEFAULT_EMBED_TIMEOUT_S
+    fingerprint_wait: float = DEFAULT_FINGERPRINT_WAIT_S
     admin_token: str | None = field(default=None, repr=False)  # a secret: never shown
     admin_host: str = "127.0.0.1"
     admin_port: int = 8766
+    admin_remote: bool = False  # may the admin API listen beyond loopback?
     compute_threads: int = 1
     event_loop: str = "uvloop"
     switch_interval: float = SWITCH_INTERVAL_DEFAULT
@@ -130,13 +185,21 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("analysis-url", str, "analysis model's API base URL; default --llm-url, else rehearsal"),
     ("analysis-model", str, "model name sent to the analysis API; default --llm-model"),
     ("analysis-key", str, "API key for the analysis API; default --llm-key"),
-    ("analysis-timeout", _longer_than_zero, "longest wait for an analysis answer, in all"),
+    ("analysis-timeout", longer_than_zero, "longest wait for an analysis answer, in all"),
+    (
+        "reply-matching",
+        _on_off,
+        "on or off: match each say to the message it answers, note loose ends (off: none)",
+    ),
     ("reply-candidates", _positive, "assistant messages a say may be matched to, at most"),
-    ("reply-horizon", _longer_than_zero, "assistant messages older than this are no candidates"),
+    ("reply-horizon", longer_than_zero, "assistant messages older than this are no candidates"),
     ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
     ("rehearsal-rate", float, "rehearsal model: words per second (0: no pause)"),
     ("delta-window", parse_duration, "a reply's pieces this close together share one delta"),
     ("echo-guard", _on_off, "on or off: cut a reply's opening repetition of recent messages"),
+    ("persona", _persona_file, "TOML file: name, energy, curiosity, warmth (none: the default)"),
+    ("follow-ons", str, "after a lull: auto (the persona and mood decide), always or off"),
+    ("follow-on-seed", int, "seed of the follow-on draw, for runs that repeat (none: any)"),
     ("resume-window", parse_duration, "a conversation idle longer than this is archived"),
     ("sweep-interval", parse_duration, "how often idle conversations are swept"),
     ("park-after", parse_duration, "stop an actor with no link attached for this long"),
@@ -150,6 +213,11 @@ _OPTIONS: list[tuple[str, object, str]] = [
         "longest reuse of a person's context reads while none changed (0: off)",
     ),
     ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
+    (
+        "allowed-origins",
+        _origins,
+        "comma-separated web origins, besides the server's own, whose pages may use the API",
+    ),
     ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
     ("log-format", str, "text or json"),
     ("embed-url", str, "OpenAI-compatible embeddings API base URL; without it, local MiniLM"),
@@ -157,13 +225,20 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ("embed-key", str, "API key for the embeddings API"),
     ("embed-path", str, "folder of the local all-MiniLM-L6-v2 weights"),
     ("embed-local", _local_embedder, "without --embed-url: pair (default), minilm or use"),
+    ("embed-timeout", longer_than_zero, "longest wait for one embeddings API answer"),
+    (
+        "fingerprint-wait",
+        parse_duration,
+        "longest a memory being stored waits for its fingerprint; later, it is filled in after",
+    ),
     ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
     ("admin-host", str, "address the admin API listens on"),
     ("admin-port", int, "port the admin API listens on"),
+    ("admin-remote", _on_off, "on: let --admin-host be a non-loopback address"),
     ("event-loop", str, "uvloop (faster) or asyncio (the standard library's loop)"),
     (
         "switch-interval",
-        _longer_than_zero,
+        longer_than_zero,
         "how long a thread may keep the GIL once another waits for it",
     ),
     (
@@ -171,7 +246,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
         parse_duration,
         "freeze the young objects this often, sampled ones collected first (0: CPython decides)",
     ),
-    ("gc-full-every", _longer_than_zero, "collect all objects, frozen too, this often"),
+    ("gc-full-every", longer_than_zero, "collect all objects, frozen too, this often"),
     (
         "gc-thresholds",
         _gc_thresholds,
@@ -183,7 +258,11 @@ _OPTIONS: list[tuple[str, object, str]] = [
         "threads numpy and faiss may each use (more only slows the loop)",
     ),
 ]
-_CHOICES = {"log-format": ["text", "json"], "event-loop": list(LOOPS)}
+_CHOICES = {
+    "log-format": ["text", "json"],
+    "event-loop": list(LOOPS),
+    "follow-ons": list(FOLLOW_ON_MODES),
+}
 # Their values (perhaps from the environment) are never printed, not even by --help.
 _SECRET_OPTIONS = frozenset({"secret", "llm-key", "analysis-key", "admin-token", "embed-key"})
 _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
@@ -192,6 +271,20 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
     ("max-id-chars", int, "longest say id accepted"),
     ("frames-per-s", float, "sustained client frames per second per link"),
     ("frame-burst", int, "client frames allowed in a burst per link"),
+    ("link-buffer", _positive, "bytes held for a link whose phone stopped reading, at most"),
+    ("hello-timeout", longer_than_zero, "time from connecting to a successful hello"),
+    ("max-links-per-address", _at_least_zero, "open links from one IP address (0: no limit)"),
+    ("max-links-per-person", _positive, "open links of one person; more close the oldest"),
+    (
+        "http-idle-timeout",
+        longer_than_zero,
+        "a connection without a whole request this long after opening or answering is closed",
+    ),
+    (
+        "socket-send-buffer",
+        _at_least_zero,
+        "kernel send buffer of each connection, in bytes (0: the kernel sizes it)",
+    ),
 ]
 
 

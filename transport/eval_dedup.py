@@ -19,11 +19,9 @@ its thresholds; `--thresholds` sets every model's.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,18 +35,23 @@ from actors.memory.language import english
 from actors.memory.recognition import (
     Thresholds,
     Wording,
+    reach,
     same_text,
-    settled_tier,
     shares_subject,
     wording,
 )
 from actors.memory.same_memory import SameMemoryJudge
-from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
-from providers.analysis import AnalysisModel
 from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
-from transport.config import env_value
-from transport.eval_io import add_command, figure, groups_table, json_lines, json_report
+from transport.eval_io import (
+    add_analysis_options,
+    add_command,
+    analysis_model,
+    figure,
+    groups_table,
+    json_lines,
+    json_report,
+)
 from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
 
 
@@ -88,7 +91,6 @@ class Outcome:
     existing: str
     new: str
     share: float = 0.0  # of the shorter memory's fact-bearing words, how many the other has
-    swap: bool = False  # the same sentence but for one word
     slot: bool = False  # two appointments on the same day at the same time
     language: str = "en"
     path: str = "none"  # what decided: tier, guard, judge, or none (nothing came near, or
@@ -133,8 +135,7 @@ def decide(o: Outcome, t: Thresholds) -> bool:
         return True
     if o.conflict is not None:
         return False
-    words = Wording(o.share, o.swap, o.slot)
-    return settled_tier(o.cosine, o.same_type, o.shared, words, t) is not None
+    return reach(o.cosine, o.same_type, o.shared, Wording(o.share, o.slot), t) is not None
 
 
 def score(merged: list[bool], same: list[bool]) -> dict[str, Any]:
@@ -232,7 +233,6 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
                 existing=pair.existing.text,
                 new=pair.new.text,
                 share=words.share,
-                swap=words.one_word_swap,
                 slot=words.same_slot,
                 language=pair.language,
                 path=path,
@@ -283,15 +283,11 @@ def add_parser(commands: Any) -> None:
         default=0.95,
         help="the precision the best threshold pair must reach (default 0.95)",
     )
-    dedup.add_argument(
-        "--analysis-url",
-        default=env_value("analysis-url"),
-        help="an OpenAI-compatible analysis model to judge the uncertain band (the same-memory "
+    add_analysis_options(
+        dedup,
+        "an OpenAI-compatible analysis model to judge the uncertain band (the same-memory "
         "task); without it, none judges: the figures of a server without one",
     )
-    dedup.add_argument("--analysis-model", default=env_value("analysis-model") or "default")
-    dedup.add_argument("--analysis-key", default=env_value("analysis-key"))
-    dedup.add_argument("--analysis-timeout", type=float, default=DEFAULT_ANALYSIS_TIMEOUT_S)
     add_db_options(dedup, scratch=True)
     add_embed_options(dedup)
     dedup.set_defaults(run=run)
@@ -307,7 +303,7 @@ async def run(args: argparse.Namespace) -> int:
     async with (
         database(args, scratch=True) as dsn,
         keeper_on(dsn, args) as keeper,
-        _analysis(args) as analysis,
+        analysis_model(args) as analysis,
     ):
         if analysis is not None:
             keeper.same_memory = SameMemoryJudge(analysis, keeper)
@@ -343,20 +339,6 @@ async def run(args: argparse.Namespace) -> int:
     for judge_model, grid in searched.items():
         _print_best(judge_model, grid, *found[judge_model], args.target_precision)
     return 0
-
-
-@contextlib.asynccontextmanager
-async def _analysis(args: argparse.Namespace) -> AsyncIterator[AnalysisModel | None]:
-    if not args.analysis_url:
-        yield None
-        return
-    model = AnalysisModel(
-        args.analysis_url, args.analysis_model, args.analysis_key, timeout=args.analysis_timeout
-    )
-    try:
-        yield model
-    finally:
-        await model.close()
 
 
 def _print_best(

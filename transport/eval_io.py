@@ -5,12 +5,17 @@ beside the table)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
+from providers.analysis import AnalysisModel
+from transport.config import env_value
 
 
 def add_eval_command(subparsers: Any) -> Any:
@@ -32,6 +37,29 @@ def add_command(commands: Any, name: str, help: str, doc: str | None) -> argpars
         help="print the report as JSON, or write it to the file given",
     )
     return command
+
+
+def add_analysis_options(command: argparse.ArgumentParser, url_help: str) -> None:
+    """The analysis model an eval asks, as `serve` takes it (`url_help`: what it is for)."""
+    command.add_argument("--analysis-url", default=env_value("analysis-url"), help=url_help)
+    command.add_argument("--analysis-model", default=env_value("analysis-model") or "default")
+    command.add_argument("--analysis-key", default=env_value("analysis-key"))
+    command.add_argument("--analysis-timeout", type=float, default=DEFAULT_ANALYSIS_TIMEOUT_S)
+
+
+@contextlib.asynccontextmanager
+async def analysis_model(args: argparse.Namespace) -> AsyncIterator[AnalysisModel | None]:
+    """The analysis model `--analysis-url` names, closed after; None without one."""
+    if not args.analysis_url:
+        yield None
+        return
+    model = AnalysisModel(
+        args.analysis_url, args.analysis_model, args.analysis_key, timeout=args.analysis_timeout
+    )
+    try:
+        yield model
+    finally:
+        await model.close()
 
 
 def json_lines(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:

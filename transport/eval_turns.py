@@ -29,28 +29,22 @@ import re
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from actors.echo import EchoGuard, sources_for
-from storage.records import Turn
-from transport.eval_io import add_command, groups_table, json_lines, json_report
+from transport import eval_replies
+from transport.eval_cases import Case, CasesError, case_turns
+from transport.eval_io import (
+    add_analysis_options,
+    add_command,
+    groups_table,
+    json_lines,
+    json_report,
+)
+from transport.eval_replies import evaluate_matching
 
 ECHO_CAUGHT_TARGET = 0.95
-_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)  # cases carry no times; the guard reads none
-
-
-class CasesError(ValueError):
-    """The cases file is not what `--cases` expects (the message names the line)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Case:
-    family: str  # the part of `kind` before the slash: which evaluator reads it
-    kind: str
-    row: dict[str, Any]
-    where: str  # file:line, for errors
 
 
 def read_cases(path: Path) -> list[Case]:
@@ -87,18 +81,6 @@ class EchoOutcome:
         if self.cut:
             return "right" if self.echo and self.right else "wrong"
         return "missed" if self.echo else "kept"
-
-
-def case_turns(case: Case) -> list[Turn]:
-    turns = case.row.get("turns")
-    if not isinstance(turns, list) or not all(
-        isinstance(t, dict)
-        and t.get("role") in ("user", "assistant")
-        and isinstance(t.get("text"), str)
-        for t in turns
-    ):
-        raise CasesError(f"{case.where}: turns needs a list of {{role, text}}")
-    return [Turn(t["role"], t["text"], _EPOCH) for t in turns]
 
 
 def pieces(text: str, size: int) -> list[str]:
@@ -159,9 +141,10 @@ async def evaluate_echo(cases: list[Case], args: argparse.Namespace) -> dict[str
     return echo_report([run_echo_case(case, args.piece_chars) for case in cases])
 
 
-# Each family of cases and what measures it. Reply matching (`match/...`) goes here too.
+# Each family of cases and what measures it.
 EVALUATORS: dict[str, Callable[[list[Case], argparse.Namespace], Awaitable[dict[str, Any]]]] = {
     "echo": evaluate_echo,
+    "match": evaluate_matching,  # transport/eval_replies.py
 }
 
 
@@ -187,10 +170,30 @@ def echo_table(echo: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def match_table(match: dict[str, Any]) -> str:
+    widths = {
+        "cases": 6,
+        "right": 7,
+        "accuracy": 10,
+        "skipped": 9,
+        "skipped_share": 15,
+        "asked_accuracy": 16,
+        "failed": 8,
+    }
+    columns = [(name, name, width) for name, width in widths.items()]
+    lines = [f"reply matching by {match['analysis']}"]
+    lines += groups_table(("kind", 22), columns, match["kinds"], match)
+    lines += groups_table(("language", 22), columns, match["languages"], match)
+    return "\n".join(lines)
+
+
 def add_parser(commands: Any) -> None:
     """Add `turns` to the `stillhere eval` commands."""
     turns = add_command(
-        commands, "turns", "echo-guard cuts (and, later, reply matching) on labelled cases", __doc__
+        commands,
+        "turns",
+        "echo-guard cuts and reply-matching accuracy on labelled cases",
+        __doc__ + "\n" + (eval_replies.__doc__ or ""),
     )
     turns.add_argument("--cases", type=Path, required=True, help="JSON lines of labelled cases")
     turns.add_argument(
@@ -198,6 +201,11 @@ def add_parser(commands: Any) -> None:
         type=int,
         default=0,
         help="feed each reply in pieces of this many characters (default 0: word by word)",
+    )
+    add_analysis_options(
+        turns,
+        "an OpenAI-compatible analysis model to match replies with; without it, the "
+        "rehearsal analysis (built-in rules)",
     )
     turns.set_defaults(run=run)
 
@@ -213,4 +221,6 @@ async def run(args: argparse.Namespace) -> int:
         print(f"{report['cases']} cases from {args.cases}")
         if "echo" in report:
             print(echo_table(report["echo"]))
+        if "match" in report:
+            print(match_table(report["match"]))
     return 0

@@ -221,6 +221,7 @@ def actor_text(actor: dict[str, Any]) -> str:
         f"started        {when(actor['started_at'])} ({duration(actor['age_s'])} ago)",
         f"last activity  {when(actor['last_activity'])} ({duration(actor['idle_s'])} idle)",
         f"speaker        {_speaker(actor)}",
+        f"mood           {_mood(actor.get('fondness'))}",
         f"next turn      {_next_turn(actor)}",
         _stream_line(actor["stream"]),
         "",
@@ -231,6 +232,12 @@ def actor_text(actor: dict[str, Any]) -> str:
         _section("pending", "message", actor["pending"], _turn_line),
     ]
     return "\n".join(lines)
+
+
+def _mood(fondness: float | None) -> str:
+    if fondness is None:
+        return "fondness not set yet (no exchange so far)"
+    return f"fondness {fondness:.2f} (0 to 1; follow-ons come sooner and more often as it grows)"
 
 
 def _speaker(actor: dict[str, Any]) -> str:
@@ -279,6 +286,10 @@ def turns_text(traced: dict[str, Any]) -> str:
     return "\n\n".join([head, *(_trace_text(turn) for turn in turns)])
 
 
+def _ids_line(title: str, ids: list[str]) -> list[str]:
+    return [f"  {title:<15}{' '.join(i[:8] for i in ids)}"] if ids else []
+
+
 def _trace_text(turn: dict[str, Any]) -> str:
     answering = ", ".join(turn["answering"]) or "nothing new"
     memories = "; ".join(
@@ -297,6 +308,8 @@ def _trace_text(turn: dict[str, Any]) -> str:
         f"  sources        {timings}",
         f"  problems       {'; '.join(turn['problems']) or 'none'}",
         *(f"  note           {' / '.join(note.splitlines())}" for note in turn["notes"]),
+        *_ids_line("loose ends", turn["loose_ends"]),
+        *_ids_line("threads", turn["threads"]),
         *(f"  tool           {line}" for line in turn["tools"]),
     ]
     if turn["error"]:

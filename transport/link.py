@@ -8,6 +8,10 @@ and no task wakes for them. Otherwise (a phone falling behind) frames queue for 
 task, made only then, which writes everything queued since it last wrote as one batch,
 waits for the phone as long as it must, and ends once the queue is empty. Most links never
 need one, and a link is a few objects fewer for every one it does not hold.
+
+A phone that stops reading while replies stream costs what its link holds for it: past
+`--link-buffer` bytes the link is cut off (close code 4503), the conversation and its
+other links untouched.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ import logging
 from abc import ABC, abstractmethod
 from typing import cast
 
+import orjson
+
 from actors.replay import Frame
+from transport.protocol import CLOSE_SLOW_READER
 
 log = logging.getLogger("stillhere.link")
 
@@ -27,25 +34,62 @@ _numbers = itertools.count(1)
 
 # Bytes a transport may hold for its socket before frames wait for the writer task instead.
 BACKLOG_BYTES = 64 * 1024
+# A phone cut off for not reading has this long to read what its socket holds and the close
+# that follows it, before the connection is aborted and its memory freed.
+CUT_OFF_GRACE_S = 5.0
 
 
 class QueuedLink(ABC):
     kind = "link"
 
-    def __init__(self, transport: asyncio.BaseTransport | None) -> None:
+    def __init__(self, transport: asyncio.BaseTransport | None, buffer_limit: int) -> None:
         self.name = f"{self.kind}-{next(_numbers)}"
         self.transport = transport  # the socket's, for the writes that need not wait
         self._frames: list[Frame] = []  # waiting for the step's end or the writer, oldest first
         self._close_code: int | None = None  # set by `end`: close once the frames are out
         self._dropped = False  # a write found the link gone: later frames go nowhere
         self._writer: asyncio.Task[None] | None = None  # only while there is work for it
+        # What a phone that is behind costs: the bytes of the frames queued for the writer
+        # and of the batch it is writing, beside the socket's buffer (`held`).
+        self._buffer_limit = buffer_limit
+        self._queued_bytes = 0
+        self._writing_bytes = 0
 
     def send(self, frame: Frame) -> None:
         if self._close_code is not None or self._dropped:
             return
         self._frames.append(frame)
-        if len(self._frames) == 1 and self._writer is None:
+        if self._writer is not None:  # behind: counted, and cut off past the limit
+            self._queued_bytes += len(orjson.dumps(frame))
+            if self.held() > self._buffer_limit:
+                self._cut_off()
+        elif len(self._frames) == 1:
             asyncio.get_running_loop().call_soon(self.flush)
+
+    def held(self) -> int:
+        """Bytes this link holds for its phone: frames waiting, and the socket's buffer."""
+        transport = cast(asyncio.WriteTransport | None, self.transport)
+        buffered = 0 if transport is None else transport.get_write_buffer_size()
+        return self._queued_bytes + self._writing_bytes + buffered
+
+    def _cut_off(self) -> None:
+        """The phone stopped reading: drop what waits, close with CLOSE_SLOW_READER after
+        whatever the socket already holds, and abort after a grace if it still has not
+        read it. The conversation and its other links go on; the phone resumes later."""
+        log.warning(
+            "%s closed: its phone stopped reading (%d bytes held, limit %d)",
+            self.name,
+            self.held(),
+            self._buffer_limit,
+        )
+        self._frames.clear()
+        self._queued_bytes = 0
+        self._dropped = True  # nothing more is written, and the writer does not close
+        transport = cast(asyncio.WriteTransport | None, self.transport)
+        if transport is not None and not transport.is_closing():
+            transport.write(self.closing_bytes(CLOSE_SLOW_READER))
+            transport.close()  # after what the socket holds, if the phone reads it
+            asyncio.get_running_loop().call_later(CUT_OFF_GRACE_S, transport.abort)
 
     def flush(self) -> None:
         """Write the frames sent so far: at the end of the loop step that sent them, or now
@@ -82,12 +126,15 @@ class QueuedLink(ABC):
         try:
             while self._frames:
                 batch, self._frames = self._frames, []
+                self._writing_bytes, self._queued_bytes = self._queued_bytes, 0
                 if not self.write_now(batch):
                     await self.write(batch)
         except (ConnectionError, RuntimeError) as gone:
             log.info("%s dropped while writing: %s", self.name, gone)
             self._dropped = True
             self._frames.clear()
+        finally:
+            self._writing_bytes = self._queued_bytes = 0
 
     def _ready_transport(self) -> asyncio.WriteTransport | None:
         """The transport, if the link is open and its phone reads what it is sent (little
@@ -114,6 +161,11 @@ class QueuedLink(ABC):
 
     @abstractmethod
     async def close(self, code: int) -> None: ...
+
+    @abstractmethod
+    def closing_bytes(self, code: int) -> bytes:
+        """What ends the link on the wire, written straight into the socket when a phone
+        is cut off (a WebSocket close frame, the last chunk of an event stream)."""
 
     async def drain(self, code: int = 1000) -> None:
         """Write what is queued, then close."""

@@ -12,6 +12,11 @@ to accept on uvloop, 0.04 s on asyncio's loop.
 `AcceptingSite` accepts every waiting connection each time the socket is ready (at most
 `backlog` at once, as asyncio's own loop does), then hands each to the loop as an accepted
 socket: uvloop's transports serve them as before.
+
+With `--socket-send-buffer`, each accepted socket's kernel send buffer is fixed at that
+size instead of growing with the connection (up to `net.ipv4.tcp_wmem`'s maximum, 4 MB by
+default): a phone that stops reading then holds that much kernel memory at most, beside
+what `--link-buffer` lets the server hold. A chat's replies need little of it.
 """
 
 from __future__ import annotations
@@ -62,11 +67,14 @@ class _Listening(asyncio.AbstractServer):
 class AcceptingSite(web.BaseSite):
     """A TCP site that accepts every waiting connection whenever its socket is ready."""
 
-    __slots__ = ("_accepting", "_host", "_port")
+    __slots__ = ("_accepting", "_host", "_port", "_send_buffer")
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, backlog: int) -> None:
+    def __init__(
+        self, runner: web.BaseRunner, host: str, port: int, *, backlog: int, send_buffer: int = 0
+    ) -> None:
         super().__init__(runner, backlog=backlog)
         self._host, self._port = host, port
+        self._send_buffer = send_buffer  # SO_SNDBUF of each accepted socket; 0: the kernel's
         self._accepting: set[asyncio.Task[Any]] = set()
 
     @property
@@ -97,6 +105,8 @@ class AcceptingSite(web.BaseSite):
                 loop.call_later(ACCEPT_RETRY_S, self._resume, loop, sock)
                 return
             conn.setblocking(False)
+            if self._send_buffer:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
             task = loop.create_task(self._serve(loop, conn))
             self._accepting.add(task)
             task.add_done_callback(self._accepting.discard)
@@ -123,6 +133,7 @@ async def serve(
     port: int,
     *,
     backlog: int,
+    send_buffer: int = 0,
     on_listening: Callable[[int], None] | None = None,
     **runner_options: Any,
 ) -> None:
@@ -136,7 +147,7 @@ async def serve(
     runner = web.AppRunner(app, handle_signals=False, **runner_options)
     await runner.setup()
     try:
-        await AcceptingSite(runner, host, port, backlog=backlog).start()
+        await AcceptingSite(runner, host, port, backlog=backlog, send_buffer=send_buffer).start()
         if on_listening is not None:
             on_listening(runner.addresses[0][1])
         await stop.wait()

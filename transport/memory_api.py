@@ -41,6 +41,7 @@ from storage.memories import (
     UnknownMemories,
 )
 from storage.records import MEMORY_STATUSES, Memory, MemoryDraft
+from storage.text import text_fault
 from transport.config import Limits
 from transport.identity import Unauthorized
 from transport.server import SERVER_KEY, Server
@@ -123,7 +124,7 @@ def person_handler(act: PersonAct) -> Handler:
             person = server.identity.person(**credentials(request, body))
             status, answer = await act(request, server, person, body)
         except Unauthorized as refused:
-            return json_error(401, "unauthorized", str(refused))
+            return json_error(refused.status, refused.code, str(refused))
         except UnknownMemories as missing:
             return refusal_response(unknown(missing.ids))
         except Refusal as refusal:
@@ -286,7 +287,9 @@ def _listing(query: MultiDictProxy[str]) -> Listing:
     if any(not _TYPE.match(t) for t in types):
         raise invalid("type must be memory types such as fact, appointment, task")
     text = query.get("text") or None
-    if text is not None and (len(text) > MAX_FILTER_CHARS or "\x00" in text):
+    if text is not None and (fault := text_fault(text, "text", blank_ok=True)) is not None:
+        raise invalid(fault)
+    if text is not None and len(text) > MAX_FILTER_CHARS:
         raise invalid(f"text must be at most {MAX_FILTER_CHARS} characters")
     limit = _integer(query, "limit", LIST_LIMIT, 1, LIST_MAX)
     offset = _integer(query, "offset", 0, 0, MAX_OFFSET)
@@ -356,8 +359,9 @@ def _draft(body: dict[str, Any], limits: Limits) -> MemoryDraft:
     """The memory in the body, checked strictly (the model's tool is lenient; a client
     gets told exactly which field is wrong)."""
     text = body.get("text")
-    if not isinstance(text, str) or not text.strip() or "\x00" in text:
-        raise invalid("text must be a non-empty string")
+    fault = text_fault(text, "text")
+    if fault is not None:
+        raise invalid(fault)
     if len(text) > limits.max_text_chars:
         raise invalid(f"text is limited to {limits.max_text_chars} characters")
     kind = body.get("type", "fact")
@@ -381,7 +385,10 @@ def _check_names(value: object, name: str) -> None:
     if not isinstance(value, list) or len(value) > MAX_NAMES:
         raise invalid(f"{name} must be a list of at most {MAX_NAMES} strings")
     for item in value:
-        if not isinstance(item, str) or len(item) > MAX_NAME_CHARS or "\x00" in item:
+        fault = text_fault(item, f"each of {name}", blank_ok=True)
+        if fault is not None:
+            raise invalid(fault)
+        if len(item) > MAX_NAME_CHARS:
             raise invalid(f"{name} must be strings of at most {MAX_NAME_CHARS} characters")
 
 
@@ -540,7 +547,7 @@ async def cleanup(g: Gesture) -> Answer:
 
 def _zone(name: object) -> ZoneInfo:
     """The person's time zone (an IANA name): it decides when an all-day item's day ends."""
-    if not isinstance(name, str) or not name or len(name) > 64 or "\x00" in name:
+    if not isinstance(name, str) or text_fault(name, "tz") is not None or len(name) > 64:
         raise invalid("tz must be an IANA time zone name, e.g. Europe/London")
     try:
         return ZoneInfo(name)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from uuid import UUID
 
 import orjson
 
-from actors.clock import SystemClock
+from actors.clock import SystemClock, parse_duration
 from actors.memory.consolidation import consolidate, maintain, unmerge
 from actors.memory.keeper import MemoryKeeper, NoSuchMention
 from actors.memory.search import BadQuery, Found, query_text
@@ -39,7 +40,7 @@ from actors.memory.setup import (
     open_keeper,
     parse_thresholds,
 )
-from providers.embedding import EmbeddingError
+from providers.embedding import DEFAULT_TIMEOUT_S, EmbeddingError
 from storage.embedded import EmbeddedPostgres
 from storage.memories import UnknownMemories
 from storage.store import Store
@@ -59,6 +60,7 @@ def _thresholds(text: str) -> Any:
 def add_embed_options(parser: argparse.ArgumentParser) -> None:
     """Which embedder: an OpenAI-compatible API, else the local all-MiniLM-L6-v2 (shared
     with `stillhere eval dedup`)."""
+    timeout = env_value("embed-timeout")
     parser.add_argument(
         "--embed-url",
         default=env_value("embed-url"),
@@ -79,6 +81,12 @@ def add_embed_options(parser: argparse.ArgumentParser) -> None:
         choices=LOCAL_EMBEDDERS,
         default=env_value("embed-local") or "pair",
         help="without --embed-url: both local models (pair, the default), or one alone",
+    )
+    parser.add_argument(
+        "--embed-timeout",
+        type=parse_duration,
+        default=parse_duration(timeout) if timeout else DEFAULT_TIMEOUT_S,
+        help="longest wait for one embeddings API answer (env STILLHERE_EMBED_TIMEOUT)",
     )
     parser.add_argument(
         "--thresholds",
@@ -124,7 +132,10 @@ async def database(args: argparse.Namespace, *, scratch: bool) -> AsyncIterator[
             if scratch
             else args.data_dir
         )
-        embedded = await loop.run_in_executor(None, EmbeddedPostgres, folder)
+        # The data dir's PostgreSQL is a running server's to manage: refused under it.
+        embedded = await loop.run_in_executor(
+            None, functools.partial(EmbeddedPostgres, folder, alone=not scratch)
+        )
         try:
             store = await Store.open(embedded.dsn)
             await store.close()
@@ -140,6 +151,7 @@ async def keeper_on(dsn: str, args: argparse.Namespace) -> AsyncIterator[MemoryK
         args.embed_model,
         args.embed_key,
         path=args.embed_path,
+        timeout=args.embed_timeout,
         local=args.embed_local,
     )
     keeper = await open_keeper(dsn, embedder, SystemClock(), thresholds=args.thresholds)

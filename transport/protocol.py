@@ -11,9 +11,17 @@ from typing import Any
 
 import orjson
 
+from storage.text import text_fault
 from transport.config import Limits
 
 CLIENT_TYPES = frozenset({"hello", "say", "interrupt", "leave", "ack", "ping"})
+
+# WebSocket close codes of our own (RFC 6455 leaves 4000-4999 to applications), one per
+# reason a server ends a link; docs/protocol.md lists them.
+CLOSE_REVOKED = 4403  # the person was revoked (error `revoked` first)
+CLOSE_HELLO_TIMEOUT = 4408  # no successful hello in time (error `hello_timeout` first)
+CLOSE_TOO_MANY_LINKS = 4429  # over a per-person link limit (error `too_many_links` first)
+CLOSE_SLOW_READER = 4503  # the phone stopped reading: its link buffer overflowed
 
 
 class ProtocolError(Exception):
@@ -86,20 +94,19 @@ def check_conversation(frame: dict[str, Any]) -> None:
         raise ProtocolError("invalid_field", "`conversation` must be a string")
 
 
-def _storable(value: object) -> bool:
-    """A non-empty string PostgreSQL can store (text columns refuse NUL)."""
-    return isinstance(value, str) and bool(value) and "\x00" not in value
-
-
 def _check_say(frame: dict[str, Any], limits: Limits) -> None:
     id_ = frame.get("id")
-    if not _storable(id_) or len(id_) > limits.max_id_chars:
+    fault = text_fault(id_, "a say's `id`", blank_ok=True)
+    if fault is not None:
+        raise ProtocolError("invalid_id", fault)
+    if len(id_) > limits.max_id_chars:
         raise ProtocolError(
-            "invalid_id", f"a say needs an `id` string of 1 to {limits.max_id_chars} characters"
+            "invalid_id", f"a say's `id` is limited to {limits.max_id_chars} characters"
         )
-    text = frame.get("text")
-    if not _storable(text) or not text.strip():
-        raise ProtocolError("invalid_text", "a say needs a non-empty `text` string", id_)
+    fault = text_fault(frame.get("text"), "a say's `text`")
+    if fault is not None:
+        raise ProtocolError("invalid_text", fault, id_)
+    text = frame["text"]
     if len(text) > limits.max_text_chars:
         raise ProtocolError(
             "text_too_long", f"a say's text is limited to {limits.max_text_chars} characters", id_

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from storage.store import Store
+from storage.text import text_fault
 from transport.memory_api import Answer, Handler, Refusal, parse_id, person_handler
 from transport.server import Server
 
@@ -65,8 +66,9 @@ async def list_rules(r: RuleRequest) -> Answer:
 async def create_rule(r: RuleRequest) -> Answer:
     """`POST /v1/rules` `{"text": "always answer in French"}`: 201 with the rule."""
     text = r.body.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise Refusal(400, "invalid_field", "text must be a non-empty string")
+    fault = text_fault(text, "text")
+    if fault is not None:
+        raise Refusal(400, "invalid_field", fault)
     text = " ".join(text.split())
     if len(text) > MAX_RULE_CHARS:
         raise Refusal(400, "invalid_field", f"text is limited to {MAX_RULE_CHARS} characters")

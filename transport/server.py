@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from weakref import WeakSet
 
@@ -14,7 +18,7 @@ from actors.supervisor import Supervisor
 from transport.config import Settings
 from transport.identity import Identity
 from transport.link import QueuedLink
-from transport.protocol import PersonRates
+from transport.protocol import CLOSE_REVOKED, PersonRates, error_frame
 
 
 @dataclass(slots=True)
@@ -25,6 +29,7 @@ class Server:
     directory: Directory
     supervisor: pykka.ActorRef[Supervisor]
     links: WeakSet[QueuedLink] = field(default_factory=WeakSet)
+    address_links: Counter[str] = field(default_factory=Counter)  # open links per IP address
     admin_port: int | None = None  # where the admin API listens, once started (if on)
     post_rates: PersonRates = field(init=False)
 
@@ -32,10 +37,44 @@ class Server:
         self.post_rates = PersonRates(self.settings.limits)
 
 
+log = logging.getLogger("stillhere.server")
+
 SERVER_KEY = web.AppKey("stillhere.server", Server)
+
+
+class TooManyLinks(Exception):
+    """An address already has `--max-links-per-address` links open."""
+
+
+@contextlib.contextmanager
+def address_slot(server: Server, request: web.Request) -> Iterator[None]:
+    """Hold one of the links the request's address may have open for as long as the link
+    is; raise TooManyLinks when they are all taken (checked before any upgrade or stream,
+    so a flood from one address costs a refused request each)."""
+    address = request.remote or ""
+    limit = server.settings.limits.max_links_per_address
+    counts = server.address_links
+    if limit and counts[address] >= limit:
+        log.info("refused a link from %s: %d links open from there", address, counts[address])
+        raise TooManyLinks(f"this address has {limit} links open; close one first")
+    counts[address] += 1
+    try:
+        yield
+    finally:
+        counts[address] -= 1
+        if not counts[address]:
+            del counts[address]
 
 
 async def close_links(app: web.Application) -> None:
     """On shutdown, close every link as "going away" (1001): phones will reconnect."""
     for link in list(app[SERVER_KEY].links):
         link.end(WSCloseCode.GOING_AWAY)
+
+
+def close_revoked(directory: Directory, person: str) -> None:
+    """Close a just-revoked person's live links: `error` `revoked`, then close 4403."""
+    live = directory.get(person)
+    if live is not None:
+        revoked = error_frame("revoked", "this account or device has been revoked")
+        live.stream.farewell(revoked, CLOSE_REVOKED)

@@ -17,12 +17,15 @@ from actors.runtime import ActorFailed
 from actors.stream import ConversationStream, Link
 from actors.turn import SayOutcome
 from storage.records import Card, Reminder
-from transport.protocol import ProtocolError
+from transport.protocol import CLOSE_TOO_MANY_LINKS, ProtocolError, error_frame
 from transport.server import Server
 
 log = logging.getLogger("stillhere.session")
 
 
+_TOO_MANY = error_frame(
+    "too_many_links", "this person has too many links open; this, the oldest, was closed"
+)
 _SAY_ERRORS = {
     "conversation_ended": "this conversation has ended; say hello again",
     "internal_error": "the say was not stored; send it again",
@@ -74,12 +77,13 @@ class Session:
                 "internal_error", "the conversation could not be opened; say hello again"
             ) from None
         live, snap = opened.live, opened.snapshot
+        rt = server.runtime
         welcome = {
             "type": "welcome",
             "conversation": str(live.id),
             "resumed": opened.resumed,
             "age_s": round(opened.age_s, 3) if opened.age_s is not None else None,
-            "speaker": snap.speaker,
+            "speaker": snap.speaker_now(rt.clock.now(), rt.settings.speaker_reset_s),
             "cards": [c.wire() for c in snap.cards],
             "history": [t.wire() for t in snap.history],
         }
@@ -88,6 +92,10 @@ class Session:
         )
         last_seq = frame.get("last_seq") if named and opened.resumed else None
         self.live = live
+        # Room for this link under the person's limit: the oldest links give way.
+        live.stream.shed(
+            server.settings.limits.max_links_per_person, _TOO_MANY, CLOSE_TOO_MANY_LINKS
+        )
         replayed = await server.directory.attach(
             live, self._link, welcome, last_seq, hello_since=started
         )

@@ -25,7 +25,7 @@ from transport.protocol import (
     rate_limited,
     validate,
 )
-from transport.server import SERVER_KEY, Server
+from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot
 from transport.session import Session
 
 log = logging.getLogger("stillhere.sse")
@@ -45,8 +45,10 @@ class EventStreamLink(QueuedLink):
 
     kind = "sse"
 
-    def __init__(self, request: web.Request, response: EventSourceResponse) -> None:
-        super().__init__(request.transport)
+    def __init__(
+        self, request: web.Request, response: EventSourceResponse, buffer_limit: int
+    ) -> None:
+        super().__init__(request.transport, buffer_limit)
         self._response = response
 
     def write_now(self, frames: list[Frame]) -> bool:
@@ -75,6 +77,10 @@ class EventStreamLink(QueuedLink):
 
     async def close(self, code: int) -> None:
         self._response.stop_streaming()
+
+    def closing_bytes(self, code: int) -> bytes:
+        """The chunked body's last chunk: an event stream has no close code."""
+        return b"0\r\n\r\n" if self._response.chunked else b""
 
 
 def event_blocks(frames: list[Frame]) -> bytes:
@@ -143,17 +149,26 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
     }
     try:  # refuse before the stream starts, so an EventSource does not retry forever
         server.identity.person(device=hello["device"], token=hello["token"])
+        with address_slot(server, request):
+            return await _stream(server, request, hello)
     except Unauthorized as refused:
         log.info("refused an event stream: %s", refused)
-        return json_error(401, "unauthorized", str(refused))
+        return json_error(refused.status, refused.code, str(refused))
+    except TooManyLinks as refused:
+        return json_error(429, "too_many_links", str(refused))
+
+
+async def _stream(
+    server: Server, request: web.Request, hello: dict[str, Any]
+) -> web.StreamResponse:
     response = EventSourceResponse()
     await response.prepare(request)
-    link = EventStreamLink(request, response)
+    link = EventStreamLink(request, response, server.settings.limits.link_buffer)
     server.links.add(link)
     session = Session(server, link)
-    # Without `conversation`, Last-Event-ID refers to the conversation being resumed.
-    await session.hello(hello, last_seq_alone=True)
     try:
+        # Without `conversation`, Last-Event-ID refers to the conversation being resumed.
+        await session.hello(hello, last_seq_alone=True)
         await response.wait()
     finally:
         session.close()
@@ -208,7 +223,7 @@ async def _post(request: web.Request, kind: str) -> web.Response:
     except orjson.JSONDecodeError:
         return json_error(400, "bad_json", "the body must be one JSON object")
     except Unauthorized as refused:
-        return json_error(401, "unauthorized", str(refused))
+        return json_error(refused.status, refused.code, str(refused))
     except ProtocolError as bad:
         status = _STATUS.get(bad.code, 400)
         return json_error(status, bad.code, bad.message, bad.id or id_)

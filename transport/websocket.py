@@ -12,9 +12,18 @@ from aiohttp import WSMsgType, web
 
 from transport.identity import Unauthorized
 from transport.link import Frame, QueuedLink
-from transport.protocol import ProtocolError, RateLimiter, decode, error_frame, rate_limited
-from transport.server import SERVER_KEY, Server
+from transport.protocol import (
+    CLOSE_HELLO_TIMEOUT,
+    CLOSE_REVOKED,
+    ProtocolError,
+    RateLimiter,
+    decode,
+    error_frame,
+    rate_limited,
+)
+from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot
 from transport.session import Session
+from transport.sse import json_error
 
 log = logging.getLogger("stillhere.ws")
 
@@ -22,8 +31,13 @@ log = logging.getLogger("stillhere.ws")
 class WebSocketLink(QueuedLink):
     kind = "ws"
 
-    def __init__(self, ws: web.WebSocketResponse, transport: asyncio.BaseTransport | None) -> None:
-        super().__init__(transport)
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        transport: asyncio.BaseTransport | None,
+        buffer_limit: int,
+    ) -> None:
+        super().__init__(transport, buffer_limit)
         self._ws = ws
 
     def write_now(self, frames: list[Frame]) -> bool:
@@ -42,6 +56,10 @@ class WebSocketLink(QueuedLink):
     async def close(self, code: int) -> None:
         await self._ws.close(code=code)
 
+    def closing_bytes(self, code: int) -> bytes:
+        """A close frame (RFC 6455 5.5.1): final, unmasked, the code as its payload."""
+        return struct.pack("!BBH", 0x88, 2, code)
+
 
 def text_frame(payload: bytes) -> bytes:
     """A whole text frame as a server sends it (RFC 6455 5.2: final, unmasked). orjson's
@@ -54,8 +72,16 @@ def text_frame(payload: bytes) -> bytes:
     return struct.pack("!BBQ", 0x81, 127, size) + payload
 
 
-async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
+async def websocket_handler(request: web.Request) -> web.StreamResponse:
     server = request.app[SERVER_KEY]
+    try:
+        with address_slot(server, request):
+            return await _serve_link(server, request)
+    except TooManyLinks as refused:
+        return json_error(429, "too_many_links", str(refused))
+
+
+async def _serve_link(server: Server, request: web.Request) -> web.WebSocketResponse:
     limits = server.settings.limits
     # aiohttp closes the link on a frame over max_msg_size; keep that as a hard backstop
     # and answer frames between our limit and it with a coded error instead.
@@ -66,10 +92,11 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
         max_msg_size=limits.max_frame_bytes * 4, heartbeat=30.0, compress=False
     )
     await ws.prepare(request)
-    link = WebSocketLink(ws, request.transport)
+    link = WebSocketLink(ws, request.transport, limits.link_buffer)
     server.links.add(link)
     session = Session(server, link)
     rate = RateLimiter(limits)
+    late = asyncio.get_running_loop().call_later(limits.hello_timeout, _no_hello, session, link)
     try:
         async for message in ws:
             if message.type in (WSMsgType.TEXT, WSMsgType.BINARY):
@@ -80,10 +107,20 @@ async def websocket_handler(request: web.Request) -> web.WebSocketResponse:
     except ConnectionError as gone:  # the phone aborted mid-write: a drop, not an error
         log.info("%s dropped: %s", link.name, gone)
     finally:
+        late.cancel()
         session.close()
         await link.drain()
         release_cycles(ws, request)
     return ws
+
+
+def _no_hello(session: Session, link: WebSocketLink) -> None:
+    """`--hello-timeout` after connecting: close a link that has not said hello (or is
+    not saying one now), so a connection that never does holds nothing for long."""
+    if session.person is None:
+        log.info("%s closed: no hello in time", link.name)
+        link.send(error_frame("hello_timeout", "no hello in time; connect again and say hello"))
+        link.end(CLOSE_HELLO_TIMEOUT)
 
 
 def release_cycles(ws: web.WebSocketResponse, request: web.Request) -> None:
@@ -123,7 +160,9 @@ async def _on_frame(
         return bad.code != "unauthorized"
     except Unauthorized as refused:
         log.info("refused a hello on %s: %s", link.name, refused)
-        link.send(error_frame("unauthorized", str(refused)))
+        link.send(error_frame(refused.code, str(refused)))
+        if refused.code == "revoked":
+            link.end(CLOSE_REVOKED)
         return False
 
 

@@ -9,7 +9,9 @@ merge, whatever the tier, these run on the words (English and French):
   vegetarian"), and a relation one memory brings in that the other does not even mention
   makes it someone else's fact ("my daughter", "Owen's son", "Priya is my sister's boss",
   "Léa is dating a pilot", "la femme de Paul"). A relation that names someone already there
-  ("my brother Owen", "Owen, that's my brother") is no other person;
+  ("my brother Owen", "Owen, that's my brother") is no other person. The same words with the
+  roles exchanged are someone else's fact too ("Rose knits for the grandchildren" / "The
+  grandchildren knit for Rose");
 - negation: one says what the other denies, in the same words (past "still", "anymore"), or
   in two languages ("I drink coffee" / "Je ne bois pas de café"); "quit" and "arrêté de"
   deny too, so "Paul a arrêté de fumer" and "Paul ne fume plus" agree;
@@ -17,8 +19,9 @@ merge, whatever the tier, these run on the words (English and French):
   morning/evening), or the same preference the other way round ("the mountains to the
   beach" / "the beach to the mountains");
 - slot: the same sentence but for one word that carries the fact ("allergic to cats" / "to
-  dogs"), and every value `actors.memory.values` compares (numbers, dates, times, places,
-  named people, relations).
+  dogs"; at the end of the sentence, its small words aside: "peur de l'avion" / "peur des
+  araignées"), and every value `actors.memory.values` compares (numbers, dates, times,
+  places, named people, relations).
 
 A subject or a one-word slot makes the new memory `distinct`: another fact, stored. A value,
 a negation or an opposite makes it a `contradiction`: stored, and linked to the other for
@@ -40,6 +43,7 @@ from actors.memory.values import (
     content_words,
     negated,
     plain,
+    spells_value,
     tokens,
 )
 from providers.stemming import stem
@@ -173,12 +177,37 @@ def subject_guard(a: MemoryDraft, b: MemoryDraft) -> Guarded | None:
         mine = a if ours == "self" else b
         if named not in {w for w, _ in _words_with_case(mine.text)}:
             return Guarded("subject", f"{ours} vs {theirs}", DISTINCT)
+    if _roles_exchanged(a, b):
+        return Guarded("subject", "the roles exchanged", DISTINCT)
     for one, other in ((a, b), (b, a)):
         extra = {r for r, named in _relations(one, other).items() if not named}
         extra -= _mentions(other)
         if extra:
             return Guarded("subject", f"{', '.join(sorted(extra))} of someone else", DISTINCT)
     return None
+
+
+_PASSIVE = frozenset({"by", "par"})
+
+
+def _roles_exchanged(a: MemoryDraft, b: MemoryDraft) -> bool:
+    """The same words with who does what and to whom swapped around what they do: "Rose
+    knits scarves for the grandchildren" / "The grandchildren knit scarves for Rose",
+    "Léa appelle sa mère le dimanche" / "Sa mère appelle Léa le dimanche". A
+    passive ("by", "par") says the same with its roles swapped, so it is left alone."""
+    if _PASSIVE & (set(tokens(a.text)) | set(tokens(b.text))):
+        return False
+    ours, theirs = content_words(a.text), content_words(b.text)
+    if ours == theirs or sorted(ours) != sorted(theirs):
+        return False
+    while ours[0] == theirs[0]:  # what both open or close with plays no role ("le dimanche")
+        ours, theirs = ours[1:], theirs[1:]
+    while ours[-1] == theirs[-1]:
+        ours, theirs = ours[:-1], theirs[:-1]
+    n = len(ours)
+    return any(
+        theirs == ours[j:] + ours[i:j] + ours[:i] for i in range(1, n) for j in range(i + 1, n)
+    )
 
 
 # -- negation ------------------------------------------------------------------------------
@@ -302,15 +331,25 @@ def slot_guard(a: MemoryDraft, b: MemoryDraft) -> Guarded | None:
     _, i1, i2, j1, j2 = edits[0]
     ours, theirs = words_a[i1:i2], words_b[j1:j2]
     kept = len(words_a) - len(ours)
+    if i2 == len(words_a) and j2 == len(words_b):
+        # The sentence's last words, its object: only what they carry counts, not their
+        # small words ("peur de l'avion" / "peur des araignées").
+        ours, theirs = _carrying(ours), _carrying(theirs)
     if sorted((len(ours), len(theirs))) not in ([1, 1], [1, 2]) or kept < SLOT_FRAME:
         return None
     if len(ours) + len(theirs) == 3 and kept < SLOT_FRAME + 1:
         return None
     if any(w in STOP_WORDS for w in ours + theirs) or "".join(ours) == "".join(theirs):
         return None  # a small word, or a spelling ("wifi" / "wi-fi")
+    if any(spells_value(w) for w in ours + theirs):
+        return None  # a value: `conflict` compares those ("two" / "2" is one)
     if {stem(w) for w in ours} & {stem(w) for w in theirs}:
         return None
     return Guarded("slot", f"{' '.join(ours)!r} vs {' '.join(theirs)!r}", DISTINCT)
+
+
+def _carrying(words: list[str]) -> list[str]:
+    return [w for w in words if w not in STOP_WORDS] or words
 
 
 def guard(existing: MemoryDraft, new: MemoryDraft) -> Guarded | None:

@@ -7,7 +7,9 @@ per-person lock, so two mentions of one new fact in quick succession make one me
 
 A fingerprint that cannot be made is not a reason to lose what the person said: the memory
 is stored without one, the failure is logged, and `backfill` fills it in later. Until then
-only a verbatim restatement can be recognised against it.
+only a verbatim restatement can be recognised against it. Nor is a slow embedder a reason to
+hold a reply or a request: `remember` waits at most `fingerprint_wait` for the fingerprint,
+stores the memory without it past that, and fills it in when the embedder answers.
 """
 
 from __future__ import annotations
@@ -47,6 +49,12 @@ log = logging.getLogger("stillhere.memory")
 Rows = tuple[dict[UUID, Memory], dict[UUID, bytes]]
 
 SUMMARY = "summary"  # the type of a conversation's summary, kept findable by meaning
+
+# How long a memory being stored waits for its fingerprint: a local embedder answers in
+# milliseconds and an API in a few hundred; a reply or a request is not held longer.
+DEFAULT_FINGERPRINT_WAIT_S = 2.0
+
+Embedding = asyncio.Task[np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +107,12 @@ class MemoryKeeper:
         candidates: int = 8,
         max_persons: int = 256,
         offload_above: int = 2048,
+        fingerprint_wait: float = DEFAULT_FINGERPRINT_WAIT_S,
     ) -> None:
         self.store = store
+        self.fingerprint_wait = fingerprint_wait
+        # Fingerprints still being made for memories stored without them (cancelled on close).
+        self._late: set[asyncio.Task[None]] = set()
         self.embedder = embedder
         self.clock = clock
         self.model = embedder.name
@@ -138,6 +150,8 @@ class MemoryKeeper:
             self._index.drop(person)
 
     async def close(self) -> None:
+        for task in list(self._late):  # the back-fill pass makes what they would have
+            task.cancel()
         if self.same_memory is not None:
             await self.same_memory.close()  # what is queued is stored already
         if self._index is not None:
@@ -165,17 +179,60 @@ class MemoryKeeper:
             await self.fingerprint(["dimension probe"])
         return self.index
 
-    async def _fingerprint_or_none(self, text: str) -> np.ndarray | None:
+    async def _fingerprint_soon(self, text: str) -> tuple[np.ndarray | None, Embedding | None]:
+        """The fingerprint of `text` if the embedder gives it within `fingerprint_wait`;
+        else None and the embedding still under way, for `_fill_later` once stored."""
+        task = asyncio.ensure_future(self.fingerprint([text]))
         try:
-            return (await self.fingerprint([text]))[0]
-        except EmbeddingError as failure:
-            log.warning(
-                "fingerprint failed (%s); the memory is stored without one and the back-fill "
-                "pass will make it: %s",
-                failure.code,
-                failure,
+            async with asyncio.timeout(self.fingerprint_wait):
+                return (await asyncio.shield(task))[0], None
+        except TimeoutError:
+            log.info(
+                "fingerprint not made within %g s: the memory is stored first and "
+                "fingerprinted when the embedder answers",
+                self.fingerprint_wait,
             )
-            return None
+            return None, task
+        except EmbeddingError as failure:
+            self._unfingerprinted(failure)
+            return None, None
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+
+    @staticmethod
+    def _unfingerprinted(failure: EmbeddingError) -> None:
+        log.warning(
+            "fingerprint failed (%s); the memory is stored without one and the back-fill "
+            "pass will make it: %s",
+            failure.code,
+            failure,
+        )
+
+    def _fill_later(self, pending: Embedding | None, memory: UUID | None) -> None:
+        """Once `pending` gives the fingerprint of `memory`, stored without one, fill it in
+        (the write moves the person's generation, so the index takes it on its next look-up).
+        Without a memory to fill, the embedding is not needed any more."""
+        if pending is None:
+            return
+        if memory is None:
+            pending.cancel()
+            return
+        task = asyncio.ensure_future(self._fill(pending, memory))
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
+
+    async def _fill(self, pending: Embedding, memory: UUID) -> None:
+        try:
+            vector = (await pending)[0]
+        except EmbeddingError as failure:
+            self._unfingerprinted(failure)
+            return
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
+        if await self.store.set_fingerprint(memory, None, encode(vector), self.model):
+            log.info("memory %s fingerprinted after it was stored", memory)
 
     # -- remembering ------------------------------------------------------------------------
 
@@ -183,7 +240,18 @@ class MemoryKeeper:
         self, person: str, draft: MemoryDraft, *, conversation: UUID | None = None
     ) -> Remembered:
         """Reinforce the memory `draft` restates, or store it as a new one."""
-        vector = await self._fingerprint_or_none(draft.text)
+        vector, pending = await self._fingerprint_soon(draft.text)
+        try:
+            remembered = await self._remember(person, draft, conversation, vector)
+        except BaseException:
+            self._fill_later(pending, None)
+            raise
+        self._fill_later(pending, remembered.memory.id if remembered.created else None)
+        return remembered
+
+    async def _remember(
+        self, person: str, draft: MemoryDraft, conversation: UUID | None, vector: np.ndarray | None
+    ) -> Remembered:
         async with self._lock(person):
             # A conversation's summary is a record of its own, never merged either way.
             candidates = (
@@ -396,7 +464,7 @@ class MemoryKeeper:
             again = await self.store.get(person, [said.new_id, memory_id])
             self._tell("unmerged", person, Changed([said.new_id], None), 1)
             return Split(again[said.new_id], again[memory_id])
-        vector = await self._fingerprint_or_none(said.new_text)
+        vector, pending = await self._fingerprint_soon(said.new_text)
         async with self._lock(person):
             done = await self.store.split(
                 person,
@@ -406,8 +474,10 @@ class MemoryKeeper:
                 model=self.model if vector is not None else None,
             )
             if done is None:
+                self._fill_later(pending, None)
                 raise NoSuchMention(mention)
             new, former, generation = done
+            self._fill_later(pending, new.id)
             if self._index is not None:
                 added = (new.id, vector) if vector is not None else None
                 await self._index.applied(person, generation, added=added)

@@ -14,16 +14,11 @@ enough to refuse false twins, it refuses natural rewordings too. Two tiers inste
 Two appointments on the same day at the same time, with the same type and subject, are
 `shared` at any cosine: one slot, one appointment, in whatever language.
 
-And one shape is never the same memory, whatever the tier: the same sentence but for one
-word ("allergic to cats" / "allergic to peanuts", "the car insurance" / "the home
-insurance"). That word is the fact; the fingerprint, which mostly sees the rest, scores
-such pairs 0.73 to 0.95, above many true rewordings. A reworded sentence changes more than
-one word.
-
 Whatever the score, the guards (`actors.memory.guards`) keep apart two memories about
-different subjects, or that differ in a value, a negation or an opposite: the new one is
-stored, and linked to the other as a possible contradiction when it gives the same thing
-another value.
+different subjects, or that differ in a value, a negation, an opposite or the one word that
+carries the fact ("allergic to cats" / "allergic to peanuts", which the fingerprint, seeing
+mostly the rest, scores 0.73 to 0.95): the new one is stored, and linked to the other as a
+possible contradiction when it gives the same thing another value.
 
 The thresholds depend on the embedding model (cosines of a 384-dimension local model and
 of a 1536-dimension API model are not on one scale), so they are looked up by model name.
@@ -31,12 +26,10 @@ of a 1536-dimension API model are not on one scale), so they are looked up by mo
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from actors.memory.guards import CONTRADICTION, DISTINCT, Guarded, guard
-from actors.memory.language import english
+from actors.memory.guards import CONTRADICTION, Guarded, guard
 from actors.memory.values import capitalised, fact_words, tokens, values
 from storage.records import Memory, MemoryDraft
 
@@ -46,9 +39,6 @@ WORDED_SHARE = 0.75
 
 
 APPOINTMENT = "appointment"
-# A one-word swap needs this many words kept around it: with fewer, the pair is not the same
-# sentence, and the words left say too little to tell ("born" / "birthday").
-SWAP_FRAME = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +153,9 @@ def shares_subject(a: MemoryDraft, b: MemoryDraft) -> bool:
 @dataclass(frozen=True, slots=True)
 class Wording:
     """How two memories' words compare: the share of fact-bearing words in common (names
-    and people left out: those are the guard's), a one-word swap, an appointment slot."""
+    and people left out: those are the guard's), an appointment slot."""
 
     share: float  # of the shorter one's words, how many the other has (0 to 1)
-    one_word_swap: bool  # the same words in the same order but for one, replaced
     same_slot: bool = False  # two appointments on the same day at the same time
 
 
@@ -177,7 +166,7 @@ def wording(a: MemoryDraft, b: MemoryDraft) -> Wording:
     set_a, set_b = set(fact_words(a.text, names)), set(fact_words(b.text, names))
     smaller = min(len(set_a), len(set_b))
     share = len(set_a & set_b) / smaller if smaller else 0.0
-    return Wording(round(share, 4), one_word_swap(a.text, b.text), same_slot(a, b))
+    return Wording(round(share, 4), same_slot(a, b))
 
 
 def same_slot(a: MemoryDraft, b: MemoryDraft) -> bool:
@@ -193,21 +182,9 @@ def same_slot(a: MemoryDraft, b: MemoryDraft) -> bool:
     return any(ours.get(day) and ours.get(day) == theirs.get(day) for day in ("date", "weekday"))
 
 
-def one_word_swap(a: str, b: str) -> bool:
-    """The same sentence but for one word (names and all, values aside: those are the
-    guard's), with at least `SWAP_FRAME` words kept around it. Two languages are never
-    one sentence: "lives" and "habite" are a translation, not another fact."""
-    if english(a) != english(b):
-        return False
-    words_a, words_b = fact_words(a), fact_words(b)
-    matcher = difflib.SequenceMatcher(a=words_a, b=words_b, autojunk=False)
-    edits = [(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op != "equal"]
-    return edits == [(1, 1)] and len(words_a) - 1 >= SWAP_FRAME
-
-
 def reach(score: float, same_type: bool, shared: bool, words: Wording, t: Thresholds) -> str | None:
-    """The tier by cosine, types, subject and wording, before the contradiction guard and
-    the one-word-swap rule (the facts `recognise` and the eval's replay both decide on)."""
+    """The tier by cosine, types, subject and wording, before the guards (the facts
+    `recognise` and the eval's replay both decide on)."""
     if score >= t.high:
         return "close"
     if not (same_type and shared):
@@ -219,19 +196,10 @@ def reach(score: float, same_type: bool, shared: bool, words: Wording, t: Thresh
     return "shared" if words.same_slot else None
 
 
-def settled_tier(
-    score: float, same_type: bool, shared: bool, words: Wording, t: Thresholds
-) -> str | None:
-    """`reach`, with the one-word-swap rule applied: None for another fact in the same
-    sentence (the facts the eval's replay decides on too)."""
-    return None if words.one_word_swap else reach(score, same_type, shared, words, t)
-
-
 def tier(new: MemoryDraft, existing: MemoryDraft, score: float, t: Thresholds) -> str | None:
-    """The tier by which `new` would be `existing`, before the contradiction guard; None
-    for a one-word swap (another fact in the same sentence)."""
+    """The tier by which `new` would be `existing`, before the guards."""
     same_type, shared = new.type == existing.type, shares_subject(new, existing)
-    return settled_tier(score, same_type, shared, wording(new, existing), t)
+    return reach(score, same_type, shared, wording(new, existing), t)
 
 
 def same_text(a: str, b: str) -> bool:
@@ -265,8 +233,6 @@ def recognise(new: MemoryDraft, candidates: Iterable[Candidate]) -> Verdict:
         if found is None and not band:
             continue
         stopped = None if found == "exact" else guard(existing.draft, new)
-        if stopped is None and found != "exact" and words.one_word_swap:
-            stopped = Guarded("slot", "the same sentence but for one word", DISTINCT)
         if stopped is not None:
             decisions.append(Decision(existing, "guard", f"guard {stopped}"))
             if stopped.verdict == CONTRADICTION:

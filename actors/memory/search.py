@@ -31,6 +31,7 @@ import numpy as np
 from providers.embedding import Embedder, EmbeddingError
 from providers.multilingual import Paired
 from storage.records import Memory, MemoryLink
+from storage.text import text_fault
 
 # What a name adds to a memory's meaning: a person or theme named in the query lifts every
 # memory set with it above memories merely close in wording. With a theme's at 0.15, the
@@ -88,8 +89,9 @@ class BadQuery(ValueError):
 
 def query_text(value: object, field: str = "query") -> str:
     """A search's query, checked alike whichever way it came in (HTTP, the model, CLI)."""
-    if not isinstance(value, str) or not value.strip() or "\x00" in value:
-        raise BadQuery(f"{field} must be a non-empty string")
+    fault = text_fault(value, field)
+    if fault is not None:
+        raise BadQuery(fault)
     if len(value) > MAX_QUERY_CHARS:
         raise BadQuery(f"{field} is limited to {MAX_QUERY_CHARS} characters")
     return value.strip()

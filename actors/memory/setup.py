@@ -14,9 +14,9 @@ import time
 
 from actors.clock import Clock
 from actors.memory.judging import judge_for
-from actors.memory.keeper import MemoryKeeper
+from actors.memory.keeper import DEFAULT_FINGERPRINT_WAIT_S, MemoryKeeper
 from actors.memory.recognition import Thresholds
-from providers.embedding import Embedder, OpenAIEmbeddings
+from providers.embedding import DEFAULT_TIMEOUT_S, Embedder, OpenAIEmbeddings
 from providers.multilingual import Paired, UseMultilingual
 from storage.memories import MemoryStore
 
@@ -32,7 +32,7 @@ def make_embedder(
     key: str | None = None,
     *,
     path: str | None = None,
-    timeout: float = 30.0,
+    timeout: float = DEFAULT_TIMEOUT_S,
     local: str = "pair",
 ) -> Embedder:
     """An OpenAI-compatible embeddings client if `url` is given, else the local `local`
@@ -72,6 +72,7 @@ async def open_keeper(
     *,
     thresholds: Thresholds | None = None,
     max_persons: int = 256,
+    fingerprint_wait: float = DEFAULT_FINGERPRINT_WAIT_S,
 ) -> MemoryKeeper:
     """A keeper with its own small pool on `dsn` (migrated already by `Store.open`)."""
     store = await MemoryStore.open(dsn)
@@ -82,7 +83,14 @@ async def open_keeper(
         getattr(embedder, "label", embedder.name),
         judge.describe(),
     )
-    return MemoryKeeper(store, embedder, clock, judge=judge, max_persons=max_persons)
+    return MemoryKeeper(
+        store,
+        embedder,
+        clock,
+        judge=judge,
+        max_persons=max_persons,
+        fingerprint_wait=fingerprint_wait,
+    )
 
 
 async def warm(embedder: Embedder) -> None:

@@ -396,12 +396,15 @@ def fact_words(text: str, leave_out: frozenset[str] | set[str] = frozenset()) ->
     under one name: what two wordings of one fact are compared on."""
     out = []
     for word in affirmed(tokens(text)):
-        if word in STOP_WORDS or word in leave_out or word in _VALUE_WORDS:
-            continue
-        if any(c.isdigit() for c in word):
+        if word in STOP_WORDS or word in leave_out or spells_value(word):
             continue
         out.append(stem(_KIN.get(word, word)))
     return out
+
+
+def spells_value(word: str) -> bool:
+    """A number, or a word of a number, date or time: what `conflict` compares."""
+    return word in _VALUE_WORDS or any(c.isdigit() for c in word)
 
 
 def _negation_flip(a: str, b: str) -> bool:

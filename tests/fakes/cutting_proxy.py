@@ -1,7 +1,8 @@
 """A TCP proxy that plays the train tunnel: it cuts links and refuses new ones on command.
 
-Placed between a client and the real server (127.0.0.1 only), it forwards bytes both ways
-until told to:
+Placed between a client and the real server (127.0.0.1 only, or a unix socket such as the
+embedded PostgreSQL's: then it plays a database that drops off the network), it forwards
+bytes both ways until told to:
 
 - `cut()`: abort every live connection on both sides at once: an RST each way, no
   WebSocket close frame, no end of the event stream, exactly what neither end chose;
@@ -31,9 +32,17 @@ CHUNK = 65536
 
 
 class CuttingProxy:
-    def __init__(self, target_host: str, target_port: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        host: str = "127.0.0.1",
+        *,
+        target_socket: str | None = None,
+    ) -> None:
         self.target_host = target_host
         self.target_port = target_port
+        self.target_socket = target_socket  # a unix socket to forward to, instead
         self.host = host
         self.port = 0
         self.mode = "allow"  # allow | refuse | blackhole
@@ -130,7 +139,7 @@ class CuttingProxy:
             self._held.add(writer)
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection(self.target_host, self.target_port)
+            up_reader, up_writer = await self._connect()
         except OSError:
             writer.transport.abort()
             return
@@ -147,6 +156,11 @@ class CuttingProxy:
             self._live.discard(pair)
             for side in pair:
                 side.close()
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.target_socket is not None:
+            return await asyncio.open_unix_connection(self.target_socket)
+        return await asyncio.open_connection(self.target_host, self.target_port)
 
     async def _pump(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, downlink: bool = False

@@ -12,6 +12,7 @@ that the client normalises them.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,13 @@ class Fail:
 @dataclass(frozen=True, slots=True)
 class Hang:
     """Accept the request and never answer, to exercise the client's timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """Answer correctly, but only once the test sets `release`: an embedder that is slow."""
+
+    release: asyncio.Event
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +95,7 @@ class Shuffled:
     """A 200 with correct vectors listed in reverse order, each with its right `index`."""
 
 
-Response = Fail | Hang | Garbage | WrongCount | WrongLength | Ragged | Junk | Zero | Shuffled
+Response = Fail | Hang | Late | Garbage | WrongCount | WrongLength | Ragged | Junk | Zero | Shuffled
 
 
 class FakeEmbeddings(FakeApi["Response"]):
@@ -116,6 +124,8 @@ class FakeEmbeddings(FakeApi["Response"]):
         if isinstance(response, Hang):
             await self._stopping.wait()
             return web.Response(status=503, text="stopping")
+        if isinstance(response, Late):
+            await response.release.wait()
         if isinstance(response, Garbage):
             return web.Response(body=response.body, content_type="text/html")
         vectors: list[list[Any]] = [

@@ -58,7 +58,14 @@ class Garbage:
     """A 200 stream whose data line is not JSON."""
 
 
-Response = Reply | Fail | Empty | Hang | Garbage
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A 200 stream that sends `text`, then drops the connection mid-answer."""
+
+    text: str = "Let me think"
+
+
+Response = Reply | Fail | Empty | Hang | Garbage | Cut
 
 
 class FakeOpenAI(FakeApi["Response"]):
@@ -107,6 +114,11 @@ class FakeOpenAI(FakeApi["Response"]):
         try:
             if isinstance(response, Garbage):
                 await stream.write(b"data: this is not json\n\n")
+            elif isinstance(response, Cut):
+                await self._stream_reply(stream, Reply(response.text), body.get("model", "fake"))
+                assert request.transport is not None
+                request.transport.abort()  # no final chunk: the answer breaks off
+                return stream
             elif isinstance(response, Reply):
                 await self._stream_reply(stream, response, body.get("model", "fake"))
             await stream.write(b"data: [DONE]\n\n")

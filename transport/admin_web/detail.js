@@ -62,6 +62,7 @@ export class ActorDetail {
       ["Last activity", `${utc(actor.last_activity)} (${duration(actor.idle_s)} idle)`],
       ["Speaker", actor.speaker ? `${actor.speaker} (since ${utc(actor.speaker_at)})` : "the owner"],
       ["Next turn", notes.length ? notes.join("; ") : "no notes"],
+      ["Mood", typeof actor.fondness === "number" ? `fondness ${actor.fondness.toFixed(2)} (0 to 1)` : "fondness not set yet"],
       ["Stream", `seq ${stream.last_seq}, ${stream.buffered} events buffered`],
       ["Links", stream.links.length ? stream.links.join(", ") : "none"],
     ];

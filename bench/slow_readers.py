@@ -1,0 +1,208 @@
+"""`python -m bench.slow_readers`: what phones that stop reading cost the server's memory.
+
+One stillhere server (rehearsal model) and two fleets of N bare WebSocket phones, one after
+the other. Every phone says hello, then asks for the same long stories, `--says` of them
+back to back (each reply some 100 KB of frames). The baseline fleet reads everything. The
+stalled fleet stops reading right after its welcome, with a small receive buffer, and
+keeps asking: what the kernel does not take waits in the server, up to `--link-buffer`
+per link, past which the server cuts the link (close 4503).
+
+The kernel takes its part first, outside the server's RSS: the server runs with
+`--socket-send-buffer` (64 KB by default here), which fixes each socket's kernel send
+buffer. With 0, the kernel sizes it, and on loopback (an MTU of 64 KB) it grows to
+`net.ipv4.tcp_wmem`'s maximum, 4 MB here: a link is then cut only once some 4 MB have been
+sent to it, and all of that is kernel memory the report does not see. The server's RSS is sampled
+throughout; the report gives each fleet's peak RSS above the idle server, their ratio, the
+bound the option sets (N x link buffer), and how many links the server cut (its log).
+
+    python -m bench.slow_readers --phones 1000 --says 6 --link-buffer 256KB
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohappyeyeballs import AddrInfoType
+
+from bench import procs
+from bench.flap import ratio
+from bench.flap_throughput import connect, say
+from providers.event_loop import LOOPS
+from providers.event_loop import run as run_on_loop
+
+TOPIC = "the lighthouse keeper " * 180  # some 4 KB: a story is 12 sentences of it
+STORY = "tell me a story about " + TOPIC.strip()
+RECEIVE_BUFFER = 4096  # a stalled phone's socket: the kernel holds little for it
+SETTLE_S = 2.0  # after a fleet's last say, for the server to write or cut what it holds
+CUT_MARK = "its phone stopped reading"  # the server's log line for a cut link
+
+
+def _bytes(text: str) -> int:
+    units = {"kb": 1024, "mb": 1024 * 1024, "b": 1}
+    lowered = text.strip().lower()
+    for unit, size in units.items():
+        if lowered.endswith(unit):
+            return int(float(lowered[: -len(unit)]) * size)
+    return int(lowered)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.slow_readers", description=__doc__)
+    parser.add_argument("--phones", type=int, default=1000, help="phones per fleet (1000)")
+    parser.add_argument("--says", type=int, default=6, help="stories asked per phone (6)")
+    parser.add_argument(
+        "--link-buffer", type=_bytes, default=256 * 1024, help="the server's (256KB)"
+    )
+    parser.add_argument(
+        "--socket-send-buffer",
+        type=_bytes,
+        default=64 * 1024,
+        help="the server's, for each connection (64KB; 0: the kernel sizes it)",
+    )
+    parser.add_argument(
+        "--pause", type=float, default=0.5, help="seconds between a stalled phone's says (0.5)"
+    )
+    parser.add_argument("--event-loop", choices=LOOPS, default="uvloop")
+    parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    args = parser.parse_args(argv)
+    if min(args.phones, args.says) < 1:
+        parser.error("--phones and --says must each be at least 1")
+    return args
+
+
+def _small_receive_buffer(addr_info: AddrInfoType) -> socket.socket:
+    family, kind, proto, _, _ = addr_info
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+    return sock
+
+
+async def _phone(
+    http: aiohttp.ClientSession, url: str, says: int, pause: float, stalled: bool
+) -> str:
+    """One phone's run; how its link ended: `read` (all replies), `open` or `cut`."""
+    ws, _ = await connect(http, url)
+    try:
+        if not stalled:
+            for _ in range(says):
+                await say(ws, STORY)
+            return "read"
+        transport = ws._response.connection.transport  # type: ignore[union-attr]
+        transport.pause_reading()  # the phone stops reading: frames pile up behind it
+        for n in range(says):
+            frame = {"type": "say", "id": f"s{n}", "text": STORY}
+            await ws.send_str(orjson.dumps(frame).decode())
+            await asyncio.sleep(pause)  # a turn each, as a person talking to a frozen app
+        return "open"
+    except (ConnectionError, aiohttp.ClientError):
+        return "cut"
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(), 1.0)
+
+
+async def _fleet(server: procs.Server, args: argparse.Namespace, stalled: bool) -> dict[str, Any]:
+    idle = server.rss_mb()
+    connector = aiohttp.TCPConnector(
+        limit=0, socket_factory=_small_receive_buffer if stalled else None
+    )
+    with procs.RssSampler(server, interval=0.25) as rss:
+        async with aiohttp.ClientSession(connector=connector) as http:
+            url = server.base_url + "/v1/ws"
+            runs = [_phone(http, url, args.says, args.pause, stalled) for _ in range(args.phones)]
+            ends = await asyncio.gather(*runs, return_exceptions=True)
+            await asyncio.sleep(SETTLE_S)
+            rss.sample()
+    peak = max(mb for _, mb, _ in rss.series)
+    return {
+        "idle_rss_mb": round(idle, 1),
+        "peak_rss_mb": round(peak, 1),
+        "held_mb": round(peak - idle, 1),
+        "ends": {k: sum(e == k for e in ends) for k in ("read", "open", "cut")},
+        "errors": sum(isinstance(e, BaseException) for e in ends),
+    }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="stillhere-slow-readers-"))
+    # The same story asked again is no echo to cut here: every reply is told whole.
+    extra = ["--link-buffer", str(args.link_buffer), "--echo-guard", "off"]
+    extra += ["--socket-send-buffer", str(args.socket_send_buffer)]
+    server = procs.start(
+        "stillhere", root, latency=0.0, rate=0.0, event_loop=args.event_loop, extra=extra
+    )
+    try:
+        await procs.wait_ready(server)
+        print("slow readers: the reading fleet ...", file=sys.stderr)
+        reading = await _fleet(server, args, stalled=False)
+        cut_before = _cuts(server)
+        print("slow readers: the stalled fleet ...", file=sys.stderr)
+        started = time.perf_counter()
+        stalled = await _fleet(server, args, stalled=True)
+        stalled["cut_by_server"] = _cuts(server) - cut_before
+        stalled["seconds"] = round(time.perf_counter() - started, 1)
+    finally:
+        stopped = await asyncio.get_running_loop().run_in_executor(None, procs.stop, server)
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "phones": args.phones,
+        "says": args.says,
+        "link_buffer_bytes": args.link_buffer,
+        "socket_send_buffer_bytes": args.socket_send_buffer,
+        "bound_mb": round(args.phones * args.link_buffer / 2**20, 1),
+        "reading": reading,
+        "stalled": stalled,
+        "held_over_baseline": ratio(stalled["held_mb"], reading["held_mb"]),
+        "server_stop": stopped,
+    }
+
+
+def _cuts(server: procs.Server) -> int:
+    with contextlib.suppress(OSError):
+        return server.log_path.read_text(errors="replace").count(CUT_MARK)
+    return 0
+
+
+def table(result: dict[str, Any]) -> str:
+    reading, stalled = result["reading"], result["stalled"]
+    return "\n".join(
+        [
+            f"stillhere slow readers: {result['phones']} phones x {result['says']} stories, "
+            f"--link-buffer {result['link_buffer_bytes']} (bound {result['bound_mb']} MB), "
+            f"--socket-send-buffer {result['socket_send_buffer_bytes']}",
+            f"  {'fleet':<10}{'idle MB':>9}{'peak MB':>9}{'held MB':>9}  ends",
+            *(
+                f"  {name:<10}{f['idle_rss_mb']:>9}{f['peak_rss_mb']:>9}{f['held_mb']:>9}  "
+                f"{f['ends']}"
+                for name, f in (("reading", reading), ("stalled", stalled))
+            ),
+            f"  stalled links cut by the server: {stalled['cut_by_server']}; "
+            f"held over baseline: {result['held_over_baseline']}",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    result = run_on_loop(run(args), "asyncio")
+    print(table(result))
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Every answer of the main and admin listeners is JSON, errors included.
+
+Routing refusals (an unknown path, a method the path does not take), a body over the
+listener's size limit, and anything a handler did not expect all reach a client as the
+protocol's `error` object with a stable code, like every refusal a handler makes itself.
+An unexpected failure is logged with its traceback, which never goes in the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from transport.protocol import error_frame
+
+log = logging.getLogger("stillhere.http")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Statuses aiohttp raises itself, and the code each is answered with.
+_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+}
+
+
+def json_errors(not_found_hint: str) -> Any:
+    """A middleware answering what no handler answered as a JSON error object;
+    `not_found_hint` ends the message of a 404 (where to look instead)."""
+
+    @web.middleware
+    async def answer_json(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as refused:
+            if refused.status < 400:
+                raise
+            return _refusal(request, refused, not_found_hint)
+        except Exception:
+            log.exception("unexpected failure answering %s %s", request.method, request.path)
+            return error_response(
+                500, "internal_error", "the server failed unexpectedly; nothing more is known"
+            )
+
+    return answer_json
+
+
+def _refusal(request: web.Request, refused: web.HTTPException, hint: str) -> web.Response:
+    if isinstance(refused, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(refused.allowed_methods))
+        return error_response(
+            405,
+            "method_not_allowed",
+            f"{request.method} is not allowed on {request.path}: use {allowed}",
+            {"Allow": allowed},
+        )
+    if isinstance(refused, web.HTTPNotFound):
+        return error_response(404, "not_found", f"no endpoint {request.path}; {hint}")
+    code = _CODES.get(refused.status, f"http_{refused.status}")
+    # aiohttp's own text says what was wrong ("Maximum request body size 262144 exceeded…").
+    return error_response(refused.status, code, refused.text or refused.reason)
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    """The protocol's `error` object as an HTTP answer."""
+    return web.Response(
+        body=orjson.dumps(error_frame(code, message)),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )

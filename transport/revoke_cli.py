@@ -1,0 +1,77 @@
+"""`stillhere revoke`: refuse an account or a device from now on, and close its live links.
+
+The revocation is stored in PostgreSQL (`revocations`, by person key: no credential is
+written) and announced with NOTIFY in the same transaction; every running server listens
+(transport/revocations.py), refuses the person at its next hello or request and closes its
+live links at once. It works beside a running server, on its database (`--db`, or the
+embedded PostgreSQL of `--data-dir`).
+
+An account is named as in its tokens (`sub`), and its key is made with the server's
+secret. A device is named by its person key, the one the admin API and `stillhere inspect`
+show: a device secret is never typed on a command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from storage import revocations
+from transport.config import Settings, env_value
+from transport.identity import Identity, load_or_create_secret
+from transport.memory_cli import database
+
+log = logging.getLogger("stillhere.revoke")
+
+
+def add_secret_options(parser: argparse.ArgumentParser) -> None:
+    """The secret that signs tokens and keys persons: `--secret`, else the data dir's."""
+    parser.add_argument(
+        "--data-dir",
+        default=Path(env_value("data-dir") or Settings().data_dir),
+        type=Path,
+        help="the server's data folder: its secret file and embedded PostgreSQL",
+    )
+    parser.add_argument("--secret", default=env_value("secret"), help="env STILLHERE_SECRET")
+
+
+def secret_of(args: argparse.Namespace) -> str:
+    return str(args.secret or load_or_create_secret(args.data_dir))
+
+
+def add_parser(commands: Any) -> None:
+    revoke = commands.add_parser(
+        "revoke", help="refuse an account or device from now on and close its live links"
+    )
+    who = revoke.add_mutually_exclusive_group(required=True)
+    who.add_argument("account", nargs="?", help="the account, as in its tokens' `sub`")
+    who.add_argument("--person", help="a person key (a device's), as the admin API shows it")
+    revoke.add_argument("--lift", action="store_true", help="lift the revocation instead")
+    revoke.add_argument(
+        "--db",
+        default=env_value("db"),
+        help="PostgreSQL DSN (env STILLHERE_DB); without it, the embedded one of --data-dir",
+    )
+    add_secret_options(revoke)
+    revoke.set_defaults(run=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    person = args.person or Identity(secret_of(args)).account_key(args.account)
+    async with database(args, scratch=False) as dsn:
+        conn = await asyncpg.connect(dsn)
+        try:
+            if args.lift:
+                changed = await revocations.lift(conn, person)
+            else:
+                changed = await revocations.revoke(conn, person)
+        finally:
+            await conn.close()
+    done = "lifted the revocation of" if args.lift else "revoked"
+    state = "" if changed else " (it already was)" if not args.lift else " (it was not revoked)"
+    print(f"{done} person {person}{state}")
+    return 0
