@@ -21,7 +21,7 @@ import hmac
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -150,7 +150,7 @@ async def actors_handler(request: web.Request) -> web.Response:
     lives = server.directory.lives()
     looks = await _looks(lives)
     now = server.runtime.clock.now()
-    rows = [_summary(live, look, now) for live, look in zip(lives, looks, strict=True)]
+    rows = [_Row(live, look, now) for live, look in zip(lives, looks, strict=True)]
     return _json({"at": now.isoformat(), **query.page(rows)})
 
 
@@ -250,20 +250,43 @@ async def _ask(live: LiveConversation) -> Snapshot | str:
     return snapshot
 
 
-def _summary(live: LiveConversation, look: Snapshot | str, now: datetime) -> dict[str, Any]:
-    """A row of the list; the actor's fields are null when it did not answer."""
-    snap = look if isinstance(look, Snapshot) else None
-    return {
-        "person": live.person,
-        "conversation": str(live.id),
-        "state": snap.state if snap else look,
-        "age_s": _seconds(now - snap.started_at) if snap else None,
-        "last_activity": snap.last_activity.isoformat() if snap else None,
-        "idle_s": _seconds(now - snap.last_activity) if snap else None,
-        "links": len(live.stream.links),
-        "pending": snap.pending if snap else None,
-        "window": len(snap.history) if snap else None,
-    }
+class _Row:
+    """A row of the list: its columns to filter and sort by, and its JSON (`wire`), made
+    only for the rows of the page asked for, of thousands sorted."""
+
+    __slots__ = ("age_s", "idle_s", "links", "live", "pending", "person", "snap", "state")
+
+    def __init__(self, live: LiveConversation, look: Snapshot | str, now: datetime) -> None:
+        snap = look if isinstance(look, Snapshot) else None
+        self.live, self.snap, self.person = live, snap, live.person
+        self.state = snap.state if snap else look
+        self.age_s = (now - snap.started_at).total_seconds() if snap else None
+        self.idle_s = (now - snap.last_activity).total_seconds() if snap else None
+        self.links = len(live.stream.links)
+        self.pending = snap.pending if snap else None
+
+    @property
+    def conversation(self) -> str:
+        return str(self.live.id)
+
+    @property
+    def window(self) -> int | None:
+        return len(self.snap.history) if self.snap else None
+
+    def wire(self) -> dict[str, Any]:
+        """The row as the API answers it; the actor's fields are null when it did not answer."""
+        snap = self.snap
+        return {
+            "person": self.person,
+            "conversation": self.conversation,
+            "state": self.state,
+            "age_s": _round(self.age_s),
+            "last_activity": snap.last_activity.isoformat() if snap else None,
+            "idle_s": _round(self.idle_s),
+            "links": self.links,
+            "pending": self.pending,
+            "window": self.window,
+        }
 
 
 def _detail(live: LiveConversation, look: Snapshot | str, now: datetime) -> dict[str, Any]:
@@ -272,7 +295,7 @@ def _detail(live: LiveConversation, look: Snapshot | str, now: datetime) -> dict
     snap = look if isinstance(look, Snapshot) else None
     stream = live.stream
     return {
-        **_summary(live, look, now),
+        **_Row(live, look, now).wire(),
         "started_at": snap.started_at.isoformat() if snap else None,
         "speaker": snap.speaker if snap else None,
         "speaker_at": _iso(snap.speaker_at) if snap else None,
@@ -293,8 +316,8 @@ def _turn(turn: Turn) -> dict[str, Any]:
     return {**turn.wire(), "interrupted": turn.interrupted, "client_id": turn.client_id}
 
 
-def _seconds(delta: timedelta) -> float:
-    return round(delta.total_seconds(), 3)
+def _round(seconds: float | None) -> float | None:
+    return round(seconds, 3) if seconds is not None else None
 
 
 def _iso(at: datetime | None) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from multidict import MultiDictProxy
 
@@ -23,6 +23,18 @@ _COLUMN = {"idle": "idle_s", "age": "age_s"}
 MAX_LIMIT = 1000
 MAX_OFFSET = 1_000_000_000
 MAX_QUERY_CHARS = 200
+
+
+class Row(Protocol):
+    """A live actor's row: a column per sort key (None: the actor did not answer)."""
+
+    person: str
+    state: str
+
+    @property
+    def conversation(self) -> str: ...
+
+    def wire(self) -> dict[str, Any]: ...
 
 
 class InvalidField(ValueError):
@@ -38,12 +50,14 @@ class ActorQuery:
     limit: int | None  # None: every matching row (the API as it was before paging)
     offset: int
 
-    def page(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def page(self, rows: Sequence[Row]) -> dict[str, Any]:
         """The answer's paging fields and rows: `count` matched, `actors` this page."""
         matched = [row for row in rows if self._matches(row)]
-        matched.sort(key=self._key(), reverse=self.descending)
-        if self.descending:  # nulls first whichever way (see SORTS)
-            matched.sort(key=lambda row: row[self._column()] is not None)
+        value = self._value()
+        if self.descending:  # largest first, nulls still first (see SORTS)
+            matched.sort(key=lambda row: (value(row) is None, value(row) or 0), reverse=True)
+        else:
+            matched.sort(key=lambda row: (value(row) is not None, value(row) or 0))
         end = None if self.limit is None else self.offset + self.limit
         return {
             "total": len(rows),
@@ -51,27 +65,24 @@ class ActorQuery:
             "offset": self.offset,
             "limit": self.limit,
             "states": _tally(rows),
-            "actors": matched[self.offset : end],
+            "actors": [row.wire() for row in matched[self.offset : end]],
         }
 
-    def _matches(self, row: dict[str, Any]) -> bool:
-        if self.states and row["state"] not in self.states:
+    def _matches(self, row: Row) -> bool:
+        if self.states and row.state not in self.states:
             return False
-        return not self.text or self.text in row["person"] or self.text in row["conversation"]
+        return not self.text or self.text in row.person or self.text in row.conversation
 
-    def _column(self) -> str:
-        return _COLUMN.get(self.sort, self.sort)
-
-    def _key(self) -> Callable[[dict[str, Any]], tuple[bool, Any]]:
-        column = self._column()
-        return lambda row: (row[column] is not None, row[column] if row[column] is not None else 0)
+    def _value(self) -> Callable[[Row], Any]:
+        column = _COLUMN.get(self.sort, self.sort)
+        return lambda row: getattr(row, column)
 
 
-def _tally(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+def _tally(rows: Sequence[Row]) -> dict[str, int]:
     """How many actors are in each state, over all of them (the filter aside)."""
     counts = dict.fromkeys(STATES, 0)
     for row in rows:
-        counts[row["state"]] += 1
+        counts[row.state] += 1
     return counts
 
 
