@@ -244,9 +244,10 @@ async def run_turn(
     since: float,
     generation: int | None,
 ) -> None:
-    """Answer `req.new`. `since` is when the oldest of them was stored (time.monotonic(),
-    for the turn latency metric); `generation` the context generation read with it, or
-    None to read it afresh."""
+    """Answer `req.new`, or, for a follow-on (`req.follow_on`, no says), send a message of
+    the assistant's own (actors/follow_on.py). `since` is when the oldest say was stored
+    (time.monotonic(), for the turn latency metric); `generation` the context generation
+    read with it, or None to read it afresh."""
     reply = uuid4()
     started = rt.clock.now()
     in_reply_to = [t.client_id for t in req.new if t.client_id]
