@@ -113,7 +113,8 @@ def server(postgres: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     name = "b_" + uuid.uuid4().hex[:12]
     _admin(postgres, f"CREATE DATABASE {name}")
     folder = tmp_path_factory.mktemp("served")
-    options = ["--rehearsal-rate", str(WORDS_PER_S)]
+    # MiniLM alone: the pair's second model would only slow the start and each memory made
+    options = ["--rehearsal-rate", str(WORDS_PER_S), "--embed-local", "minilm"]
     served = serve(_with_database(postgres, name), folder / "data", folder / "serve.log", options)
     yield served
     served.process.terminate()
