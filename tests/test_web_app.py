@@ -559,3 +559,19 @@ def test_a_reminder_becomes_a_notification_once_allowed(
     assert page.evaluate("window.shown") == []
     page.clock.fast_forward("04:00")
     assert page.evaluate("window.shown") == ["stretch"]
+
+
+def test_ending_the_conversation_starts_a_new_one(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    page = open_tab(browser, tabs, server.base + "/").page
+    turn(page, "a first conversation", 'You said "a first conversation"')
+    first = stored(page, "conversation")
+    page.get_by_role("button", name="Settings").click()
+    page.get_by_role("button", name="End this conversation").click()
+    page.get_by_role("button", name="Conversation", exact=True).click()
+    expect(page.get_by_text("You ended the conversation.")).to_be_visible()
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    expect(said(page, "a first conversation")).to_have_count(0)
+    assert stored(page, "conversation") not in (first, None)
+    turn(page, "a second one", 'You said "a second one". (0 earlier turns in view.)')
