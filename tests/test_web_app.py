@@ -299,6 +299,13 @@ def test_memories_forget_500_in_one_request_then_clean_up(
     page.get_by_role("button", name="Memories").click()
     listed = page.get_by_role("list", name="Memories found").get_by_role("checkbox")
     expect(listed).to_have_count(50)
+    first_page = listed.first.get_attribute("data-id")
+    page.get_by_role("button", name="Next page").click()
+    expect(page.get_by_text("Page 2")).to_be_visible()
+    expect(listed).to_have_count(50)
+    assert listed.first.get_attribute("data-id") != first_page
+    page.get_by_role("button", name="Previous page").click()
+    expect(listed.first).to_have_attribute("data-id", str(first_page))
     page.get_by_label("Type").select_option("fact")
     page.get_by_role("button", name="Find").click()
     page.get_by_role("button", name="Select all matching").click()
@@ -488,6 +495,14 @@ def test_marking_wrong_ranges_and_muting(browser: Browser, server: Served, tabs:
     assert wrong["memory"]["status"] == "erroneous"
     assert wrong["memory"]["corrected_by"] == ids["Owen lives in Porto"]
 
+    page.get_by_label("Search").fill("Where does Owen live?")
+    page.get_by_role("button", name="Find").click()
+    expect(found.get_by_role("checkbox").first).to_have_attribute(
+        "data-id", ids["Owen lives in Porto"]
+    )
+    expect(found).not_to_contain_text("Owen lives in Lisbon")  # erroneous: not active
+    page.get_by_label("Search").fill("")
+    page.get_by_role("button", name="Find").click()
     boxes = found.get_by_role("checkbox")
     expect(boxes).to_have_count(5)  # the erroneous one left the active list
     boxes.nth(0).click()
