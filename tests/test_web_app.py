@@ -429,6 +429,11 @@ def test_an_account_token_pasted_in_settings(
     page = open_tab(browser, tabs, server.base + "/").page
     expect(page.get_by_role("status")).to_have_text("Connected")
     page.get_by_role("button", name="Settings").click()
+    page.get_by_label("Account token").fill("not-a-token")
+    page.get_by_role("button", name="Use this account").click()
+    expect(page.get_by_role("status")).to_have_text(
+        "Not accepted: the account token does not verify"
+    )
     page.get_by_label("Account token").fill(token)
     page.get_by_role("button", name="Use this account").click()
     expect(page.get_by_text("You are signed in with an account token.")).to_be_visible()
