@@ -302,6 +302,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
             default = kind(env)  # type: ignore[operator]
         choices = _CHOICES.get(name)
         shown = default if not isinstance(default, tuple) else ",".join(map(str, default))
+        if shown == "":
+            shown = "none"
         if isinstance(default, bool):
             shown = "on" if default else "off"
         if name in _SECRET_OPTIONS:
