@@ -27,6 +27,7 @@ from actors.tools import TOOLS, Mailbox, ToolContext, execute
 from actors.trace import TurnTrace
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
 from storage.event_log import ReplyRow
+from storage.pool import UNAVAILABLE
 from storage.records import StoredSay, Turn, reply_place, say_place
 from storage.store import ConversationEnded
 
@@ -81,7 +82,23 @@ async def _store(
 ) -> StoredSay | None:
     """Store the say in the stream's conversation, then ack it: the ack means "stored". A
     resent id is acked again and a refused say answered with an error; both give None, as
-    nothing new was stored."""
+    nothing new was stored. A PostgreSQL that does not answer within `store_timeout_s`
+    (paused, restarting, unreachable) gets the say answered `unavailable`: the client
+    resends it with its id, and is acked (`repeat` if the write landed after all)."""
+    try:
+        async with asyncio.timeout(rt.settings.store_timeout_s):
+            return await _store_in_turn(rt, say, now, stream)
+    except TimeoutError:
+        log.warning(
+            "a say was not stored within %g s: PostgreSQL unavailable", rt.settings.store_timeout_s
+        )
+        say.reply.resolve_here(SayOutcome(None, error="unavailable"))
+        return None
+
+
+async def _store_in_turn(
+    rt: Runtime, say: Say, now: datetime, stream: ConversationStream
+) -> StoredSay | None:
     await stream.ordering.acquire()  # acks and the window keep the order says arrived in
     handed_on = False  # the lock, to the ack's write
     try:
@@ -122,6 +139,9 @@ async def _add(
         )
     except ConversationEnded:
         say.reply.resolve_here(SayOutcome(None, error="conversation_ended"))
+    except UNAVAILABLE as failure:
+        log.warning("a say could not be stored: PostgreSQL unavailable (%s)", failure)
+        say.reply.resolve_here(SayOutcome(None, error="unavailable"))
     except Exception:
         log.exception("a say could not be stored")
         say.reply.resolve_here(SayOutcome(None, error="internal_error"))

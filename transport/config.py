@@ -9,7 +9,11 @@ from pathlib import Path
 
 from actors.clock import parse_duration
 from actors.memory.keeper import DEFAULT_FINGERPRINT_WAIT_S
-from actors.runtime import DEFAULT_DELTA_WINDOW_S, DEFAULT_INTERRUPT_WORDS
+from actors.runtime import (
+    DEFAULT_DELTA_WINDOW_S,
+    DEFAULT_INTERRUPT_WORDS,
+    DEFAULT_STORE_TIMEOUT_S,
+)
 from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
 from providers.collector import DEFAULT as COLLECTOR_DEFAULT
 from providers.collector import Pace, parse_thresholds
@@ -97,6 +101,7 @@ class Settings:
     window_turns: int = 40
     context_budget: int = 6000
     context_timeout: float = 0.5
+    store_timeout: float = DEFAULT_STORE_TIMEOUT_S
     context_cache: float = 60.0
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     secret: str | None = field(default=None, repr=False)  # a secret: never shown
@@ -152,6 +157,11 @@ _OPTIONS: list[tuple[str, object, str]] = [
         "context-cache",
         parse_duration,
         "longest reuse of a person's context reads while none changed (0: off)",
+    ),
+    (
+        "store-timeout",
+        _longer_than_zero,
+        "longest a say waits for PostgreSQL; past it the say is answered unavailable",
     ),
     ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
     ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
