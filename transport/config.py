@@ -12,6 +12,7 @@ from actors.memory.keeper import DEFAULT_FINGERPRINT_WAIT_S
 from actors.runtime import (
     DEFAULT_DELTA_WINDOW_S,
     DEFAULT_INTERRUPT_WORDS,
+    DEFAULT_MAX_REPLY_CHARS,
     DEFAULT_STORE_TIMEOUT_S,
 )
 from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
@@ -102,6 +103,7 @@ class Settings:
     context_budget: int = 6000
     context_timeout: float = 0.5
     store_timeout: float = DEFAULT_STORE_TIMEOUT_S
+    max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS
     context_cache: float = 60.0
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     secret: str | None = field(default=None, repr=False)  # a secret: never shown
@@ -163,6 +165,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
         _longer_than_zero,
         "longest a say waits for PostgreSQL; past it the say is answered unavailable",
     ),
+    ("max-reply-chars", _positive, "a reply longer than this is cut, ending with error too_long"),
     ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
     ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
     ("log-format", str, "text or json"),
