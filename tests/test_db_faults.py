@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from actors.clock import ManualClock
+from client import Phone as ReferencePhone
 from storage.embedded import EmbeddedPostgres
 from tests.conftest import Harness, Phone
 
@@ -130,3 +131,31 @@ async def test_postgresql_paused_then_killed_and_restarted_mid_conversation(
     swept = await served.sweep()  # the supervisor's sweep and the memory pass resume
     assert failed_sweep is None and swept is not None
     assert (swept["live"], swept["archived"], "memory" in swept) == (1, 0, True)
+
+
+@pytest.mark.parametrize("transport", ["ws", "sse"])
+async def test_the_reference_client_delivers_every_say_once_postgresql_is_back(
+    served: Harness,
+    postgres: Postgres,
+    continued: None,
+    transport: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    phone = ReferencePhone(served.url("/"), transport=transport, session=served.http)
+    await phone.start()
+    try:
+        first = phone.say("before the pause")
+        await phone.wait_until(lambda: first not in phone.outbox, timeout=30)
+        await served.recorded()
+        postgres.signal(signal.SIGSTOP)
+        during = [phone.say(f"said while paused {n}") for n in range(3)]
+        await phone.wait_until(lambda: "PostgreSQL unavailable" in caplog.text, timeout=30)
+        assert all(id_ in phone.outbox for id_ in during)  # kept, to be resent
+        postgres.signal(signal.SIGCONT)
+        await phone.wait_until(lambda: not phone.outbox, timeout=30)
+    finally:
+        await phone.close()
+
+    acked = [e["id"] for e in phone.events if e["type"] == "ack"]
+    assert sorted(set(acked)) == sorted([first, *during])
+    assert sorted(await stored_says(postgres.dsn)) == sorted([first, *during])
