@@ -115,10 +115,10 @@ def _french_asks_yes_no(sentence: str) -> bool:
     said = _words(sentence)
     if not said:
         return False
-    starts = [_first_past_leaders(_words(clause)) for clause in sentence.split(",")]
-    if starts[0] == "est-ce":
+    clauses = [_words(clause) for clause in sentence.split(",")]
+    if _first_past_leaders(clauses[0]) == "est-ce":
         return True
-    edges = {w for w in [*starts, said[-1]] if w}
+    edges = {w for c in clauses if c for w in (_first_past_leaders(c), c[-1])}
     if not lexicon.FR_OPEN_ANYWHERE.isdisjoint(said):
         return False
     if any(w in lexicon.FR_OPEN_AT_EDGES or w.startswith("qu'") for w in edges):

@@ -19,24 +19,23 @@ EN_ASKS_YES_NO = words(
     "did do does are is was were will would can could have has had should shall may"
 )
 # French asks yes/no by intonation ("Tu viens ?"), by "est-ce que" or by inversion
-# ("Viens-tu ?"); it asks an open question with an interrogative. These are interrogative
-# wherever they stand in a question ("Tu pars combien de jours ?")...
+# ("Viens-tu ?"), so a French question is read as yes/no unless an interrogative makes it
+# open. These are interrogative wherever they stand in a question ("Tu pars combien de
+# jours ?")...
 FR_OPEN_ANYWHERE = words(
     "quoi quel quelle quels quelles lequel laquelle lesquels lesquelles comment pourquoi "
     "combien qu'est-ce"
 )
-# ... these only first or last: inside, they are relatives or conjunctions ("C'est toi qui
-# as les clés ?", "Tu veux que je le note ?").
+# ... these first or last in a clause only ("C'est qui, ton collègue ?"): inside one, they
+# are relatives or conjunctions ("C'est toi qui as les clés ?", "Tu veux que je le note ?").
 FR_OPEN_AT_EDGES = words("qui que")  # and any elided "qu'"
 # These anywhere, but for a clause they open, its subject next ("Tu pars quand en vacances ?"
-# asks; "Tu m'appelles quand tu arrives ?" does not).
+# asks; "Tu m'appelles quand tu arrives ?" does not; an elided subject, "quand j'arrive", too).
 FR_OPEN_BUT_CLAUSE = words("où quand")
-FR_SUBJECTS = words("je tu il elle on nous vous ils elles ce ça")
+FR_SUBJECTS = words("je tu il elle on nous vous ils elles ça")
 # Words that may stand before the interrogative without making the question another kind:
 # "Et toi, tu ...", "À quelle heure ...", "Avec qui ...".
 FR_LEADERS = words("et mais alors donc à de avec pour chez par dans sur depuis jusqu'à")
-# The pronoun after the hyphen of an inverted verb: "As-tu", "Fait-il", "Va-t-elle".
-FR_INVERTED = words("tu il elle on nous vous ils elles t-il t-elle t-on")
 # An alternative question offers its answers ("Le train de 8 h ou celui de 10 h ?"), unless
 # the alternative is the question's own denial ("Tu viens ou pas ?").
 FR_OR = "ou"
