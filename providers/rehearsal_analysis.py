@@ -30,6 +30,8 @@ _CLITIC = re.compile(
 )
 _LAUGH = re.compile(r"(?:ha|ah|he|hi){2,}h?")
 _EVALUATIVE = frozenset(stem(w) for w in lexicon.EVALUATIVE)
+_STOP = {"en": lexicon.EN_STOP, "fr": lexicon.EN_STOP | lexicon.FR_STOP}
+_LONGEST_LULL = max(len(p) for p in lexicon.LULLS)
 # Claims at most this far apart are a tie: the reading is unclear.
 _TIE = 0.25
 
@@ -69,13 +71,17 @@ class _Message:
 
     @cached_property
     def content_words(self) -> set[str]:
-        stop = lexicon.EN_STOP | lexicon.FR_STOP if self.lang == "fr" else lexicon.EN_STOP
+        stop = _STOP[self.lang]
         bare = (_bare(w) for w in self.words)
         return {stem(w) for w in bare if w not in stop and len(w) > 2}
 
     @cached_property
     def is_question(self) -> bool:
         return "?" in _QUOTED.sub("", self.text)  # a question quoted is not asked
+
+    @cached_property
+    def is_lull(self) -> bool:
+        return is_lull(self.text)
 
     @cached_property
     def asks_yes_no(self) -> bool:
@@ -157,10 +163,9 @@ def _spans(said: tuple[str, ...]) -> bool:
     """Whether lull phrasings cover `said` end to end, the longest first."""
     if not said:
         return True
-    longest = max(len(p) for p in lexicon.LULLS)
     return any(
         said[:n] in lexicon.LULLS and _spans(said[n:])
-        for n in range(min(longest, len(said)), 0, -1)
+        for n in range(min(_LONGEST_LULL, len(said)), 0, -1)
     )
 
 
@@ -189,10 +194,10 @@ def _match(say: _Message, assistant: list[_Message]) -> dict[str, Any]:
         ((_claim(say, a, a is latest), i) for i, a in enumerate(assistant)), reverse=True
     )
     best, index = claims[0]
-    if best < 1.0 or is_lull(say.text):
+    if best < 1.0 or say.is_lull:
         # Nothing claims it: a remark on the latest message, unless that asked a question
         # this is no answer to, in which case the person starts something new.
-        answers_latest = not latest.is_question or is_lull(say.text)
+        answers_latest = not latest.is_question or say.is_lull
         entry["answers"] = latest.ref if answers_latest else None
         return entry
     tied = [assistant[i] for claim, i in claims if best - claim <= _TIE]
@@ -222,7 +227,7 @@ def reply_matching(lines: Sequence[str]) -> dict[str, Any]:
     answers = [_match(say, assistant) for say in person]
     settled = {a["answers"] for a in answers if not a.get("unclear")}
     open_ = [a.ref for a in assistant if a.is_question and a.ref not in settled]
-    lull = bool(person) and is_lull(person[-1].text)
+    lull = bool(person) and person[-1].is_lull
     return {"answers": answers, "open": open_, "lull": lull}
 
 
