@@ -233,7 +233,11 @@ def reply_matching(lines: Sequence[str]) -> dict[str, Any]:
 
 _PROMISE = re.compile(
     r"\b(?:i(?:'|\u2019)ll|i will|let me)\s+(?:tell you|look into|get back to you|finish)"
-    r"|\b(?:more on that|tell you the rest|tell you)\s+later\b|\bto be continued\b",
+    r"|\b(?:more on that|tell you the rest|tell you)\s+later\b|\bto be continued\b"
+    # French: "je te raconterai", "je t'en dirai plus", "je reviens vers toi", "à suivre".
+    r"|\bje\s+(?:te|vous|t['\u2019]en|vous\s+en)\s+(?:l[ea]\s+)?(?:raconterai|dirai|reparlerai)"
+    r"|\bje\s+(?:reviens|reviendrai)\s+vers\s+(?:toi|vous)"
+    r"|\b(?:la suite|je te raconte|je te dis)\s+plus\s+tard\b|\bà\s+suivre\b",
     re.IGNORECASE,
 )
 

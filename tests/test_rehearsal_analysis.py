@@ -250,6 +250,31 @@ def test_loose_ends_our_waiting_questions_their_skipped_ones_and_promises() -> N
     ]
 
 
+@pytest.mark.parametrize(
+    "promise",
+    [
+        "Je te raconterai la fin du voyage plus tard.",
+        "Je t'en dirai plus demain.",
+        "Je reviens vers toi pour le devis.",
+        "Et là, le phare s'est éteint... à suivre !",
+    ],
+)
+def test_french_promises_are_threads(promise: str) -> None:
+    lines = [f"A1: {promise}", "P1: d'accord", "A2: Bonne soirée !"]
+    assert loose_ends(lines)["loose_ends"] == [
+        {"by": "assistant", "ref": "A1", "text": promise, "kind": "thread"}
+    ]
+
+
+def test_a_french_thread_is_taken_up_by_a_reply_that_speaks_of_it() -> None:
+    promise = "A1: Je te raconterai l'histoire du phare plus tard."
+    assert [
+        e["ref"] for e in loose_ends([promise, "P1: vas-y", "A2: Bonne soirée !"])["loose_ends"]
+    ] == ["A1"]
+    reply = "A2: Alors, le gardien du phare est rentré chez lui."
+    assert loose_ends([promise, "P1: vas-y", reply]) == {"loose_ends": []}
+
+
 def test_a_thread_is_taken_up_by_a_reply_that_speaks_of_it() -> None:
     lines = [
         "A1: I'll tell you the rest of the lighthouse story later.",
