@@ -42,6 +42,10 @@ class FollowOnWait:
         self.state = "drawing"  # drawing | waiting | declined | due (the actor is told)
         self._task: asyncio.Task[object] | None = None
 
+    def waiting_in(self, task: asyncio.Task[object] | None) -> None:
+        """The draw said yes: `task` sleeps the pause, and a cancel cuts it short."""
+        self.state, self._task = "waiting", task
+
     def cancel(self, rt: Runtime) -> None:
         """The person spoke or left first. Counted here while the follow-on was still to
         come; once due, the actor counts it as it drops the message."""
@@ -70,13 +74,16 @@ async def after_exchange(
 ) -> None:
     """Nudge the mood after a reply to a say; after a lull (`wait` given), draw whether a
     follow-on comes, wait its pause and tell the actor."""
-    fondness = await rt.store.moods.nudge(
-        person, START_FONDNESS, partial(rt.persona.nudged, cut_off=cut_off), rt.clock.now()
-    )
-    if wait is None:
-        return
     where = str(conversation)[:8]
-    if wait.cancelled:
+    try:
+        fondness = await rt.store.moods.nudge(
+            person, START_FONDNESS, partial(rt.persona.nudged, cut_off=cut_off), rt.clock.now()
+        )
+    except Exception:
+        # The mood stays as it was; a follow-on still goes by the persona, fondness aside.
+        log.exception("the mood in conversation %s could not be moved", where)
+        fondness = START_FONDNESS
+    if wait is None or wait.cancelled:
         return
     chance = 1.0 if rt.settings.follow_ons == "always" else rt.persona.chance(fondness)
     if rt.random.random() >= chance:
@@ -97,7 +104,7 @@ async def after_exchange(
         chance,
         fondness,
     )
-    wait.state, wait._task = "waiting", asyncio.current_task()
+    wait.waiting_in(asyncio.current_task())
     try:
         await rt.clock.sleep(pause)
     except asyncio.CancelledError:

@@ -31,6 +31,8 @@ DEFAULT_INTERRUPT_WORDS = ("stop", "wait", "hold on", "hang on", "shut up", "eno
 # 20 words/s it halves the frames of a paced reply, and cuts the server's CPU per turn by 12
 # to 17% against 20 ms (`python -m bench.paced --windows 20ms,100ms`).
 DEFAULT_DELTA_WINDOW_S = 0.1
+DEFAULT_STORE_TIMEOUT_S = 5.0
+DEFAULT_MAX_REPLY_CHARS = 8000
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +57,13 @@ class ConversationSettings:
     speaker_reset_s: float = 30 * 60
     park_after_s: float = 10 * 60
     retry_pause_s: float = 0.5
+    # Longest a say waits to be stored (its turn in line, the writes before it, its own):
+    # past it, PostgreSQL is taken as unavailable and the say is answered so.
+    store_timeout_s: float = DEFAULT_STORE_TIMEOUT_S
     max_tool_rounds: int = 4
+    # Longer, a reply is cut and ends with error `too_long`: a model that never stops must
+    # not stream for ever, nor fill the record. Far above a spoken answer's length.
+    max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS
     delta_window_s: float = DEFAULT_DELTA_WINDOW_S
     echo_guard: bool = True  # hold back and cut a reply's opening repetition (actors/echo.py)
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS

@@ -214,9 +214,10 @@ class ConversationStream:
 
     async def written(self) -> None:
         """Wait until every event emitted so far is written (or its write has failed): after
-        an `ack`, the ack itself, which a resend of that id is acked with again."""
+        an `ack`, the ack itself, which a resend of that id is acked with again. A waiter
+        that gives up (a say past `--store-timeout`) leaves the write's future to the others."""
         if self._unwritten:
-            await self._unwritten[-1][1]
+            await asyncio.shield(self._unwritten[-1][1])
 
     def after_written(self, callback: Callable[[], object]) -> None:
         """Call `callback` on the loop once every event emitted so far is written (or its

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID, uuid4
@@ -28,11 +29,15 @@ from actors.trace import TurnTrace
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
 from providers.notes import FOLLOW_ON
 from storage.event_log import ReplyRow
+from storage.pool import UNAVAILABLE
 from storage.records import StoredSay, Turn, reply_place, say_place
 from storage.store import ConversationEnded
 
 log = logging.getLogger("stillhere.turn")
 
+# The longest pause before retrying a failed first call: a model asking (`Retry-After`)
+# for more gets no retry, and the person hears at once that it failed.
+MAX_RETRY_WAIT_S = 5.0
 FALLBACK = "Sorry, I lost my train of thought there. Could you say that again?"
 
 
@@ -82,7 +87,23 @@ async def _store(
 ) -> StoredSay | None:
     """Store the say in the stream's conversation, then ack it: the ack means "stored". A
     resent id is acked again and a refused say answered with an error; both give None, as
-    nothing new was stored."""
+    nothing new was stored. A PostgreSQL that does not answer within `store_timeout_s`
+    (paused, restarting, unreachable) gets the say answered `unavailable`: the client
+    resends it with its id, and is acked (`repeat` if the write landed after all)."""
+    try:
+        async with asyncio.timeout(rt.settings.store_timeout_s):
+            return await _store_in_turn(rt, say, now, stream)
+    except TimeoutError:
+        log.warning(
+            "a say was not stored within %g s: PostgreSQL unavailable", rt.settings.store_timeout_s
+        )
+        say.reply.resolve_here(SayOutcome(None, error="unavailable"))
+        return None
+
+
+async def _store_in_turn(
+    rt: Runtime, say: Say, now: datetime, stream: ConversationStream
+) -> StoredSay | None:
     await stream.ordering.acquire()  # acks and the window keep the order says arrived in
     handed_on = False  # the lock, to the ack's write
     try:
@@ -123,6 +144,9 @@ async def _add(
         )
     except ConversationEnded:
         say.reply.resolve_here(SayOutcome(None, error="conversation_ended"))
+    except UNAVAILABLE as failure:
+        log.warning("a say could not be stored: PostgreSQL unavailable (%s)", failure)
+        say.reply.resolve_here(SayOutcome(None, error="unavailable"))
     except Exception:
         log.exception("a say could not be stored")
         say.reply.resolve_here(SayOutcome(None, error="internal_error"))
@@ -184,8 +208,10 @@ class ReplyWriter:
         self._sent_pieces = 0
         self._last_sent = -window
         self._timer: asyncio.TimerHandle | None = None
+        self.model_chars = 0  # of text the model gave in this turn, held back or cut too
 
     def write(self, text: str) -> None:
+        self.model_chars += len(text)
         self._add(self.guard.feed(text))
 
     def end_of_text(self) -> None:
@@ -244,9 +270,10 @@ async def run_turn(
     since: float,
     generation: int | None,
 ) -> None:
-    """Answer `req.new`. `since` is when the oldest of them was stored (time.monotonic(),
-    for the turn latency metric); `generation` the context generation read with it, or
-    None to read it afresh."""
+    """Answer `req.new`, or, for a follow-on (`req.follow_on`, no says), send a message of
+    the assistant's own (actors/follow_on.py). `since` is when the oldest say was stored
+    (time.monotonic(), for the turn latency metric); `generation` the context generation
+    read with it, or None to read it afresh."""
     reply = uuid4()
     started = rt.clock.now()
     in_reply_to = [t.client_id for t in req.new if t.client_id]
@@ -433,9 +460,12 @@ async def _call_model(
         # An echo cut is an answer: asked for again at most once, never retried on top.
         if not retry or writer.received > before or len(writer.guard.cuts) > cuts:
             raise
+        wait = max(rt.settings.retry_pause_s, failure.retry_after or 0.0)
+        if wait > MAX_RETRY_WAIT_S:  # the person would wait longer than a retry is worth
+            raise
         log.warning("first model call failed before any output (%s), retrying once", failure.code)
     rt.metrics.model_retries.inc()
-    await asyncio.sleep(rt.settings.retry_pause_s)
+    await asyncio.sleep(wait)
     return await _call_unechoed(rt, messages, writer)
 
 
@@ -459,18 +489,30 @@ async def _call_unechoed(
     return await _call_once(rt, [*messages, ChatMessage("system", NO_REPEAT)], writer)
 
 
+async def _closed(events: AsyncIterator[object]) -> None:
+    """Close a model stream left mid-way, so its connection goes back now, not at GC."""
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        await close()
+
+
 async def _call_once(
     rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter
 ) -> list[ToolCall]:
     before, cuts = writer.received, len(writer.guard.cuts)
     calls: list[ToolCall] = []
+    cap = rt.settings.max_reply_chars
+    events = rt.model.stream(messages, TOOLS)
     try:
-        async for event in rt.model.stream(messages, TOOLS):
+        async for event in events:
             if isinstance(event, TextDelta):
                 writer.write(event.text)
+                if writer.model_chars > cap:  # an endless reply: cut, the stream closed
+                    raise ModelError("too_long", f"the reply passed {cap} characters")
             else:
                 calls.append(event)
     except ModelError:
+        await _closed(events)
         writer.guard.drop()  # what it held of a failed call never goes out
         raise
     writer.end_of_text()

@@ -50,12 +50,14 @@ class ModelError(Exception):
     """The model could not be reached or answered something unusable.
 
     `code` is stable and short (`timeout`, `http_429`, `bad_response`, ...) so logs and
-    clients can tell failures apart without parsing the message.
+    clients can tell failures apart without parsing the message. `retry_after` is the wait
+    in seconds the model asked for (a 429's or 503's `Retry-After`), if it said.
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, retry_after: float | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.retry_after = retry_after
 
 
 class ChatModel(Protocol):

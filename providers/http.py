@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import aiohttp
 
@@ -13,6 +14,7 @@ import aiohttp
 BODY_EXCERPT = 200
 
 ErrorType = Callable[[str, str], Exception]  # ModelError, EmbeddingError: (code, message)
+E = TypeVar("E", bound=Exception)
 
 
 class ApiClient:
@@ -45,7 +47,7 @@ class ApiClient:
         # sk-..."), and error messages end up in logs and on phones.
         return text.replace(self._key, "[redacted]") if self._key else text
 
-    def http_error(self, error: ErrorType, status: int, raw: bytes) -> Exception:
+    def http_error(self, error: Callable[[str, str], E], status: int, raw: bytes) -> E:
         return error(
             f"http_{status}", self.scrub(f"{self.endpoint} answered {status}: {excerpt(raw)}")
         )

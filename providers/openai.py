@@ -60,7 +60,9 @@ class OpenAIChat:
                 api.endpoint, data=orjson.dumps(body), headers=api.headers("text/event-stream")
             ) as response:
                 if not 200 <= response.status < 300:
-                    raise api.http_error(ModelError, response.status, await response.read())
+                    failure = api.http_error(ModelError, response.status, await response.read())
+                    failure.retry_after = _seconds(response.headers.get("Retry-After"))
+                    raise failure
                 calls = _ToolCallAssembler()
                 with api.answer_cut(ModelError):
                     async for payload in _sse_data(response):
@@ -195,6 +197,14 @@ async def _sse_data(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         # A server that ignored `stream: true` answers one JSON document; reading it as an
         # empty reply would silently lose the answer.
         raise ModelError("bad_response", "the answer was not an event stream")
+
+
+def _seconds(header: str | None) -> float | None:
+    """A `Retry-After` in seconds; an HTTP date or anything else is taken as unsaid."""
+    try:
+        return max(0.0, float(header)) if header is not None else None
+    except ValueError:
+        return None
 
 
 def _data_of(line: bytes) -> bytes | None:

@@ -1,7 +1,8 @@
 """The rehearsal analysis: a deterministic stand-in for the analysis model.
 
 Without an analysis model (no --analysis-url, no --llm-url) the server still matches each
-say to what it answers, by rules a person can predict: a say answers the assistant question
+say to what it answers, by rules a person can predict, in English and in French (the words
+they read by are in providers/rehearsal_lexicon.py): a say answers the assistant question
 it shares words with, or whose kind of answer it is (yes/no against open questions, "it was
 great" against "how was ..."); two yes/no questions with the same claim are unclear; a few
 phrasings wind a topic down. It answers in the contract's shapes (providers/analysis.py), so
@@ -16,101 +17,156 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from providers import rehearsal_lexicon as lexicon
 from providers.analysis import request_text
 from providers.stemming import stem
-
-
-def _set(words: str) -> frozenset[str]:
-    return frozenset(words.split())
-
 
 _WORD = re.compile(r"[^\W\d_]+(?:['\u2019-][^\W\d_]+)*")
 _QUOTED = re.compile(r'"[^"]*"|\u201c[^\u201d]*\u201d')
 _LINE = re.compile(r"^([AP])(\d+):\s?(.*)$")
-_YES_NO = _set("yes yeah yep yup no nope nah sure definitely absolutely oui ouais non carrément")
-_ASKS_YES_NO = _set(
-    "did do does are is was were will would can could have has had should shall may "
-    "est-ce as-tu es-tu avez-vous êtes-vous veux-tu vas-tu"
+_ELISION = re.compile(r"^(?:l|d|j|c|s|n|m|t|qu|jusqu|lorsqu|puisqu)'(?=[^\W\d_])")
+_CLITIC = re.compile(
+    r"-(?:t-)?(?:moi|toi|le|la|les|lui|leur|nous|vous|y|en|tu|il|elle|on|ils|elles)$"
 )
-_EVALUATIVE = _set(
-    "great good fine nice lovely amazing awesome wonderful fun bad awful terrible rough "
-    "okay ok meh boring super bien génial genial top nul sympa"
-)
-_LULLS = frozenset(
-    {
-        "you're welcome",
-        "your welcome",
-        "no problem",
-        "no worries",
-        "haha true",
-        "haha",
-        "lol",
-        "true",
-        "ok thanks",
-        "okay thanks",
-        "ok thank you",
-        "thanks",
-        "thank you",
-        "cool",
-        "ok",
-        "okay",
-        "fair enough",
-        "de rien",
-        "merci",
-        "d'accord",
-    }
-)
-_STOP = _set(
-    "a an the and or but i you he she it we they me my your our their this that these those "
-    "to of in on at for with about from by as is am are was were be been do did does have has "
-    "had so just really very too how what when where why who which there here not no yes it's "
-    "i'm im you're ok okay oh well some any all can could would will went go get got "
-    "le la les un une des et ou mais je tu il elle on nous vous ils de du au aux en pour "
-    "avec est était ça ce cette que qui quoi comment oui non"
-)
+_LAUGH = re.compile(r"(?:ha|ah|he|hi){2,}h?")
+_EVALUATIVE = frozenset(stem(w) for w in lexicon.EVALUATIVE)
+_STOP = {"en": lexicon.EN_STOP, "fr": lexicon.EN_STOP | lexicon.FR_STOP}
+_LONGEST_LULL = max(len(p) for p in lexicon.LULLS)
 # Claims at most this far apart are a tie: the reading is unclear.
 _TIE = 0.25
 
 
+def _words(text: str) -> list[str]:
+    return [w.lower().replace("\u2019", "'") for w in _WORD.findall(text)]
+
+
+def _bare(word: str) -> str:
+    """The word without its elision or its hyphenated pronoun: "l'hôtel", "rappelle-moi"."""
+    return _CLITIC.sub("", _ELISION.sub("", word))
+
+
+def language(texts: Sequence[str]) -> str:
+    """French ("fr") when French function words outnumber English ones over `texts`, else
+    English ("en"): a conversation is read in one language, so that a short line ("Autre
+    chose ?") is read as the rest is."""
+    said = [w for text in texts for w in _words(text)]
+    french = sum(w in lexicon.FR_ONLY or _ELISION.match(w) is not None for w in said)
+    english = sum(w in lexicon.EN_ONLY for w in said)
+    return "fr" if french > english else "en"
+
+
 @dataclass(frozen=True)  # no slots: its readings are cached on it
 class _Message:
-    """One line. Each reading is made once, not once per comparison: every say is weighed
-    against every candidate, and it all runs on the loop."""
+    """One line, read in its conversation's language. Each reading is made once, not once
+    per comparison: every say is weighed against every candidate, and it all runs on the
+    loop."""
 
     ref: str
     text: str
+    lang: str = "en"
 
     @cached_property
     def words(self) -> list[str]:
-        return [w.lower().replace("\u2019", "'") for w in _WORD.findall(self.text)]
+        return _words(self.text)
 
     @cached_property
     def content_words(self) -> set[str]:
-        return {stem(w) for w in self.words if w not in _STOP and len(w) > 2}
+        stop = _STOP[self.lang]
+        bare = (_bare(w) for w in self.words)
+        return {stem(w) for w in bare if w not in stop and len(w) > 2}
 
     @cached_property
     def is_question(self) -> bool:
         return "?" in _QUOTED.sub("", self.text)  # a question quoted is not asked
 
     @cached_property
+    def is_lull(self) -> bool:
+        return is_lull(self.text)
+
+    @cached_property
     def asks_yes_no(self) -> bool:
         question = self.text[: self.text.rfind("?")]
         sentence = re.split(r"[.!]\s+", question)[-1]
-        first = _Message(self.ref, sentence).words[:1]
-        return bool(first) and first[0] in _ASKS_YES_NO
+        if self.lang == "fr":
+            return _french_asks_yes_no(sentence)
+        first = _words(sentence)[:1]
+        return bool(first) and first[0] in lexicon.EN_ASKS_YES_NO
 
     @cached_property
     def asks_how(self) -> bool:
         return bool(re.search(r"\bhow\s+(?:was|were|is|are|did)\b|\bcomment\b", self.text, re.I))
 
+    @cached_property
+    def answers_yes_no(self) -> bool:
+        said = self.words
+        return bool(said) and (
+            said[0] in lexicon.YES_NO or _opens_with(said, lexicon.YES_NO_PHRASES)
+        )
 
-def _normal(text: str) -> str:
-    words = _Message("", text).words
-    return " ".join(words)
+    @cached_property
+    def evaluates(self) -> bool:
+        """Whether it says how something was: "great", "c'était délicieux"."""
+        said = self.words
+        describes = _opens_with(said, lexicon.DESCRIBING)
+        return describes or not _EVALUATIVE.isdisjoint(stem(w) for w in said)
+
+
+def _opens_with(said: list[str], phrases: Sequence[tuple[str, ...]]) -> bool:
+    return any(tuple(said[: len(p)]) == p for p in phrases)
+
+
+def _french_asks_yes_no(sentence: str) -> bool:
+    """French asks yes/no by "est-ce que", by intonation or by inversion; a question with an
+    interrogative (lexicon.FR_OPEN_*) or offering alternatives is open."""
+    said = _words(sentence)
+    if not said:
+        return False
+    clauses = [_words(clause) for clause in sentence.split(",")]
+    if _first_past_leaders(clauses[0]) == "est-ce":
+        return True
+    edges = {w for c in clauses if c for w in (_first_past_leaders(c), c[-1])}
+    if not lexicon.FR_OPEN_ANYWHERE.isdisjoint(said):
+        return False
+    if any(w in lexicon.FR_OPEN_AT_EDGES or w.startswith("qu'") for w in edges):
+        return False
+    if any(
+        w in lexicon.FR_OPEN_BUT_CLAUSE and not _opens_clause(said[i + 1 :])
+        for i, w in enumerate(said)
+    ):
+        return False
+    return not any(
+        w == lexicon.FR_OR and (i + 1 == len(said) or said[i + 1] not in lexicon.FR_OR_DENIAL)
+        for i, w in enumerate(said)
+    )
+
+
+def _opens_clause(after: list[str]) -> bool:
+    return bool(after) and (after[0] in lexicon.FR_SUBJECTS or _ELISION.match(after[0]) is not None)
+
+
+def _first_past_leaders(words: list[str]) -> str:
+    return next((w for w in words if w not in lexicon.FR_LEADERS), "")
+
+
+def _normal(text: str) -> tuple[str, ...]:
+    return tuple(lexicon.LAUGHTER if _LAUGH.fullmatch(w) else w for w in _words(text))
 
 
 def is_lull(text: str) -> bool:
-    return _normal(text) in _LULLS
+    """Whether `text` is made only of lull phrasings (lexicon.LULLS): "ok thanks", "haha,
+    true", "d'accord, bonne soirée"."""
+    said = _normal(text)
+    return bool(said) and _spans(said)
+
+
+def _spans(said: tuple[str, ...]) -> bool:
+    """Whether lull phrasings cover `said` end to end, the longest first."""
+    if not said:
+        return True
+    return any(
+        said[:n] in lexicon.LULLS and _spans(said[n:])
+        for n in range(min(_LONGEST_LULL, len(said)), 0, -1)
+    )
 
 
 def _claim(say: _Message, asked: _Message, latest: bool) -> float:
@@ -118,11 +174,10 @@ def _claim(say: _Message, asked: _Message, latest: bool) -> float:
     shared = len(say.content_words & asked.content_words)
     if not asked.is_question or say.is_question:
         return float(shared)  # a question in return answers none by its kind
-    said = say.words
     kind = 0.0
-    if said and said[0] in _YES_NO:
+    if say.answers_yes_no:
         kind = 1.0 if asked.asks_yes_no else 0.0
-    elif asked.asks_how and _EVALUATIVE & set(said):
+    elif asked.asks_how and say.evaluates:
         kind = 1.5  # "it was great" to "how was ...": more than any open answer
     elif not asked.asks_yes_no:
         # An open question takes any answer: readily the latest one, weakly an earlier one.
@@ -139,10 +194,10 @@ def _match(say: _Message, assistant: list[_Message]) -> dict[str, Any]:
         ((_claim(say, a, a is latest), i) for i, a in enumerate(assistant)), reverse=True
     )
     best, index = claims[0]
-    if best < 1.0 or is_lull(say.text):
+    if best < 1.0 or say.is_lull:
         # Nothing claims it: a remark on the latest message, unless that asked a question
         # this is no answer to, in which case the person starts something new.
-        answers_latest = not latest.is_question or is_lull(say.text)
+        answers_latest = not latest.is_question or say.is_lull
         entry["answers"] = latest.ref if answers_latest else None
         return entry
     tied = [assistant[i] for claim, i in claims if best - claim <= _TIE]
@@ -157,13 +212,13 @@ def _number(ref: str) -> int:
 
 
 def _parse(lines: Sequence[str]) -> tuple[list[_Message], list[_Message]]:
+    found = [m for m in map(_LINE.match, lines) if m]
+    lang = language([m.group(3) for m in found])
     assistant: list[_Message] = []
     person: list[_Message] = []
-    for line in lines:
-        found = _LINE.match(line)
-        if found:
-            side = assistant if found.group(1) == "A" else person
-            side.append(_Message(found.group(1) + found.group(2), found.group(3)))
+    for line in found:
+        side = assistant if line.group(1) == "A" else person
+        side.append(_Message(line.group(1) + line.group(2), line.group(3), lang))
     return assistant, person
 
 
@@ -172,13 +227,17 @@ def reply_matching(lines: Sequence[str]) -> dict[str, Any]:
     answers = [_match(say, assistant) for say in person]
     settled = {a["answers"] for a in answers if not a.get("unclear")}
     open_ = [a.ref for a in assistant if a.is_question and a.ref not in settled]
-    lull = bool(person) and is_lull(person[-1].text)
+    lull = bool(person) and person[-1].is_lull
     return {"answers": answers, "open": open_, "lull": lull}
 
 
 _PROMISE = re.compile(
     r"\b(?:i(?:'|\u2019)ll|i will|let me)\s+(?:tell you|look into|get back to you|finish)"
-    r"|\b(?:more on that|tell you the rest|tell you)\s+later\b|\bto be continued\b",
+    r"|\b(?:more on that|tell you the rest|tell you)\s+later\b|\bto be continued\b"
+    # French: "je te raconterai", "je t'en dirai plus", "je reviens vers toi", "à suivre".
+    r"|\bje\s+(?:te|vous|t['\u2019]en|vous\s+en)\s+(?:l[ea]\s+)?(?:raconterai|dirai|reparlerai)"
+    r"|\bje\s+(?:reviens|reviendrai)\s+vers\s+(?:toi|vous)"
+    r"|\b(?:la suite|je te raconte|je te dis)\s+plus\s+tard\b|\bà\s+suivre\b",
     re.IGNORECASE,
 )
 

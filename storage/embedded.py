@@ -59,6 +59,7 @@ class EmbeddedPostgres:
             self.adopted = self._postmaster() is not None
         self._server: Any = postgres_server.get_server(self.pgdata, cleanup_mode="stop")
         self.dsn: str = self._server.get_uri()
+        self.system_user: str | None = self._server.system_user  # who runs it, if not us
         pid = self._server.get_pid()
         if not self.adopted:
             log.info("embedded PostgreSQL started in %s (postmaster %d)", self.pgdata, pid)

@@ -13,6 +13,16 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+# What asyncpg raises when PostgreSQL is down, restarting or cut off (refused, reset, shut
+# down by an operator, a pooled connection found dead): "not now", not a wrong query. The
+# pool drops such a connection and opens a fresh one on a later use, once PostgreSQL is back.
+UNAVAILABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.InterfaceError,
+)
+
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Nothing to undo: see the module docstring."""

@@ -230,7 +230,9 @@ class Store:
         """Store a say once per (person, id) at `place` in the talk (`records.say_place`).
 
         A say resent with an id already stored is not stored again; the caller answers it
-        with the ack it had before.
+        with the ack it had before. One stored in this conversation but never acked (its
+        write outlived the wait for it, or the process died in between) is handed back as
+        new: acked now, and answered.
         """
         row = await asyncio.shield(self.says.add(conversation, person, client_id, text, now, place))
         if not row["live"]:
@@ -239,6 +241,8 @@ class Store:
             generation = int(row["context_generation"] or 0)
             return StoredSay(_turn(row), duplicate=False, ack_seq=None, generation=generation)
         row = await self._pool.fetchrow(_FIRST_ACK, person, client_id)
+        if row["ack_seq"] is None and row["conversation"] == conversation:
+            return StoredSay(_turn(row), duplicate=False, ack_seq=None)
         return StoredSay(_turn(row), duplicate=True, ack_seq=row["ack_seq"])
 
     # -- stream -------------------------------------------------------------------------

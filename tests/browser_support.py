@@ -5,11 +5,17 @@ Playwright's sync API: the pages are driven from plain (non-async) tests, so one
 and one browser serve a whole module. No browser is ever downloaded: Playwright launches
 the system's `/usr/bin/chromium` (`.ci/run` installs the `chromium` package when it is
 missing); without it the browser tests are skipped with the reason.
+
+A module imports the fixtures it uses (`browser`, `tabs`, `server` or its own made with
+`serving(postgres, folder, options)`, e.g. with `--admin-token`), opens pages with
+`open_tab`, and every page it opened must end with no console error and no uncaught
+exception.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import subprocess
@@ -107,22 +113,36 @@ def _admin(admin_dsn: str, statement: str) -> None:
         pool.submit(asyncio.run, run()).result()
 
 
-@pytest.fixture(scope="module")
-def server(postgres: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """One server for the module, on a database of its own."""
+@contextlib.contextmanager
+def serving(postgres: str, folder: Path, options: list[str]) -> Iterator[Served]:
+    """`stillhere serve OPTIONS` on a database of its own, for as long as the block lasts
+    (a module's tests share it: each test is another person)."""
     name = "b_" + uuid.uuid4().hex[:12]
     _admin(postgres, f"CREATE DATABASE {name}")
-    folder = tmp_path_factory.mktemp("served")
-    options = ["--rehearsal-rate", str(WORDS_PER_S)]
-    served = serve(_with_database(postgres, name), folder / "data", folder / "serve.log", options)
-    yield served
-    served.process.terminate()
     try:
-        served.process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        served.process.kill()
-        served.process.wait()
-    _admin(postgres, f"DROP DATABASE {name} WITH (FORCE)")
+        served = serve(
+            _with_database(postgres, name), folder / "data", folder / "serve.log", options
+        )
+        try:
+            yield served
+        finally:
+            served.process.terminate()
+            try:
+                served.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                served.process.kill()
+                served.process.wait()
+    finally:
+        _admin(postgres, f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="module")
+def server(postgres: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The app's server: the rehearsal model paced, MiniLM alone (the pair's second model
+    would only slow the start and each memory the tests make)."""
+    options = ["--rehearsal-rate", str(WORDS_PER_S), "--embed-local", "minilm"]
+    with serving(postgres, tmp_path_factory.mktemp("served"), options) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

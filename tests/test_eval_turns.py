@@ -16,6 +16,7 @@ from transport.cli import _parser
 from transport.eval_cases import Case
 
 CASES = Path(__file__).parent / "data" / "turn_cases.jsonl"
+HOLDOUT = Path(__file__).parent / "data" / "turn_cases_holdout.jsonl"
 ECHO_KINDS = {
     "echo/person_exact",
     "echo/person_near",
@@ -57,6 +58,14 @@ async def test_the_shipped_cases_meet_the_echo_targets(tmp_path: Path) -> None:
     assert echo["caught"] >= 0.95 and echo["targets_met"] is True
     assert echo["right"] + echo["missed"] == echo["echoes"]
     assert all(f["verdict"] == "missed" for f in echo["failures"])
+
+
+async def test_the_held_out_french_cases_are_read_and_scored(tmp_path: Path) -> None:
+    out = tmp_path / "holdout.json"
+    assert await evaluate("--cases", str(HOLDOUT), "--json", str(out)) == 0
+    match = orjson.loads(out.read_bytes())["match"]
+    assert match["cases"] >= 30 and set(match["languages"]) == {"fr"}
+    assert set(match["kinds"]) == MATCH_KINDS and match["failed"] == 0
 
 
 def test_how_a_reply_is_split_does_not_change_any_outcome() -> None:

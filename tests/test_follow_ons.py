@@ -18,7 +18,7 @@ import pytest
 from actors.persona import DEFAULT, START_FONDNESS, Persona, PersonaError, load_persona
 from providers.notes import FOLLOW_ON
 from tests.conftest import Harness, Phone, eventually
-from tests.fakes.analysis_server import FakeAnalysis
+from tests.fakes.analysis_server import Answer, FakeAnalysis
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.sse_client import SseClient
 from tests.test_admin import TOKEN
@@ -119,6 +119,22 @@ async def _handed(harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
     assert messages[-2]["role"] == "assistant" and messages[-2]["content"] == "Great."
 
 
+async def test_the_analysis_lull_brings_a_follow_on_too(harness: Harness) -> None:
+    """No phrasing the rules know: the analysis model says the person winds down."""
+    async with FakeAnalysis() as analysis:
+        await harness.start(follow_ons="always", analysis_url=analysis.url)
+        phone = await harness.phone()
+        await turn(phone, BOOK)
+        winding = {"answers": [{"message": "P1", "answers": "A1"}], "open": [], "lull": True}
+        analysis.queue(Answer(winding))
+        await turn(phone, "mmm, what would you say?")  # a question back: the analysis is asked
+        assert len(analysis.tasks("reply-matching")) == 1
+        await eventually(lambda: harness.clock.sleepers == 1)
+        harness.clock.advance(60)
+        start = await phone.expect("reply.start", lambda f: f.get("follow_on"))
+        await phone.expect("reply.end", lambda f: f["reply"] == start["reply"])
+
+
 async def test_a_say_before_the_pause_ends_cancels_the_follow_on(harness: Harness) -> None:
     await harness.start(follow_ons="always")
     phone = await harness.phone()
@@ -138,6 +154,19 @@ async def test_leaving_cancels_the_follow_on(harness: Harness) -> None:
     await phone.send({"type": "leave"})
     await phone.expect("bye")
     await eventually(lambda: harness.clock.sleepers == 0)
+    assert await counters(harness, "stillhere_follow_ons") == {'outcome="cancelled"': 1.0}
+
+
+async def test_parking_the_conversation_cancels_the_follow_on(harness: Harness) -> None:
+    await harness.start(follow_ons="always", park_after=1.0)
+    phone = await harness.phone()
+    await lull(harness, phone)
+    await phone.close()
+    await eventually(lambda: harness.links(phone) == 0)
+    harness.clock.advance(1.5)  # past --park-after, before the pause (2 s at the least)
+    await harness.sweep()
+    await eventually(lambda: harness.server.directory.get(harness.person(phone)) is None)
+    assert harness.clock.sleepers == 0
     assert await counters(harness, "stillhere_follow_ons") == {'outcome="cancelled"': 1.0}
 
 

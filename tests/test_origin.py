@@ -8,6 +8,7 @@ import re
 
 import aiohttp
 import pytest
+from yarl import URL
 
 from tests.conftest import Harness
 from transport.config import Settings, add_options, settings_from
@@ -107,7 +108,11 @@ async def test_the_app_is_served_with_its_policy_and_cache_validators(harness: H
     assert "default-src 'none'" in policy
     assert headers["X-Content-Type-Options"] == "nosniff"
     assert headers["Cache-Control"] == "no-cache"
+    assert f"connect-src 'self' ws://{URL(harness.url('/')).authority}" in policy
     etag = headers["ETag"]
+    odd = {"Host": "x; script-src *"}
+    async with harness.http.get(harness.url("/"), headers=odd) as page:
+        assert "script-src *" not in page.headers["Content-Security-Policy"]
     async with harness.http.get(harness.url("/"), headers={"If-None-Match": etag}) as again:
         assert again.status == 304 and await again.read() == b""
     async with harness.http.get(harness.url("/app/main.js")) as script:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from providers.rehearsal_analysis import RehearsalAnalysis, is_lull, loose_ends, reply_matching
+from providers.rehearsal_analysis import (
+    RehearsalAnalysis,
+    is_lull,
+    language,
+    loose_ends,
+    reply_matching,
+)
 
 WEEKEND = "A1: How was your weekend?"
 BOOK = "A2: Did you finish that book?"
@@ -53,14 +59,168 @@ def test_french_questions_and_answers() -> None:
     assert answered(lines)["answers"] == "A1"
 
 
-@pytest.mark.parametrize("text", ["You're welcome!", "haha, true", "ok thanks", "Merci"])
+# -- French: the language, question forms, answer forms, words ---------------------------
+
+
+def test_a_conversation_is_read_in_the_language_of_its_function_words() -> None:
+    assert language(["Tu as fini le livre ?", "oui"]) == "fr"
+    assert language(["Did you finish the book?", "oui"]) == "en"
+    assert language(["J'ai vu qu'il pleut."]) == "fr"  # elisions are French
+    # "Autre chose ?" alone has no function word: read as the conversation is, a French
+    # yes/no question, it ties with the other one; read as English, it would be open.
+    lines = ["A1: Tu as fini le livre ?", "A2: Autre chose ?", "P1: oui"]
+    assert answered(lines)["unclear"] == ["A1", "A2"]
+    assert "unclear" not in answered(
+        ["A1: Did you finish the book?", "A2: Autre chose ?", "P1: yes"]
+    )
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Tu as fini le livre ?",  # intonation
+        "Vous venez dîner ?",
+        "Et ton genou, ça va mieux ?",
+        "Est-ce que tu viens ?",  # est-ce que
+        "Et est-ce que Léa vient ?",
+        "As-tu dormi ?",  # inversion
+        "Va-t-elle mieux ?",
+        "C'est toi qui as les clés ?",  # a relative "qui", a conjunction "que" or "quand"
+        "Tu veux que je le note ?",
+        "Tu m'appelles quand tu arrives ?",
+        "Tu viens ou pas ?",  # the alternative is the question's own denial
+    ],
+)
+def test_french_yes_no_questions(question: str) -> None:
+    # A yes answers the yes/no question, though the open one is the latest.
+    lines = [f"A1: {question}", "A2: Qu'est-ce que tu as mangé ?", "P1: oui"]
+    assert answered(lines) == {"message": "P1", "answers": "A1"}
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Qu'est-ce que tu as mangé ?",
+        "Qu'as-tu mangé ?",
+        "Que fais-tu ce soir ?",
+        "Qui vient samedi ?",
+        "C'est qui, ton nouveau collègue ?",
+        "Tu vas où ce soir ?",
+        "Tu pars quand en vacances ?",
+        "À quelle heure est ton train ?",
+        "Quel temps fait-il chez toi ?",
+        "Tu pars combien de jours ?",
+        "Pourquoi tu ris ?",
+        "Comment va ta sœur ?",
+        "Tu préfères le train de 8 h ou celui de 10 h ?",  # an alternative
+    ],
+)
+def test_french_open_questions(question: str) -> None:
+    # A yes does not answer an open question: it goes to the yes/no one alone, not unclear.
+    lines = [f"A1: {question}", "A2: Tu as fini le livre ?", "P1: oui"]
+    assert answered(lines) == {"message": "P1", "answers": "A2"}
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "oui, adoré !",
+        "ouais",
+        "non",
+        "nan, pas eu le temps",
+        "carrément",
+        "pas du tout",
+        "pas encore",
+        "bien sûr",
+        "tout à fait",
+        "presque",
+        "yes",
+        "nope",
+    ],
+)
+def test_yes_no_answers_find_the_yes_no_question(answer: str) -> None:
+    lines = ["A1: Tu as fini le livre ?", "A2: Comment s'est passé ton week-end ?", f"P1: {answer}"]
+    assert answered(lines)["answers"] == "A1"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ["pas mal, un peu long", "c'était délicieux", "épuisante, trop de travail", "super !"],
+)
+def test_answers_that_say_how_it_was_find_the_french_how_question(answer: str) -> None:
+    lines = ["A1: Comment était ta semaine ?", "A2: Tu as reçu le colis ?", f"P1: {answer}"]
+    assert answered(lines)["answers"] == "A1"
+
+
+def test_an_english_answer_that_describes_finds_the_how_question() -> None:
+    lines = ["A1: How was your day?", "A2: Did you call the bank?", "P1: it was a long one"]
+    assert answered(lines)["answers"] == "A1"
+
+
+def test_french_words_meet_past_elisions_and_hyphenated_pronouns() -> None:
+    lines = ["A1: Tu as pensé à l'hôtel ?", "A2: Tu veux que je réserve le train ?"]
+    assert answered([*lines, "P1: oui, un hôtel près de la gare"]) == {
+        "message": "P1",
+        "answers": "A1",
+    }
+    lines = ["A1: Tu veux que je te rappelle ?", "A2: Tu as fini le livre ?"]
+    assert answered([*lines, "P1: oui, rappelle-moi demain"])["answers"] == "A1"
+
+
+def test_french_function_words_are_no_shared_meaning() -> None:
+    # "dans" is in the say and the first question alone: still a tie, so unclear.
+    lines = ["A1: Tu as rangé les courses dans le frigo ?", "A2: Tu as appelé ta mère ?"]
+    assert answered([*lines, "P1: oui, elle était dans le jardin"])["unclear"] == ["A1", "A2"]
+
+
+# -- lulls -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "You're welcome!",
+        "haha, true",
+        "ok thanks",
+        "ok, cool, thanks",
+        "Hahaha",
+        "Merci",
+        "ok merci",
+        "d'accord, bonne soirée",
+        "merci beaucoup, bonne nuit !",
+        "haha c'est vrai",
+        "mdr",
+        "pas de souci",
+        "ça marche, merci",
+    ],
+)
 def test_lull_phrasings(text: str) -> None:
     assert is_lull(text)
     assert reply_matching(["A1: Glad it helped!", f"P1: {text}"])["lull"] is True
 
 
-def test_not_lulls() -> None:
-    assert not is_lull("thanks, but what about Tuesday?")
+@pytest.mark.parametrize(
+    "text",
+    [
+        "thanks, but what about Tuesday?",
+        "hi",
+        "oui merci",  # a yes: it answers, it winds nothing down
+        "merci, mais tu peux vérifier jeudi ?",
+        "d'accord, et demain ?",
+        "",
+    ],
+)
+def test_not_lulls(text: str) -> None:
+    assert not is_lull(text)
+
+
+def test_a_lull_answers_the_latest_message() -> None:
+    lines = ["A1: Comment s'est passé ton week-end ?", "A2: Bonne soirée !", "P1: ok merci"]
+    assert reply_matching(lines) == {
+        "answers": [{"message": "P1", "answers": "A2"}],
+        "open": ["A1"],
+        "lull": True,
+    }
 
 
 async def test_other_tasks_have_no_rules() -> None:
@@ -88,6 +248,31 @@ def test_loose_ends_our_waiting_questions_their_skipped_ones_and_promises() -> N
             "kind": "thread",
         },
     ]
+
+
+@pytest.mark.parametrize(
+    "promise",
+    [
+        "Je te raconterai la fin du voyage plus tard.",
+        "Je t'en dirai plus demain.",
+        "Je reviens vers toi pour le devis.",
+        "Et là, le phare s'est éteint... à suivre !",
+    ],
+)
+def test_french_promises_are_threads(promise: str) -> None:
+    lines = [f"A1: {promise}", "P1: d'accord", "A2: Bonne soirée !"]
+    assert loose_ends(lines)["loose_ends"] == [
+        {"by": "assistant", "ref": "A1", "text": promise, "kind": "thread"}
+    ]
+
+
+def test_a_french_thread_is_taken_up_by_a_reply_that_speaks_of_it() -> None:
+    promise = "A1: Je te raconterai l'histoire du phare plus tard."
+    assert [
+        e["ref"] for e in loose_ends([promise, "P1: vas-y", "A2: Bonne soirée !"])["loose_ends"]
+    ] == ["A1"]
+    reply = "A2: Alors, le gardien du phare est rentré chez lui."
+    assert loose_ends([promise, "P1: vas-y", reply]) == {"loose_ends": []}
 
 
 def test_a_thread_is_taken_up_by_a_reply_that_speaks_of_it() -> None:

@@ -90,6 +90,38 @@ async def test_weekend_story_over_websocket_on_a_first_run(harness: Harness) -> 
     assert await counters(harness, "stillhere_analysis_failures") == {}
 
 
+async def test_weekend_story_in_french_on_a_first_run(harness: Harness) -> None:
+    await harness.start()
+    phone = await harness.phone()
+    weekend = await turn(phone, "ask me: comment s'est passé ton week-end ?")
+    assert weekend["text"] == "Comment s'est passé ton week-end ?"
+    book = await turn(phone, "ask me: tu as fini le livre ?")
+    assert book["text"] == "Tu as fini le livre ?"
+    loved = await turn(phone, "oui, adoré !", "adore")
+    # "oui" answers the latest message, the book: no note for it.
+    assert "[" not in loved["text"].removeprefix("[rehearsal]")
+
+    ack = await phone.say("c'était super, on a fait de la randonnée", "rando")
+    reply_to = await phone.expect("reply_to")
+    end = await phone.reply()
+    assert reply_to == {
+        "type": "reply_to",
+        "seq": reply_to["seq"],
+        "id": "rando",
+        "reply": weekend["reply"],
+        "excerpt": "Comment s'est passé ton week-end ?",
+        "guessed": False,
+    }
+    assert ack["seq"] < reply_to["seq"]
+    # The note the rehearsal model was handed: the book is answered, nothing left waiting.
+    assert (
+        '[This message answers your earlier message "Comment s\'est passé ton week-end ?" '
+        "(not your latest one).]"
+    ) in end["text"]
+    assert [f["id"] for f in phone.frames if f["type"] == "reply_to"] == ["rando"]
+    assert await counters(harness, "stillhere_analysis_failures") == {}
+
+
 async def test_sleep_and_dinner_asks_once_then_takes_the_likeliest(harness: Harness) -> None:
     await harness.start()
     phone = await harness.phone()

@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import orjson
 import pytest
 
 from storage.store import ConversationEnded, Store
@@ -42,12 +43,16 @@ async def test_says_of_many_conversations_share_a_batch_and_each_gets_its_answer
     assert await db.fetchval("SELECT last_activity FROM conversations WHERE id = $1", ended) == NOW
 
 
-async def test_store_says_answers_as_before(store: Store) -> None:
+async def test_store_says_answers_as_before(store: Store, db: asyncpg.Connection) -> None:
     a = await store.create_conversation("pd", NOW)
     first = await store.add_say(a, "pd", "s1", "hello", NOW, 1)
     assert not first.duplicate and first.turn.text == "hello" and first.generation == 0
+    unacked = await store.add_say(a, "pd", "s1", "hello", NOW, 1)
+    assert not unacked.duplicate  # stored, never acked: to be acked and answered now
+    ack = orjson.dumps({"type": "ack", "seq": 2, "id": "s1"}).decode()
+    await db.execute("INSERT INTO events VALUES ($1, 2, $2::jsonb)", a, ack)
     again = await store.add_say(a, "pd", "s1", "hello", NOW, 1)
-    assert again.duplicate and again.turn.text == "hello"
+    assert (again.duplicate, again.ack_seq, again.turn.text) == (True, 2, "hello")
     await store.archive(a, "leave", NOW)
     with pytest.raises(ConversationEnded):
         await store.add_say(a, "pd", "s2", "anyone?", NOW, 1)

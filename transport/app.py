@@ -96,6 +96,8 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         resume_window_s=settings.resume_window,
         speaker_reset_s=settings.speaker_reset,
         park_after_s=settings.park_after,
+        store_timeout_s=settings.store_timeout,
+        max_reply_chars=settings.max_reply_chars,
         interrupt_words=settings.interrupt_words,
         delta_window_s=settings.delta_window,
         echo_guard=settings.echo_guard,

@@ -12,7 +12,12 @@ from actors.clock import parse_duration
 from actors.follow_on import MODES as FOLLOW_ON_MODES
 from actors.memory.keeper import DEFAULT_FINGERPRINT_WAIT_S
 from actors.persona import PersonaError, load_persona
-from actors.runtime import DEFAULT_DELTA_WINDOW_S, DEFAULT_INTERRUPT_WORDS
+from actors.runtime import (
+    DEFAULT_DELTA_WINDOW_S,
+    DEFAULT_INTERRUPT_WORDS,
+    DEFAULT_MAX_REPLY_CHARS,
+    DEFAULT_STORE_TIMEOUT_S,
+)
 from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
 from providers.collector import DEFAULT as COLLECTOR_DEFAULT
 from providers.collector import Pace, parse_thresholds
@@ -145,6 +150,8 @@ class Settings:
     window_turns: int = 40
     context_budget: int = 6000
     context_timeout: float = 0.5
+    store_timeout: float = DEFAULT_STORE_TIMEOUT_S
+    max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS
     context_cache: float = 60.0
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     # Web origins besides the server's own whose pages may open links and write (origin.py).
@@ -212,6 +219,12 @@ _OPTIONS: list[tuple[str, object, str]] = [
         parse_duration,
         "longest reuse of a person's context reads while none changed (0: off)",
     ),
+    (
+        "store-timeout",
+        longer_than_zero,
+        "longest a say waits for PostgreSQL; past it the say is answered unavailable",
+    ),
+    ("max-reply-chars", _positive, "a reply longer than this is cut, ending with error too_long"),
     ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
     (
         "allowed-origins",
@@ -302,6 +315,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
             default = kind(env)  # type: ignore[operator]
         choices = _CHOICES.get(name)
         shown = default if not isinstance(default, tuple) else ",".join(map(str, default))
+        if shown == "":
+            shown = "none"
         if isinstance(default, bool):
             shown = "on" if default else "off"
         if name in _SECRET_OPTIONS:

@@ -42,9 +42,22 @@ def add_command(commands: Any, name: str, help: str, doc: str | None) -> argpars
 def add_analysis_options(command: argparse.ArgumentParser, url_help: str) -> None:
     """The analysis model an eval asks, as `serve` takes it (`url_help`: what it is for)."""
     command.add_argument("--analysis-url", default=env_value("analysis-url"), help=url_help)
-    command.add_argument("--analysis-model", default=env_value("analysis-model") or "default")
-    command.add_argument("--analysis-key", default=env_value("analysis-key"))
-    command.add_argument("--analysis-timeout", type=float, default=DEFAULT_ANALYSIS_TIMEOUT_S)
+    command.add_argument(
+        "--analysis-model",
+        default=env_value("analysis-model") or "default",
+        help="model name sent to the analysis API (env STILLHERE_ANALYSIS_MODEL)",
+    )
+    command.add_argument(
+        "--analysis-key",
+        default=env_value("analysis-key"),
+        help="API key for the analysis API (env STILLHERE_ANALYSIS_KEY; never shown)",
+    )
+    command.add_argument(
+        "--analysis-timeout",
+        type=float,
+        default=DEFAULT_ANALYSIS_TIMEOUT_S,
+        help=f"seconds to wait for an answer, in all (default {DEFAULT_ANALYSIS_TIMEOUT_S:g})",
+    )
 
 
 @contextlib.asynccontextmanager

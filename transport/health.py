@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 
 from aiohttp import web
 
+from storage.store import Store
 from transport.errors import error_response
 from transport.server import SERVER_KEY
 from transport.sse import dumps
 
 log = logging.getLogger("stillhere.health")
+
+# The check under way for each store (a server has one), so probes never pile up.
+_PINGS: weakref.WeakKeyDictionary[Store, asyncio.Future[None]] = weakref.WeakKeyDictionary()
 
 # Long enough for a loaded PostgreSQL, short enough to answer before a probe's own timeout
 # (Kubernetes' default is 1 s).
@@ -44,17 +49,35 @@ async def readyz_handler(request: web.Request) -> web.Response:
     missing = sorted(name for name, label in models.items() if label is None)
     if missing:
         return error_response(503, "models_missing", f"not configured: {', '.join(missing)}")
-    try:
-        async with asyncio.timeout(READY_TIMEOUT_S):
-            await rt.store.ping()
-    except Exception as failure:  # refused, reset, timed out, shutting down: all "not now"
-        log.warning("not ready: PostgreSQL did not answer (%s)", type(failure).__name__)
+    problem = await _database_problem(rt.store)
+    if problem is not None:
+        log.warning("not ready: PostgreSQL did not answer (%s)", problem)
         return error_response(
             503,
             "database_unreachable",
-            f"PostgreSQL did not answer within {READY_TIMEOUT_S:g} s ({type(failure).__name__})",
+            f"PostgreSQL did not answer within {READY_TIMEOUT_S:g} s ({problem})",
         )
     return web.json_response({"status": "ready", "database": "ok", "models": models}, dumps=dumps)
+
+
+async def _database_problem(store: Store) -> str | None:
+    """None if PostgreSQL answers within `READY_TIMEOUT_S`, else what went wrong.
+
+    The query runs as a task of its own, left to finish rather than awaited once cancelled:
+    asyncpg cancels a query by talking to the server, and a paused server would hold the
+    probe (and the next ones) as long as it is paused. One check at a time per store: a
+    probe that finds one still under way is answered at once."""
+    pending = _PINGS.get(store)
+    if pending is not None and not pending.done():
+        return "the previous check is still waiting"
+    ping = asyncio.ensure_future(store.ping())
+    _PINGS[store] = ping
+    done, _ = await asyncio.wait({ping}, timeout=READY_TIMEOUT_S)
+    if not done:
+        ping.cancel()
+        return "timed out"
+    failure = ping.exception()
+    return None if failure is None else f"{type(failure).__name__}: {failure}"
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

@@ -29,6 +29,7 @@ _TOO_MANY = error_frame(
 _SAY_ERRORS = {
     "conversation_ended": "this conversation has ended; say hello again",
     "internal_error": "the say was not stored; send it again",
+    "unavailable": "the database did not answer in time; send the say again with its id",
 }
 
 

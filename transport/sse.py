@@ -203,7 +203,12 @@ async def leave_handler(request: web.Request) -> web.Response:
     return await _post(request, "leave")
 
 
-_STATUS = {"conversation_ended": 409, "rate_limited": 429, "internal_error": 503}
+_STATUS = {
+    "conversation_ended": 409,
+    "rate_limited": 429,
+    "internal_error": 503,
+    "unavailable": 503,
+}
 
 
 async def _post(request: web.Request, kind: str) -> web.Response:

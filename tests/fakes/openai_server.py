@@ -30,7 +30,7 @@ class Reply:
     """
 
     text: str = ""
-    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     chunk: int = 4
     delay: float = 0.0
 
@@ -41,6 +41,7 @@ class Fail:
 
     status: int
     body: str = "overloaded"
+    retry_after: str | None = None  # sent as the Retry-After header
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,21 @@ class Cut:
     text: str = "Let me think"
 
 
-Response = Reply | Fail | Empty | Hang | Garbage | Cut
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """A 200 stream that sends `text`, then nothing more (the client's read timeout ends it)."""
+
+    text: str = "Let me think"
+
+
+@dataclass(frozen=True, slots=True)
+class Endless:
+    """A 200 stream that never stops sending words (until the client closes it)."""
+
+    word: str = "more "
+
+
+Response = Reply | Fail | Empty | Hang | Garbage | Cut | Stall | Endless
 
 
 class FakeOpenAI(FakeApi["Response"]):
@@ -105,7 +120,8 @@ class FakeOpenAI(FakeApi["Response"]):
         self.headers.append(dict(request.headers))
         response = self._next(body)
         if isinstance(response, Fail):
-            return web.Response(status=response.status, text=response.body)
+            headers = {"Retry-After": response.retry_after} if response.retry_after else None
+            return web.Response(status=response.status, text=response.body, headers=headers)
         if isinstance(response, Hang):
             await self._stopping.wait()
             return web.Response(status=503, text="stopping")
@@ -114,6 +130,12 @@ class FakeOpenAI(FakeApi["Response"]):
         try:
             if isinstance(response, Garbage):
                 await stream.write(b"data: this is not json\n\n")
+            elif isinstance(response, Stall):
+                await self._stream_reply(stream, Reply(response.text), body.get("model", "fake"))
+                await self._stopping.wait()
+            elif isinstance(response, Endless):
+                while True:
+                    await self._stream_reply(stream, Reply(response.word * 50), "fake")
             elif isinstance(response, Cut):
                 await self._stream_reply(stream, Reply(response.text), body.get("model", "fake"))
                 assert request.transport is not None
@@ -146,7 +168,8 @@ class FakeOpenAI(FakeApi["Response"]):
             await send({"content": reply.text[start : start + size]})
         for index, (name, arguments) in enumerate(reply.tool_calls):
             # Split in two like real servers do, so the client must reassemble fragments.
-            text = orjson.dumps(arguments).decode()
+            # A string is sent as it is: arguments that are not JSON, as a broken model sends.
+            text = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
             half = len(text) // 2
             call_id = f"call_{next(self._call_ids)}"
             await send(
