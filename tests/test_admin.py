@@ -94,6 +94,99 @@ async def test_the_list_shows_each_live_actor(harness: Harness) -> None:
     assert (other["links"], other["window"]) == (0, 0)
 
 
+async def test_the_list_pages_filters_and_sorts_on_the_server(harness: Harness) -> None:
+    url = await _start(harness)
+    phones = [await harness.phone() for _ in range(5)]
+    for n, phone in enumerate(phones):  # phone n has said n things: windows 0, 2, 4, 6, 8
+        for _ in range(n):
+            await phone.say("hello")
+            await phone.reply()
+    people = [harness.person(phone) for phone in phones]
+
+    _, page = await _get(harness, url + "/admin/actors?sort=-window&limit=2&offset=1")
+    assert (page["total"], page["count"], page["offset"], page["limit"]) == (5, 5, 1, 2)
+    assert [row["person"] for row in page["actors"]] == [people[3], people[2]]
+    assert page["states"] == {
+        "idle": 5,
+        "replying": 0,
+        "ending": 0,
+        "stopped": 0,
+        "unresponsive": 0,
+    }
+    _, page = await _get(harness, url + "/admin/actors?sort=window")
+    assert [row["window"] for row in page["actors"]] == [0, 2, 4, 6, 8]
+    assert page["limit"] is None  # no limit: every row, as before paging existed
+
+    _, page = await _get(harness, f"{url}/admin/actors?q={people[4][:10].upper()}")
+    assert [row["person"] for row in page["actors"]] == [people[4]]
+    assert (page["total"], page["count"]) == (5, 1)
+    conversation = phones[1].welcome["conversation"]
+    _, page = await _get(harness, f"{url}/admin/actors?q={conversation[:8]}")
+    assert [row["conversation"] for row in page["actors"]] == [conversation]
+    _, page = await _get(harness, url + "/admin/actors?state=replying,ending")
+    assert (page["count"], page["actors"]) == (0, [])
+    _, page = await _get(harness, url + "/admin/actors?state=idle&limit=3&offset=4")
+    assert (page["count"], len(page["actors"])) == (5, 1)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "limit=0",
+        "limit=1001",
+        "limit=ten",
+        "offset=-1",
+        "sort=mood",
+        "sort=--idle",
+        "state=asleep",
+        "q=" + "x" * 201,
+    ],
+)
+async def test_a_bad_list_query_is_a_clear_400(harness: Harness, query: str) -> None:
+    url = await _start(harness)
+    await harness.phone()
+    status, body = await _get(harness, f"{url}/admin/actors?{query}")
+    assert status == 400
+    assert (body["type"], body["code"]) == ("error", "invalid_field")
+    assert query.split("=")[0] in body["message"]
+
+
+async def test_the_admin_listener_serves_the_metrics_behind_the_token(harness: Harness) -> None:
+    url = await _start(harness)
+    phone = await harness.phone()
+    await phone.say("hello")
+    await phone.reply()
+    status, _ = await _get(harness, url + "/admin/metrics", None)
+    assert status == 401
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with harness.http.get(url + "/admin/metrics", headers=auth) as response:
+        assert response.status == 200
+        text = await response.text()
+    assert "stillhere_live_actors 1.0" in text
+    assert "stillhere_turn_seconds_count 1.0" in text
+
+
+async def test_the_live_view_files_are_served_without_the_token(harness: Harness) -> None:
+    url = await _start(harness)
+    async with harness.http.get(url + "/") as response:
+        assert response.status == 200
+        assert response.content_type == "text/html"
+        page, etag = await response.text(), response.headers["ETag"]
+        csp = response.headers["Content-Security-Policy"]
+        assert response.headers["Cache-Control"] == "no-cache"
+    assert "script-src 'self'" in csp and "unsafe" not in csp
+    assert '<script type="module" src="/live/live.js">' in page
+    async with harness.http.get(url + "/", headers={"If-None-Match": etag}) as response:
+        assert response.status == 304  # unchanged: the browser keeps its copy
+    async with harness.http.get(url + "/live/live.js") as response:
+        assert response.status == 200
+        assert response.content_type == "text/javascript"
+    status, _ = await _get(harness, url + "/live/secrets.js", None)
+    assert status == 401  # only the view's own files go without the token
+    status, body = await _get(harness, url + "/live/secrets.js")
+    assert (status, body["code"]) == (404, "not_found")
+
+
 async def test_a_replying_actor_shows_its_state_and_pending_messages(
     harness: Harness, fake_llm: FakeOpenAI
 ) -> None:
@@ -159,6 +252,7 @@ async def test_an_actor_that_does_not_answer_is_listed_as_unresponsive(
     assert live is not None
     deaf = _Deaf.start()
     real, live.ref = live.ref, deaf  # type: ignore[assignment]
+    live.tell("a message it is stuck on")  # unhandled: its published snapshot is not current
     try:
         _, listing = await _get(harness, url + "/admin/actors")
         _, actor = await _get(harness, f"{url}/admin/actors/{live.person}")

@@ -9,7 +9,7 @@ import signal
 import socket
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +59,11 @@ class ServerProcess:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self, http: aiohttp.ClientSession) -> None:
+    async def start(self, http: aiohttp.ClientSession, extra: Sequence[str] = ()) -> None:
+        """Start it with `extra` options besides its own, and wait until it is ready."""
         options = ["--db", self.dsn, "--data-dir", str(self.data_dir), "--secret", "s"]
-        self.proc = await spawn_serve([*options, "--port", str(self.port)], self.log_path)
+        options += ["--port", str(self.port), *extra]
+        self.proc = await spawn_serve(options, self.log_path)
         await self._wait_ready(http)
 
     async def _wait_ready(self, http: aiohttp.ClientSession) -> None:

@@ -21,7 +21,7 @@ import hmac
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -34,6 +34,8 @@ from actors.messages import Attach, Snapshot
 from actors.runtime import ActorFailed, Reply
 from actors.supervisor import SweepHistory, Sweeps
 from storage.records import Turn
+from transport.admin_listing import InvalidField, actor_query
+from transport.admin_view import add_view, is_view_path
 from transport.config import Settings
 from transport.errors import error_response, json_errors
 from transport.logs import AccessLogger
@@ -107,15 +109,20 @@ def build_admin_app(server: Server, token: str) -> web.Application:
     app.router.add_get("/admin/actors/{person}", actor_handler)
     app.router.add_get("/admin/actors/{person}/turns", turns_handler)
     app.router.add_get("/admin/sweeps", sweeps_handler)
+    app.router.add_get("/admin/metrics", metrics_handler)
+    add_view(app)
     return app
 
 
 def _bearer(token: str) -> Any:
-    """Refuse any request without the admin token, before routing (nothing can be probed)."""
+    """Refuse any request without the admin token, before routing (nothing can be probed);
+    but for the live view's own files, which hold no data: the page asks for the token."""
     expected = token.encode()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if is_view_path(request.path):
+            return await handler(request)
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
             return error_response(
@@ -133,14 +140,18 @@ def _bearer(token: str) -> Any:
 
 
 async def actors_handler(request: web.Request) -> web.Response:
-    """`GET /admin/actors`: one row per live actor, the most recently active first."""
+    """`GET /admin/actors`: one row per live actor, the most recently active first; or the
+    page `?q=&state=&sort=&limit=&offset=` ask for (transport/admin_listing.py)."""
+    try:
+        query = actor_query(request.query)
+    except InvalidField as wrong:
+        return error_response(400, "invalid_field", str(wrong))
     server = request.app[SERVER_KEY]
     lives = server.directory.lives()
-    looks = await asyncio.gather(*(_look(live) for live in lives))
+    looks = await _looks(lives)
     now = server.runtime.clock.now()
-    rows = [_summary(live, look, now) for live, look in zip(lives, looks, strict=True)]
-    rows.sort(key=lambda row: (row["idle_s"] is not None, row["idle_s"] or 0.0))
-    return _json({"at": now.isoformat(), "count": len(rows), "actors": rows})
+    rows = [_Row(live, look, now) for live, look in zip(lives, looks, strict=True)]
+    return _json({"at": now.isoformat(), **query.page(rows)})
 
 
 async def actor_handler(request: web.Request) -> web.Response:
@@ -192,7 +203,9 @@ async def sweeps_handler(request: web.Request) -> web.Response:
 
 
 async def metrics_handler(request: web.Request) -> web.Response:
-    """`GET /metrics` on the main app: Prometheus text format, this server's registry."""
+    """`GET /metrics` on the main app, and `GET /admin/metrics` for the live view (a page
+    on the admin listener may only read its own origin): Prometheus text format, this
+    server's registry."""
     metrics = request.app[SERVER_KEY].runtime.metrics
     return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -200,10 +213,34 @@ async def metrics_handler(request: web.Request) -> web.Response:
 # -- looking at an actor ------------------------------------------------------------------
 
 
+async def _looks(lives: list[LiveConversation]) -> list[Snapshot | str]:
+    """What `_look` gives for each, the actors whose published snapshot is stale asked all
+    at once; the others cost no task and no message (thousands of them, every page)."""
+    looks: list[Snapshot | str | None] = [_published(live) for live in lives]
+    stale = [i for i, look in enumerate(looks) if look is None]
+    asked = await asyncio.gather(*(_ask(lives[i]) for i in stale))
+    for i, look in zip(stale, asked, strict=True):
+        looks[i] = look
+    return [look for look in looks if look is not None]
+
+
 async def _look(live: LiveConversation) -> Snapshot | str:
     """The actor's snapshot, or the state to show instead: `stopped` (no actor is running:
     it is being archived or parked, or replaced after a failure) or `unresponsive` (it did
     not answer in time, or failed answering)."""
+    return _published(live) or await _ask(live)
+
+
+def _published(live: LiveConversation) -> Snapshot | None:
+    """The snapshot the actor published after its last message, if it is running and has
+    handled every message told to it (it would answer the same); else None: ask it."""
+    current = live.current_snapshot()
+    if current is not None and live.ref is not None and live.ref.is_alive():
+        return current
+    return None
+
+
+async def _ask(live: LiveConversation) -> Snapshot | str:
     try:
         snapshot: Snapshot = await live.ask(Attach, timeout=SNAPSHOT_TIMEOUT)
     except ConversationGone:
@@ -213,20 +250,43 @@ async def _look(live: LiveConversation) -> Snapshot | str:
     return snapshot
 
 
-def _summary(live: LiveConversation, look: Snapshot | str, now: datetime) -> dict[str, Any]:
-    """A row of the list; the actor's fields are null when it did not answer."""
-    snap = look if isinstance(look, Snapshot) else None
-    return {
-        "person": live.person,
-        "conversation": str(live.id),
-        "state": snap.state if snap else look,
-        "age_s": _seconds(now - snap.started_at) if snap else None,
-        "last_activity": snap.last_activity.isoformat() if snap else None,
-        "idle_s": _seconds(now - snap.last_activity) if snap else None,
-        "links": len(live.stream.links),
-        "pending": snap.pending if snap else None,
-        "window": len(snap.history) if snap else None,
-    }
+class _Row:
+    """A row of the list: its columns to filter and sort by, and its JSON (`wire`), made
+    only for the rows of the page asked for, of thousands sorted."""
+
+    __slots__ = ("age_s", "idle_s", "links", "live", "pending", "person", "snap", "state")
+
+    def __init__(self, live: LiveConversation, look: Snapshot | str, now: datetime) -> None:
+        snap = look if isinstance(look, Snapshot) else None
+        self.live, self.snap, self.person = live, snap, live.person
+        self.state = snap.state if snap else look
+        self.age_s = (now - snap.started_at).total_seconds() if snap else None
+        self.idle_s = (now - snap.last_activity).total_seconds() if snap else None
+        self.links = len(live.stream.links)
+        self.pending = snap.pending if snap else None
+
+    @property
+    def conversation(self) -> str:
+        return str(self.live.id)
+
+    @property
+    def window(self) -> int | None:
+        return len(self.snap.history) if self.snap else None
+
+    def wire(self) -> dict[str, Any]:
+        """The row as the API answers it; the actor's fields are null when it did not answer."""
+        snap = self.snap
+        return {
+            "person": self.person,
+            "conversation": self.conversation,
+            "state": self.state,
+            "age_s": _round(self.age_s),
+            "last_activity": snap.last_activity.isoformat() if snap else None,
+            "idle_s": _round(self.idle_s),
+            "links": self.links,
+            "pending": self.pending,
+            "window": self.window,
+        }
 
 
 def _detail(live: LiveConversation, look: Snapshot | str, now: datetime) -> dict[str, Any]:
@@ -235,7 +295,7 @@ def _detail(live: LiveConversation, look: Snapshot | str, now: datetime) -> dict
     snap = look if isinstance(look, Snapshot) else None
     stream = live.stream
     return {
-        **_summary(live, look, now),
+        **_Row(live, look, now).wire(),
         "started_at": snap.started_at.isoformat() if snap else None,
         "speaker": snap.speaker if snap else None,
         "speaker_at": _iso(snap.speaker_at) if snap else None,
@@ -256,8 +316,8 @@ def _turn(turn: Turn) -> dict[str, Any]:
     return {**turn.wire(), "interrupted": turn.interrupted, "client_id": turn.client_id}
 
 
-def _seconds(delta: timedelta) -> float:
-    return round(delta.total_seconds(), 3)
+def _round(seconds: float | None) -> float | None:
+    return round(seconds, 3) if seconds is not None else None
 
 
 def _iso(at: datetime | None) -> str | None:
