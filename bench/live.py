@@ -22,7 +22,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -461,8 +461,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+Report = dict[str, Any]
+
+
+def report_main(
+    args: argparse.Namespace,
+    run: Callable[[argparse.Namespace], Report],
+    table: Callable[[Report], str],
+    problems: Callable[[Report], list[str]],
+) -> int:
+    """Run a bench, print its table and problems, write its JSON: exit 0 when no problem,
+    1 with problems, 2 when it could not finish."""
     try:
         report = run(args)
     except (BenchError, TimeoutError) as failed:
@@ -472,11 +481,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = problems(report)
     if found:
         print("problems:\n  " + "\n  ".join(found))
-        print("server log tail:\n  " + "\n  ".join(report["server_log_tail"]))
+        if report.get("server_log_tail"):
+            print("server log tail:\n  " + "\n  ".join(report["server_log_tail"]))
     if args.json is not None:
         write_json(report, args.json)
         print(f"report written to {args.json}")
     return 1 if found else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return report_main(parse_args(argv), run, table, problems)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import secrets
@@ -38,16 +37,15 @@ import psutil
 from playwright.async_api import Page, async_playwright
 
 from bench.live import (
-    BenchError,
     Phone,
     Talk,
     close_all,
-    describe,
     hello,
     new_device,
     open_link,
     percentiles,
     ramp,
+    report_main,
 )
 from bench.procs import Server, free_port, log_problems, log_tail, wait_ready
 from bench.procs import start as start_server
@@ -257,21 +255,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        report = run(args)
-    except (BenchError, TimeoutError) as failed:
-        print(f"bench failed: {describe(failed) if str(failed) else 'timed out'}", file=sys.stderr)
-        return 2
-    print(table(report))
-    found = problems(report)
-    if found:
-        print("problems:\n  " + "\n  ".join(found))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"report written to {args.json}")
-    return 1 if found else 0
+    return report_main(parse_args(argv), run, table, problems)
 
 
 if __name__ == "__main__":
