@@ -28,7 +28,6 @@ import shutil
 import socket
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,8 +45,12 @@ from providers.event_loop import run as run_on_loop
 TOPIC = "the lighthouse keeper " * 180  # some 4 KB: a story is 12 sentences of it
 STORY = "tell me a story about " + TOPIC.strip()
 RECEIVE_BUFFER = 4096  # a stalled phone's socket: the kernel holds little for it
-SETTLE_S = 2.0  # after a fleet's last say, for the server to write or cut what it holds
-CUT_MARK = "its phone stopped reading"  # the server's log line for a cut link
+QUIET_S = 3.0  # the server has answered every say once no turn ended for this long
+ENDS = ("read", "open", "cut", "refused")  # how a phone's link ended, as the phone saw it
+LOG_MARKS = {  # the server's log lines for a link it closed
+    "slow_reader": "its phone stopped reading",
+    "hello_timeout": "no hello in time",
+}
 
 
 def _bytes(text: str) -> int:
@@ -91,27 +94,73 @@ def _small_receive_buffer(addr_info: AddrInfoType) -> socket.socket:
 
 
 async def _phone(
-    http: aiohttp.ClientSession, url: str, says: int, pause: float, stalled: bool
+    http: aiohttp.ClientSession, url: str, args: argparse.Namespace, answered: asyncio.Event
 ) -> str:
-    """One phone's run; how its link ended: `read` (all replies), `open` or `cut`."""
-    ws, _ = await connect(http, url)
+    """A reading phone's run; how its link ended: `read` (every reply) or `cut`."""
     try:
-        if not stalled:
-            for _ in range(says):
-                await say(ws, STORY)
-            return "read"
+        ws, _ = await connect(http, url)
+    except (ConnectionError, aiohttp.ClientError, RuntimeError):
+        return "refused"
+    try:
+        for _ in range(args.says):
+            await say(ws, STORY)
+        return "read"
+    except (ConnectionError, aiohttp.ClientError, RuntimeError):
+        return "cut"
+    finally:
+        await _close(ws)
+
+
+async def _stalled_phone(
+    http: aiohttp.ClientSession, url: str, args: argparse.Namespace, answered: asyncio.Event
+) -> str:
+    """A phone that stops reading after its welcome and keeps asking; its link stays
+    open until the server has answered every fleet's say (`answered`)."""
+    try:
+        ws, _ = await connect(http, url)
+    except (ConnectionError, aiohttp.ClientError, RuntimeError):
+        return "refused"
+    try:
         transport = ws._response.connection.transport  # type: ignore[union-attr]
         transport.pause_reading()  # the phone stops reading: frames pile up behind it
-        for n in range(says):
+        for n in range(args.says):
             frame = {"type": "say", "id": f"s{n}", "text": STORY}
             await ws.send_str(orjson.dumps(frame).decode())
-            await asyncio.sleep(pause)  # a turn each, as a person talking to a frozen app
+            await asyncio.sleep(args.pause)  # a turn each, as a person talking to a frozen app
+        await answered.wait()
         return "open"
     except (ConnectionError, aiohttp.ClientError):
         return "cut"
     finally:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.close(), 1.0)
+        await _close(ws)
+
+
+async def _close(ws: aiohttp.ClientWebSocketResponse) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(ws.close(), 1.0)
+
+
+async def _turns(http: aiohttp.ClientSession, base_url: str) -> float:
+    """Turns the server has finished (its `stillhere_turn_seconds` count)."""
+    async with http.get(base_url + "/metrics") as response:
+        text = await response.text()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("stillhere_turn_seconds_count")
+    )
+
+
+async def _all_answered(base_url: str, answered: asyncio.Event) -> None:
+    """Set `answered` once the server's finished turns stop growing for QUIET_S."""
+    async with aiohttp.ClientSession() as http:
+        last, quiet = -1.0, 0.0
+        while quiet < QUIET_S:
+            await asyncio.sleep(0.5)
+            turns = await _turns(http, base_url)
+            quiet = quiet + 0.5 if turns == last else 0.0
+            last = turns
+    answered.set()
 
 
 async def _fleet(server: procs.Server, args: argparse.Namespace, stalled: bool) -> dict[str, Any]:
@@ -119,21 +168,35 @@ async def _fleet(server: procs.Server, args: argparse.Namespace, stalled: bool) 
     connector = aiohttp.TCPConnector(
         limit=0, socket_factory=_small_receive_buffer if stalled else None
     )
+    marks_before = _marks(server)
+    answered = asyncio.Event()
+    phone = _stalled_phone if stalled else _phone
     with procs.RssSampler(server, interval=0.25) as rss:
         async with aiohttp.ClientSession(connector=connector) as http:
             url = server.base_url + "/v1/ws"
-            runs = [_phone(http, url, args.says, args.pause, stalled) for _ in range(args.phones)]
+            waiting = asyncio.ensure_future(_all_answered(server.base_url, answered))
+            runs = [phone(http, url, args, answered) for _ in range(args.phones)]
             ends = await asyncio.gather(*runs, return_exceptions=True)
-            await asyncio.sleep(SETTLE_S)
+            await waiting
             rss.sample()
     peak = max(mb for _, mb, _ in rss.series)
+    marks = _marks(server)
     return {
         "idle_rss_mb": round(idle, 1),
         "peak_rss_mb": round(peak, 1),
         "held_mb": round(peak - idle, 1),
-        "ends": {k: sum(e == k for e in ends) for k in ("read", "open", "cut")},
+        "ends": {k: sum(e == k for e in ends) for k in ENDS},
         "errors": sum(isinstance(e, BaseException) for e in ends),
+        "server_closed": {name: marks[name] - marks_before[name] for name in marks},
     }
+
+
+def _marks(server: procs.Server) -> dict[str, int]:
+    """How many links the server has closed so far, by reason (its log lines)."""
+    with contextlib.suppress(OSError):
+        text = server.log_path.read_text(errors="replace")
+        return {name: text.count(mark) for name, mark in LOG_MARKS.items()}
+    return dict.fromkeys(LOG_MARKS, 0)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -148,12 +211,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await procs.wait_ready(server)
         print("slow readers: the reading fleet ...", file=sys.stderr)
         reading = await _fleet(server, args, stalled=False)
-        cut_before = _cuts(server)
         print("slow readers: the stalled fleet ...", file=sys.stderr)
-        started = time.perf_counter()
         stalled = await _fleet(server, args, stalled=True)
-        stalled["cut_by_server"] = _cuts(server) - cut_before
-        stalled["seconds"] = round(time.perf_counter() - started, 1)
     finally:
         stopped = await asyncio.get_running_loop().run_in_executor(None, procs.stop, server)
         shutil.rmtree(root, ignore_errors=True)
@@ -170,12 +229,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _cuts(server: procs.Server) -> int:
-    with contextlib.suppress(OSError):
-        return server.log_path.read_text(errors="replace").count(CUT_MARK)
-    return 0
-
-
 def table(result: dict[str, Any]) -> str:
     reading, stalled = result["reading"], result["stalled"]
     return "\n".join(
@@ -189,8 +242,9 @@ def table(result: dict[str, Any]) -> str:
                 f"{f['ends']}"
                 for name, f in (("reading", reading), ("stalled", stalled))
             ),
-            f"  stalled links cut by the server: {stalled['cut_by_server']}; "
-            f"held over baseline: {result['held_over_baseline']}",
+            f"  closed by the server: reading {reading['server_closed']}, "
+            f"stalled {stalled['server_closed']}",
+            f"  held over baseline: {result['held_over_baseline']}",
         ]
     )
 
