@@ -8,14 +8,14 @@ keeps asking: what the kernel does not take waits in the server, up to `--link-b
 per link, past which the server cuts the link (close 4503).
 
 The kernel takes its part first, outside the server's RSS: the server runs with
-`--socket-send-buffer` (64 KB by default here), which fixes each socket's kernel send
+`--socket-send-buffer` (32 KB by default here), which fixes each socket's kernel send
 buffer. With 0, the kernel sizes it, and on loopback (an MTU of 64 KB) it grows to
 `net.ipv4.tcp_wmem`'s maximum, 4 MB here: a link is then cut only once some 4 MB have been
 sent to it, and all of that is kernel memory the report does not see. The server's RSS is sampled
 throughout; the report gives each fleet's peak RSS above the idle server, their ratio, the
 bound the option sets (N x link buffer), and how many links the server cut (its log).
 
-    python -m bench.slow_readers --phones 1000 --says 6 --link-buffer 256KB
+    python -m bench.slow_readers --phones 1000
 """
 
 from __future__ import annotations
@@ -65,18 +65,18 @@ def _bytes(text: str) -> int:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.slow_readers", description=__doc__)
     parser.add_argument("--phones", type=int, default=1000, help="phones per fleet (1000)")
-    parser.add_argument("--says", type=int, default=6, help="stories asked per phone (6)")
+    parser.add_argument("--says", type=int, default=4, help="stories asked per phone (4)")
     parser.add_argument(
-        "--link-buffer", type=_bytes, default=256 * 1024, help="the server's (256KB)"
+        "--link-buffer", type=_bytes, default=128 * 1024, help="the server's (128KB)"
     )
     parser.add_argument(
         "--socket-send-buffer",
         type=_bytes,
-        default=64 * 1024,
-        help="the server's, for each connection (64KB; 0: the kernel sizes it)",
+        default=32 * 1024,
+        help="the server's, for each connection (32KB; 0: the kernel sizes it)",
     )
     parser.add_argument(
-        "--pause", type=float, default=0.5, help="seconds between a stalled phone's says (0.5)"
+        "--pause", type=float, default=1.0, help="seconds between a stalled phone's says (1)"
     )
     parser.add_argument("--event-loop", choices=LOOPS, default="uvloop")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
@@ -201,8 +201,9 @@ def _marks(server: procs.Server) -> dict[str, int]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="stillhere-slow-readers-"))
-    # The same story asked again is no echo to cut here: every reply is told whole.
-    extra = ["--link-buffer", str(args.link_buffer), "--echo-guard", "off"]
+    # The same story asked again is no echo to cut here: every reply is told whole. Two
+    # turns of history keep each turn's context small: the bench is about the link.
+    extra = ["--link-buffer", str(args.link_buffer), "--echo-guard", "off", "--window-turns", "2"]
     extra += ["--socket-send-buffer", str(args.socket_send_buffer)]
     server = procs.start(
         "stillhere", root, latency=0.0, rate=0.0, event_loop=args.event_loop, extra=extra
