@@ -151,11 +151,13 @@ async def _turns(http: aiohttp.ClientSession, base_url: str) -> float:
     )
 
 
-async def _all_answered(base_url: str, answered: asyncio.Event) -> None:
-    """Set `answered` once the server's finished turns stop growing for QUIET_S."""
+async def _all_answered(base_url: str, phones: int, answered: asyncio.Event) -> None:
+    """Set `answered` once the server has finished a turn for every phone at least (says
+    a phone sends while a reply streams share the next one) and then no more for QUIET_S."""
     async with aiohttp.ClientSession() as http:
-        last, quiet = -1.0, 0.0
-        while quiet < QUIET_S:
+        first = last = await _turns(http, base_url)
+        quiet = 0.0
+        while quiet < QUIET_S or last - first < phones:
             await asyncio.sleep(0.5)
             turns = await _turns(http, base_url)
             quiet = quiet + 0.5 if turns == last else 0.0
@@ -174,7 +176,7 @@ async def _fleet(server: procs.Server, args: argparse.Namespace, stalled: bool) 
     with procs.RssSampler(server, interval=0.25) as rss:
         async with aiohttp.ClientSession(connector=connector) as http:
             url = server.base_url + "/v1/ws"
-            waiting = asyncio.ensure_future(_all_answered(server.base_url, answered))
+            waiting = asyncio.ensure_future(_all_answered(server.base_url, args.phones, answered))
             runs = [phone(http, url, args, answered) for _ in range(args.phones)]
             ends = await asyncio.gather(*runs, return_exceptions=True)
             await waiting
