@@ -3,7 +3,7 @@ floods the server with hellos?
 
 One stillhere server (rehearsal model, `--max-links-per-address` as given). N well-behaved
 bare WebSocket phones, each from an address of its own (127.0.1.1, ...), each start a
-conversation, then resume it R times:
+conversation; once all have, each resumes its own R times:
 close the link, connect again and say hello naming the conversation, timed from the
 connect to the welcome. They do it twice: alone (the baseline), then while a flooder on
 another address (127.0.0.2, loopback's /8 routes every address) opens links as fast as F
@@ -39,7 +39,7 @@ from providers.event_loop import LOOPS
 from providers.event_loop import run as run_on_loop
 
 FLOOD_ADDRESS = "127.0.0.2"
-PAUSE_S = (0.05, 0.3)  # between a phone's resumes
+PAUSE_S = (0.5, 2.0)  # between a phone's resumes: some 150 a second from 200 phones
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -93,21 +93,38 @@ def phone_address(n: int) -> str:
     return f"127.0.{1 + n // 250}.{1 + n % 250}"
 
 
-async def _resumes(n: int, url: str, resumes: int, rng: random.Random) -> list[float]:
+@dataclass
+class Start:
+    """Every phone has its conversation (`set_up`), then the timed resumes begin (`go`)."""
+
+    set_up: asyncio.Barrier
+    go: asyncio.Event
+
+
+async def _resumes(n: int, url: str, resumes: int, rng: random.Random, start: Start) -> list[float]:
     connector = aiohttp.TCPConnector(limit=0, local_addr=(phone_address(n), 0))
     async with aiohttp.ClientSession(connector=connector) as http:
-        return await _resume(http, url, resumes, rng)
+        device = f"resume-{rng.getrandbits(128):032x}"
+        try:
+            ws, welcome = await connect(http, url, device)
+            await say(ws, "Hello, I will be back in a moment.")
+            await ws.close()
+        finally:
+            await start.set_up.wait()
+        await start.go.wait()
+        return await _resume(http, url, device, welcome["conversation"], resumes, rng)
 
 
 async def _resume(
-    http: aiohttp.ClientSession, url: str, resumes: int, rng: random.Random
+    http: aiohttp.ClientSession,
+    url: str,
+    device: str,
+    conversation: str,
+    resumes: int,
+    rng: random.Random,
 ) -> list[float]:
-    """One phone: a conversation, then `resumes` timed reconnections to it (ms each)."""
-    device = f"resume-{rng.getrandbits(128):032x}"
-    ws, welcome = await connect(http, url, device)
-    await say(ws, "Hello, I will be back in a moment.")
-    await ws.close()
-    conversation, timings = welcome["conversation"], []
+    """`resumes` timed reconnections to the phone's conversation (ms each)."""
+    timings = []
     for _ in range(resumes):
         await asyncio.sleep(rng.uniform(*PAUSE_S))
         started = time.perf_counter()
@@ -125,15 +142,21 @@ async def _phase(
     url = server.base_url + "/v1/ws"
     rng = random.Random(args.seed)
     stop = asyncio.Event()
+    start = Start(asyncio.Barrier(args.phones + 1), asyncio.Event())
+    phones = asyncio.gather(
+        *(
+            _resumes(n, url, args.resumes, random.Random(rng.getrandbits(64)), start)
+            for n in range(args.phones)
+        ),
+        return_exceptions=True,
+    )
+    await start.set_up.wait()
     flooding = asyncio.ensure_future(_flood(url, args.flooders, stop, flood)) if flood else None
     try:
         if flooding is not None:
             await asyncio.sleep(1.0)  # the flood at full strength before the first resume
-        phones = [
-            _resumes(n, url, args.resumes, random.Random(rng.getrandbits(64)))
-            for n in range(args.phones)
-        ]
-        results = await asyncio.gather(*phones, return_exceptions=True)
+        start.go.set()
+        results = await phones
     finally:
         stop.set()
         if flooding is not None:

@@ -8,14 +8,14 @@ keeps asking: what the kernel does not take waits in the server, up to `--link-b
 per link, past which the server cuts the link (close 4503).
 
 The kernel takes its part first, outside the server's RSS: the server runs with
-`--socket-send-buffer` (64 KB by default here), which fixes each socket's kernel send
+`--socket-send-buffer` (32 KB by default here), which fixes each socket's kernel send
 buffer. With 0, the kernel sizes it, and on loopback (an MTU of 64 KB) it grows to
 `net.ipv4.tcp_wmem`'s maximum, 4 MB here: a link is then cut only once some 4 MB have been
 sent to it, and all of that is kernel memory the report does not see. The server's RSS is sampled
 throughout; the report gives each fleet's peak RSS above the idle server, their ratio, the
 bound the option sets (N x link buffer), and how many links the server cut (its log).
 
-    python -m bench.slow_readers --phones 1000 --says 6 --link-buffer 256KB
+    python -m bench.slow_readers --phones 1000
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import shutil
 import socket
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,8 +45,12 @@ from providers.event_loop import run as run_on_loop
 TOPIC = "the lighthouse keeper " * 180  # some 4 KB: a story is 12 sentences of it
 STORY = "tell me a story about " + TOPIC.strip()
 RECEIVE_BUFFER = 4096  # a stalled phone's socket: the kernel holds little for it
-SETTLE_S = 2.0  # after a fleet's last say, for the server to write or cut what it holds
-CUT_MARK = "its phone stopped reading"  # the server's log line for a cut link
+QUIET_S = 3.0  # the server has answered every say once no turn ended for this long
+ENDS = ("read", "open", "cut", "refused")  # how a phone's link ended, as the phone saw it
+LOG_MARKS = {  # the server's log lines for a link it closed
+    "slow_reader": "its phone stopped reading",
+    "hello_timeout": "no hello in time",
+}
 
 
 def _bytes(text: str) -> int:
@@ -62,18 +65,18 @@ def _bytes(text: str) -> int:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.slow_readers", description=__doc__)
     parser.add_argument("--phones", type=int, default=1000, help="phones per fleet (1000)")
-    parser.add_argument("--says", type=int, default=6, help="stories asked per phone (6)")
+    parser.add_argument("--says", type=int, default=4, help="stories asked per phone (4)")
     parser.add_argument(
-        "--link-buffer", type=_bytes, default=256 * 1024, help="the server's (256KB)"
+        "--link-buffer", type=_bytes, default=128 * 1024, help="the server's (128KB)"
     )
     parser.add_argument(
         "--socket-send-buffer",
         type=_bytes,
-        default=64 * 1024,
-        help="the server's, for each connection (64KB; 0: the kernel sizes it)",
+        default=32 * 1024,
+        help="the server's, for each connection (32KB; 0: the kernel sizes it)",
     )
     parser.add_argument(
-        "--pause", type=float, default=0.5, help="seconds between a stalled phone's says (0.5)"
+        "--pause", type=float, default=1.0, help="seconds between a stalled phone's says (1)"
     )
     parser.add_argument("--event-loop", choices=LOOPS, default="uvloop")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
@@ -91,27 +94,75 @@ def _small_receive_buffer(addr_info: AddrInfoType) -> socket.socket:
 
 
 async def _phone(
-    http: aiohttp.ClientSession, url: str, says: int, pause: float, stalled: bool
+    http: aiohttp.ClientSession, url: str, args: argparse.Namespace, answered: asyncio.Event
 ) -> str:
-    """One phone's run; how its link ended: `read` (all replies), `open` or `cut`."""
-    ws, _ = await connect(http, url)
+    """A reading phone's run; how its link ended: `read` (every reply) or `cut`."""
     try:
-        if not stalled:
-            for _ in range(says):
-                await say(ws, STORY)
-            return "read"
+        ws, _ = await connect(http, url)
+    except (ConnectionError, aiohttp.ClientError, RuntimeError):
+        return "refused"
+    try:
+        for _ in range(args.says):
+            await say(ws, STORY)
+        return "read"
+    except (ConnectionError, aiohttp.ClientError, RuntimeError):
+        return "cut"
+    finally:
+        await _close(ws)
+
+
+async def _stalled_phone(
+    http: aiohttp.ClientSession, url: str, args: argparse.Namespace, answered: asyncio.Event
+) -> str:
+    """A phone that stops reading after its welcome and keeps asking; its link stays
+    open until the server has answered every fleet's say (`answered`)."""
+    try:
+        ws, _ = await connect(http, url)
+    except (ConnectionError, aiohttp.ClientError, RuntimeError):
+        return "refused"
+    try:
         transport = ws._response.connection.transport  # type: ignore[union-attr]
         transport.pause_reading()  # the phone stops reading: frames pile up behind it
-        for n in range(says):
+        for n in range(args.says):
             frame = {"type": "say", "id": f"s{n}", "text": STORY}
             await ws.send_str(orjson.dumps(frame).decode())
-            await asyncio.sleep(pause)  # a turn each, as a person talking to a frozen app
+            await asyncio.sleep(args.pause)  # a turn each, as a person talking to a frozen app
+        await answered.wait()
         return "open"
     except (ConnectionError, aiohttp.ClientError):
         return "cut"
     finally:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.close(), 1.0)
+        await _close(ws)
+
+
+async def _close(ws: aiohttp.ClientWebSocketResponse) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(ws.close(), 1.0)
+
+
+async def _turns(http: aiohttp.ClientSession, base_url: str) -> float:
+    """Turns the server has finished (its `stillhere_turn_seconds` count)."""
+    async with http.get(base_url + "/metrics") as response:
+        text = await response.text()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("stillhere_turn_seconds_count")
+    )
+
+
+async def _all_answered(base_url: str, phones: int, answered: asyncio.Event) -> None:
+    """Set `answered` once the server has finished a turn for every phone at least (says
+    a phone sends while a reply streams share the next one) and then no more for QUIET_S."""
+    async with aiohttp.ClientSession() as http:
+        first = last = await _turns(http, base_url)
+        quiet = 0.0
+        while quiet < QUIET_S or last - first < phones:
+            await asyncio.sleep(0.5)
+            turns = await _turns(http, base_url)
+            quiet = quiet + 0.5 if turns == last else 0.0
+            last = turns
+    answered.set()
 
 
 async def _fleet(server: procs.Server, args: argparse.Namespace, stalled: bool) -> dict[str, Any]:
@@ -119,27 +170,42 @@ async def _fleet(server: procs.Server, args: argparse.Namespace, stalled: bool) 
     connector = aiohttp.TCPConnector(
         limit=0, socket_factory=_small_receive_buffer if stalled else None
     )
+    marks_before = _marks(server)
+    answered = asyncio.Event()
+    phone = _stalled_phone if stalled else _phone
     with procs.RssSampler(server, interval=0.25) as rss:
         async with aiohttp.ClientSession(connector=connector) as http:
             url = server.base_url + "/v1/ws"
-            runs = [_phone(http, url, args.says, args.pause, stalled) for _ in range(args.phones)]
+            waiting = asyncio.ensure_future(_all_answered(server.base_url, args.phones, answered))
+            runs = [phone(http, url, args, answered) for _ in range(args.phones)]
             ends = await asyncio.gather(*runs, return_exceptions=True)
-            await asyncio.sleep(SETTLE_S)
+            await waiting
             rss.sample()
     peak = max(mb for _, mb, _ in rss.series)
+    marks = _marks(server)
     return {
         "idle_rss_mb": round(idle, 1),
         "peak_rss_mb": round(peak, 1),
         "held_mb": round(peak - idle, 1),
-        "ends": {k: sum(e == k for e in ends) for k in ("read", "open", "cut")},
+        "ends": {k: sum(e == k for e in ends) for k in ENDS},
         "errors": sum(isinstance(e, BaseException) for e in ends),
+        "server_closed": {name: marks[name] - marks_before[name] for name in marks},
     }
+
+
+def _marks(server: procs.Server) -> dict[str, int]:
+    """How many links the server has closed so far, by reason (its log lines)."""
+    with contextlib.suppress(OSError):
+        text = server.log_path.read_text(errors="replace")
+        return {name: text.count(mark) for name, mark in LOG_MARKS.items()}
+    return dict.fromkeys(LOG_MARKS, 0)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="stillhere-slow-readers-"))
-    # The same story asked again is no echo to cut here: every reply is told whole.
-    extra = ["--link-buffer", str(args.link_buffer), "--echo-guard", "off"]
+    # The same story asked again is no echo to cut here: every reply is told whole. Two
+    # turns of history keep each turn's context small: the bench is about the link.
+    extra = ["--link-buffer", str(args.link_buffer), "--echo-guard", "off", "--window-turns", "2"]
     extra += ["--socket-send-buffer", str(args.socket_send_buffer)]
     server = procs.start(
         "stillhere", root, latency=0.0, rate=0.0, event_loop=args.event_loop, extra=extra
@@ -148,12 +214,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await procs.wait_ready(server)
         print("slow readers: the reading fleet ...", file=sys.stderr)
         reading = await _fleet(server, args, stalled=False)
-        cut_before = _cuts(server)
         print("slow readers: the stalled fleet ...", file=sys.stderr)
-        started = time.perf_counter()
         stalled = await _fleet(server, args, stalled=True)
-        stalled["cut_by_server"] = _cuts(server) - cut_before
-        stalled["seconds"] = round(time.perf_counter() - started, 1)
     finally:
         stopped = await asyncio.get_running_loop().run_in_executor(None, procs.stop, server)
         shutil.rmtree(root, ignore_errors=True)
@@ -170,12 +232,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _cuts(server: procs.Server) -> int:
-    with contextlib.suppress(OSError):
-        return server.log_path.read_text(errors="replace").count(CUT_MARK)
-    return 0
-
-
 def table(result: dict[str, Any]) -> str:
     reading, stalled = result["reading"], result["stalled"]
     return "\n".join(
@@ -189,8 +245,9 @@ def table(result: dict[str, Any]) -> str:
                 f"{f['ends']}"
                 for name, f in (("reading", reading), ("stalled", stalled))
             ),
-            f"  stalled links cut by the server: {stalled['cut_by_server']}; "
-            f"held over baseline: {result['held_over_baseline']}",
+            f"  closed by the server: reading {reading['server_closed']}, "
+            f"stalled {stalled['server_closed']}",
+            f"  held over baseline: {result['held_over_baseline']}",
         ]
     )
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import Harness, eventually
 from tests.test_link import TEXT, _stall, _unstall, phone_and_link
+from transport import sse
 from transport.config import Limits
 
 LIMIT = 256 * 1024
@@ -87,8 +88,9 @@ async def test_a_link_that_never_says_hello_or_says_it_too_slowly_is_closed(
 
 
 async def test_links_over_the_limit_of_an_address_are_refused_with_a_code(
-    harness: Harness,
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(sse, "REFUSAL_DELAY_S", 0.01)
     await harness.start(limits=Limits(max_links_per_address=2))
     first, second = await harness.phone(), await harness.phone()
     for path in ("/v1/ws", "/v1/events"):

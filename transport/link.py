@@ -59,12 +59,26 @@ class QueuedLink(ABC):
         if self._close_code is not None or self._dropped:
             return
         self._frames.append(frame)
-        if self._writer is not None:  # behind: counted, and cut off past the limit
+        if self._writer is not None:  # behind: what waits for the writer is counted
             self._queued_bytes += len(orjson.dumps(frame))
-            if self.held() > self._buffer_limit:
-                self._cut_off()
-        elif len(self._frames) == 1:
+        if self._over_limit():
+            return
+        if self._writer is None and len(self._frames) == 1:
             asyncio.get_running_loop().call_soon(self.flush)
+
+    def _over_limit(self) -> bool:
+        """Cut the link off (True) if it holds more than its limit. Checked as each frame
+        is sent and after each of the writer's writes, so a link never holds more than its
+        limit and the frames of one loop step; the socket's buffer is counted, as aiohttp's
+        writes wait for a phone only every 64 KB. Not right after a write at the end of a
+        step: a welcome with its replay may be large, and the phone has not had a chance to
+        read it yet. True also once the link is gone."""
+        if self._dropped:
+            return True
+        if self.held() <= self._buffer_limit:
+            return False
+        self._cut_off()
+        return True
 
     def held(self) -> int:
         """Bytes this link holds for its phone: frames waiting, and the socket's buffer."""
@@ -129,6 +143,8 @@ class QueuedLink(ABC):
                 self._writing_bytes, self._queued_bytes = self._queued_bytes, 0
                 if not self.write_now(batch):
                     await self.write(batch)
+                if self._over_limit():
+                    return
         except (ConnectionError, RuntimeError) as gone:
             log.info("%s dropped while writing: %s", self.name, gone)
             self._dropped = True

@@ -18,7 +18,7 @@ from actors.stream import ConversationStream, Link
 from actors.turn import SayOutcome
 from storage.records import Card, Reminder
 from transport.protocol import CLOSE_TOO_MANY_LINKS, ProtocolError, error_frame
-from transport.server import Server
+from transport.server import Server, close_revoked
 
 log = logging.getLogger("stillhere.session")
 
@@ -100,6 +100,8 @@ class Session:
         replayed = await server.directory.attach(
             live, self._link, welcome, last_seq, hello_since=started
         )
+        if self.person in server.identity.revoked:  # revoked while this hello was under way
+            close_revoked(server.directory, self.person)
         if opened.resumed:
             log.info(
                 "%s resumed conversation %s, age %d s, %d events replayed",

@@ -31,6 +31,7 @@ from transport.session import Session
 log = logging.getLogger("stillhere.sse")
 
 SEND_TIMEOUT_S = EventSourceResponse.DEFAULT_SEND_TIMEOUT or 120.0
+REFUSAL_DELAY_S = 1.0  # before a link over an address's limit is refused
 
 
 class EventStreamLink(QueuedLink):
@@ -121,6 +122,14 @@ def json_error(
     return web.json_response(frame, status=status, dumps=dumps)
 
 
+async def refuse_link(refused: TooManyLinks) -> web.Response:
+    """429 `too_many_links`, after REFUSAL_DELAY_S: a flood that reconnects as soon as it is
+    refused then costs the server a connection per loop and second, not as many as it can
+    send; the wait itself costs a sleeping coroutine."""
+    await asyncio.sleep(REFUSAL_DELAY_S)
+    return json_error(429, "too_many_links", str(refused))
+
+
 def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -155,7 +164,7 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
         log.info("refused an event stream: %s", refused)
         return json_error(refused.status, refused.code, str(refused))
     except TooManyLinks as refused:
-        return json_error(429, "too_many_links", str(refused))
+        return await refuse_link(refused)
 
 
 async def _stream(

@@ -23,7 +23,7 @@ from transport.protocol import (
 )
 from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot
 from transport.session import Session
-from transport.sse import json_error
+from transport.sse import refuse_link
 
 log = logging.getLogger("stillhere.ws")
 
@@ -78,7 +78,7 @@ async def websocket_handler(request: web.Request) -> web.StreamResponse:
         with address_slot(server, request):
             return await _serve_link(server, request)
     except TooManyLinks as refused:
-        return json_error(429, "too_many_links", str(refused))
+        return await refuse_link(refused)
 
 
 async def _serve_link(server: Server, request: web.Request) -> web.WebSocketResponse:
