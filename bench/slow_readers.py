@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import shutil
 import socket
 import sys
@@ -39,6 +38,7 @@ from aiohappyeyeballs import AddrInfoType
 from bench import procs
 from bench.flap import ratio
 from bench.flap_throughput import connect, say
+from bench.live import report_main
 from providers.event_loop import LOOPS
 from providers.event_loop import run as run_on_loop
 
@@ -253,12 +253,10 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    result = run_on_loop(run(args), "asyncio")
-    print(table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    """Figures to read, not a target to meet: exit 0 once the run finished."""
+    return report_main(
+        parse_args(argv), lambda args: run_on_loop(run(args), "asyncio"), table, lambda _: []
+    )
 
 
 if __name__ == "__main__":
