@@ -1,10 +1,10 @@
-"""`stillhere bench fuzz`: property-based fuzzing of a real server's frames and POST bodies.
+"""`stillhere bench fuzz`: property-based fuzzing of a real server's frames, bodies, streams.
 
 Starts a real `stillhere serve` (embedded PostgreSQL in a tmp data dir, rehearsal model)
-and lets Hypothesis draw link scripts (`bench.fuzz_frames`) and POST bodies, each checked by
-`bench.fuzz_probe` against what docs/protocol.md promises. The same properties run in CI
-(tests/test_fuzz.py, the `stillhere-ci` profile, a few dozen examples); this command runs
-as many as asked and reports how many frames and requests it tried.
+and lets Hypothesis draw link scripts (`bench.fuzz_frames`), POST bodies and event-stream
+requests, each checked by `bench.fuzz_probe` against what docs/protocol.md promises. The
+same properties run in CI (tests/test_fuzz.py, the `stillhere-ci` profile, a few dozen
+examples); this command runs as many as asked and reports the frames and requests tried.
 
     .venv/bin/python -m bench.fuzz --examples 2000 --seed 1 --json /tmp/fuzz.json
 """
@@ -29,11 +29,11 @@ from hypothesis.errors import HypothesisWarning
 
 from bench import procs
 from bench.flap_db import dsn_of
-from bench.fuzz_frames import http_requests, scripts
+from bench.fuzz_frames import http_requests, scripts, stream_requests
 from bench.fuzz_probe import PERSONS, Probe
 from providers.event_loop import run as run_on_loop
 
-DESCRIPTION = "property-based fuzzing of protocol frames and POST bodies against a real server"
+DESCRIPTION = "property-based fuzzing of frames, POST bodies and event streams, on a real server"
 # The limits the fuzzed server runs with: frames over 16 KB are refused, so a say's text
 # over its 4000 characters fits in one; the rate limit is lifted, so that what is fuzzed is
 # the frames, not the bucket (tests/test_protocol.py covers the bucket).
@@ -81,6 +81,18 @@ def body_property(probe: Probe, profile: settings) -> Callable[[], None]:
     return fuzz_bodies
 
 
+def stream_property(probe: Probe, profile: settings) -> Callable[[], None]:
+    """Event streams' property: `GET /v1/events` with drawn queries and `Last-Event-ID`."""
+
+    @profile
+    @given(stream_requests, persons)
+    def fuzz_streams(request: tuple[dict[str, Any], str | None], person: int) -> None:
+        query, last_event_id = request
+        probe.stream(query, last_event_id, person)
+
+    return fuzz_streams
+
+
 def run_property(test: Callable[[], None]) -> None:
     """Run a property (in a thread of its own). Hypothesis, started outside the main thread,
     warns that it cannot manage that thread's PRNG: nothing here draws from it."""
@@ -125,13 +137,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         failures: list[str] = []
         try:
-            for prop in (frame_property, body_property):
-                test = seed(args.seed)(prop(probe, profile))
-                try:
-                    await asyncio.wait_for(asyncio.to_thread(run_property, test), args.timeout)
-                except AssertionError as failed:  # Hypothesis re-raises the shrunk example's
-                    failures.append(f"{prop.__name__}: {failed}"[:2000])
+            async with asyncio.timeout(args.timeout):
+                for prop in (frame_property, body_property, stream_property):
+                    test = seed(args.seed)(prop(probe, profile))
+                    try:
+                        await asyncio.to_thread(run_property, test)
+                    except AssertionError as failed:  # Hypothesis re-raises the shrunk one's
+                        failures.append(f"{prop.__name__}: {failed}"[:2000])
         finally:
+            probe.stop()  # a timeout or Ctrl-C: the property's thread ends too
             await probe.close()
         report.update(
             seconds=round(time.perf_counter() - started, 1),
@@ -154,7 +168,7 @@ def table(report: dict[str, Any]) -> str:
     lines = [
         f"link scripts       {report['examples']} (asked {report['examples_asked']} per property)",
         f"frames tried       {report['frames']}",
-        f"POSTs tried        {report['requests']} ("
+        f"requests tried     {report['requests']} POSTs and streams ("
         + ", ".join(f"HTTP {k} {n}" for k, n in report["statuses"].items())
         + ")",
         f"seconds            {report['seconds']}",

@@ -17,6 +17,9 @@ For each frame the probe checks what the protocol promises (docs/protocol.md):
 - a hello naming another person's conversation gets the person's own, and nothing of the
   other's; numbered events on a link come with increasing seqs;
 - after every example, a new link still gets a pong.
+
+POST bodies and event streams get the same treatment: a documented status, never a 500,
+JSON with an error code for a refusal, nothing stored changed by one.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import threading
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -33,7 +37,7 @@ import aiohttp
 import asyncpg
 import orjson
 
-from bench.fuzz_frames import Wire, encode
+from bench.fuzz_frames import Wire, encode, resolve
 
 T = TypeVar("T")
 
@@ -53,6 +57,9 @@ CODES = frozenset(
     }
 )  # fmt: skip
 HTTP_STATUSES = frozenset({200, 201, 400, 401, 404, 409, 413, 429, 503})
+# aiohttp's own limit on a request line (`max_line_size`): past it, its HTTP parser answers
+# 400 in plain text before any handler runs, as it answers 413 for a body too large.
+MAX_REQUEST_LINE = 8190
 VICTIM_MARKER = "victim-marker-7f3a"  # in the other person's say: must never reach a fuzz link
 ANSWER_TIMEOUT_S = 10.0
 QUIET_PAUSE_S = 0.1  # between two digests that must agree before a frame is sent
@@ -62,6 +69,11 @@ PERSONS = 3  # fuzz persons: examples reuse them, so conversations are resumed a
 
 class FuzzFailure(AssertionError):
     """A property did not hold; the message says which and for what frame."""
+
+
+class Stopped(BaseException):
+    """The run was stopped (Ctrl-C, a timeout): not a failure, so Hypothesis does not
+    catch it and the property ends at once."""
 
 
 @dataclass
@@ -99,6 +111,7 @@ class Probe:
         self._http: aiohttp.ClientSession | None = None
         self._db: asyncpg.Connection | None = None
         self._tables: list[str] = []
+        self._stopped = threading.Event()
 
     # -- set-up, from the loop ---------------------------------------------------------------
 
@@ -133,13 +146,26 @@ class Probe:
     # -- from Hypothesis's thread ----------------------------------------------------------
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        """Run `coro` on the probe's loop and wait for it, unless the run is stopped."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        while not future.done():
+            if self._stopped.wait(0.2):
+                future.cancel()
+                raise Stopped
+        return future.result()
+
+    def stop(self) -> None:
+        """From the loop: end the property running in the other thread."""
+        self._stopped.set()
 
     def script(self, wires: list[Wire], hello_at: int | None, person: int) -> None:
         self.run(self._script(wires, hello_at, person))
 
     def request(self, path: str, wire: Wire, content_type: str, person: int) -> None:
         self.run(self._request(path, wire, content_type, person))
+
+    def stream(self, query: dict[str, Any], last_event_id: str | None, person: int) -> None:
+        self.run(self._stream(query, last_event_id, person))
 
     # -- the database ------------------------------------------------------------------------
 
@@ -371,6 +397,52 @@ class Probe:
             await self.unchanged_since(before, what)
         elif path == "/v1/say" and isinstance(answered, dict) and not answered.get("repeat"):
             await self._answered_in_db(str(answered.get("id")))
+
+    async def _stream(self, query: dict[str, Any], last_event_id: str | None, person: int) -> None:
+        """`GET /v1/events`: a stream that starts with a welcome of the person's own
+        conversation, or a JSON error with a code and nothing stored changed."""
+        assert self._http is not None
+        device = self.devices[person % len(self.devices)]
+        refs = {"device": device, "own": self.own.get(device), "victim": self.victim, "seq": 0}
+        params = {str(k): str(v) for k, v in resolve(query, refs).items() if v is not None}
+        headers = {"Last-Event-ID": last_event_id} if last_event_id is not None else {}
+        before = await self.quiet_digest()
+        what = f"GET /v1/events {params!r:.200} Last-Event-ID {last_event_id!r:.50}"
+        self.counts.requests += 1
+        url = self.base_url + "/v1/events"
+        async with self._http.get(url, params=params, headers=headers) as answer:
+            status = answer.status
+            self.counts.statuses[status] = self.counts.statuses.get(status, 0) + 1
+            if status == 200:
+                welcome = await self._first_event(answer, what)
+                if welcome.get("type") != "welcome" or welcome.get("conversation") == self.victim:
+                    raise FuzzFailure(f"{what}: the stream began with {welcome!r:.200}")
+                self.own[device] = str(welcome["conversation"])
+                return
+            raw = await answer.read()
+            line = len(f"GET {answer.url.raw_path_qs} HTTP/1.1")
+        if status == 400 and line > MAX_REQUEST_LINE:
+            return  # the HTTP server's limit, not the handler's (docs/protocol.md)
+        if status not in (400, 401):
+            raise FuzzFailure(f"{what}: HTTP {status}: {raw[:200]!r}")
+        with contextlib.suppress(orjson.JSONDecodeError):
+            code = orjson.loads(raw).get("code")
+            if isinstance(code, str) and code:
+                self.counts.errors[code] = self.counts.errors.get(code, 0) + 1
+                await self.unchanged_since(before, what)
+                return
+        raise FuzzFailure(f"{what}: HTTP {status} without a JSON code: {raw[:200]!r}")
+
+    async def _first_event(self, answer: aiohttp.ClientResponse, what: str) -> dict[str, Any]:
+        """The data of the stream's first event."""
+        async with asyncio.timeout(ANSWER_TIMEOUT_S):
+            async for line in answer.content:
+                if line.startswith(b"data:"):
+                    text = line[5:].strip()
+                    if VICTIM_MARKER.encode() in text:
+                        raise FuzzFailure(f"{what}: another person's conversation in the stream")
+                    return dict(orjson.loads(text))
+        raise FuzzFailure(f"{what}: the stream ended before its first event")
 
     async def _answered_in_db(self, say_id: str) -> None:
         """A POSTed say streams its reply to no link: wait for it in the database."""

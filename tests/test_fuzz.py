@@ -1,6 +1,7 @@
 """Property-based fuzzing of the real server (bench/fuzz.py's properties, CI-sized).
 
-Hypothesis draws link scripts and POST bodies (bench/fuzz_frames.py); the probe
+Hypothesis draws link scripts, POST bodies and event-stream requests (bench/fuzz_frames.py);
+the probe
 (bench/fuzz_probe.py) sends them to a real app on real PostgreSQL and checks every answer,
 every close and, for every refused frame, every table's rows. The `stillhere-ci` profile
 keeps it to a few dozen examples per property, the same ones on every run; `stillhere
@@ -64,6 +65,19 @@ async def test_every_drawn_post_body_gets_json_and_refusals_store_nothing(
     statuses = probe.counts.statuses
     assert probe.counts.requests >= settings.get_profile("stillhere-ci").max_examples
     assert statuses.get(400, 0) > 0 and sum(statuses.values()) == probe.counts.requests
+    assert 500 not in statuses
+
+
+@pytest.mark.timeout(180)
+async def test_every_drawn_event_stream_opens_or_is_refused_with_a_code(harness: Harness) -> None:
+    probe = await probe_of(harness)
+    try:
+        test = fuzz.stream_property(probe, settings.get_profile("stillhere-ci"))
+        await asyncio.to_thread(fuzz.run_property, test)
+    finally:
+        await probe.close()
+    statuses = probe.counts.statuses
+    assert statuses.get(200, 0) > 0 and statuses.get(400, 0) > 0, statuses
     assert 500 not in statuses
 
 
