@@ -107,12 +107,13 @@ async def talk(http: aiohttp.ClientSession, k: Killable, device: str) -> str:
 
 @contextlib.asynccontextmanager
 async def row_held(db: asyncpg.Connection, conversation: str) -> AsyncIterator[None]:
-    """The conversation's row locked by this test until the block ends (rolled back)."""
+    """The conversation's row locked by this test until the block ends (rolled back): the
+    archive's `FOR UPDATE` waits for it; the turns and events written meanwhile, whose
+    foreign keys only share the row's key, do not."""
     held = db.transaction()
     await held.start()
-    await db.execute(
-        "SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", uuid.UUID(conversation)
-    )
+    id_ = uuid.UUID(conversation)
+    await db.execute("SELECT 1 FROM conversations WHERE id = $1 FOR NO KEY UPDATE", id_)
     try:
         yield
     finally:
@@ -120,12 +121,12 @@ async def row_held(db: asyncpg.Connection, conversation: str) -> AsyncIterator[N
 
 
 async def archive_waiting(db: asyncpg.Connection) -> None:
-    """Until the server waits for the conversation's row, which this test holds (the only
-    row it holds). In a transaction, statistics are a snapshot: cleared before each read."""
+    """Until the server's archive (storage/store.py) waits for the conversation's row, which
+    this test holds. In a transaction, statistics are a snapshot: cleared before each read."""
     async with asyncio.timeout(30):
         while await db.execute("SELECT pg_stat_clear_snapshot()") and not await db.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE '%conversations%' AND pid <> pg_backend_pid()"
+            "AND query LIKE '%FROM conversations WHERE id = $1 AND status = ''active'' FOR UPDATE'"
         ):
             await asyncio.sleep(0.05)
 
