@@ -37,13 +37,10 @@ DESCRIPTION = "property-based fuzzing of frames, POST bodies and event streams, 
 # The limits the fuzzed server runs with: frames over 16 KB are refused, so a say's text
 # over its 4000 characters fits in one; the rate limit is lifted, so that what is fuzzed is
 # the frames, not the bucket (tests/test_protocol.py covers the bucket).
+MAX_FRAME_BYTES = 16384
 SERVER_OPTIONS = [
-    "--max-frame-bytes",
-    "16384",
-    "--frames-per-s",
-    "100000",
-    "--frame-burst",
-    "100000",
+    *("--max-frame-bytes", str(MAX_FRAME_BYTES)),
+    *("--frames-per-s", "100000", "--frame-burst", "100000"),
 ]
 settings.register_profile(
     "stillhere-ci",
@@ -93,11 +90,20 @@ def stream_property(probe: Probe, profile: settings) -> Callable[[], None]:
     return fuzz_streams
 
 
+def _each(failed: Exception) -> list[Exception]:
+    """The failures Hypothesis found: one, or a group of distinct ones."""
+    if isinstance(failed, ExceptionGroup):
+        return [one for inner in failed.exceptions for one in _each(inner)]
+    return [failed]
+
+
 def run_property(test: Callable[[], None]) -> None:
     """Run a property (in a thread of its own). Hypothesis, started outside the main thread,
-    warns that it cannot manage that thread's PRNG: nothing here draws from it."""
+    warns that it cannot manage that thread's PRNG (nothing here draws from it), and that a
+    frame over the size limit makes a long repr (it is meant to)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "It looks like `register_random`", HypothesisWarning)
+        warnings.filterwarnings("ignore", "Generating overly large repr", HypothesisWarning)
         test()
 
 
@@ -129,7 +135,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         await procs.wait_ready(server)
         assert server.pgdata is not None
-        probe = Probe(server.base_url, dsn_of(server.pgdata), loop)
+        probe = Probe(server.base_url, dsn_of(server.pgdata), loop, MAX_FRAME_BYTES)
         await probe.open()
         profile = settings(
             settings.get_profile("stillhere-ci"), max_examples=args.examples, derandomize=False
@@ -142,8 +148,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     test = seed(args.seed)(prop(probe, profile))
                     try:
                         await asyncio.to_thread(run_property, test)
-                    except AssertionError as failed:  # Hypothesis re-raises the shrunk one's
-                        failures.append(f"{prop.__name__}: {failed}"[:2000])
+                    except Exception as failed:  # the shrunk example's, or a group of them
+                        failures += [f"{prop.__name__}: {one}"[:2000] for one in _each(failed)]
         finally:
             probe.stop()  # a timeout or Ctrl-C: the property's thread ends too
             await probe.close()

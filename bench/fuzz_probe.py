@@ -100,8 +100,11 @@ class LinkState:
 class Probe:
     """A running server (its base URL and its database) and the checks made against it."""
 
-    def __init__(self, base_url: str, dsn: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, base_url: str, dsn: str, loop: asyncio.AbstractEventLoop, max_frame_bytes: int
+    ) -> None:
         self.base_url = base_url
+        self.max_frame_bytes = max_frame_bytes  # the server's: a larger frame is refused
         self.dsn = dsn
         self.loop = loop
         self.counts = Counts()
@@ -234,7 +237,7 @@ class Probe:
             data = encode(wire, self._refs(state))
         await self._quiet(ws, state)
         before = await self.quiet_digest()
-        sent = self._local_view(data)
+        sent = self._local_view(data, self.max_frame_bytes)
         what = f"frame {data[:200]!r}"
         self.counts.frames += 1
         try:
@@ -248,8 +251,11 @@ class Probe:
             await self.unchanged_since(before, what)
 
     @staticmethod
-    def _local_view(data: str | bytes) -> str | None:
-        """The frame's type as the probe reads it, if it is an object with a string type."""
+    def _local_view(data: str | bytes, limit: int) -> str | None:
+        """The frame's type as the probe reads it, if it is an object with a string type
+        and within the size the server reads."""
+        if len(data.encode() if isinstance(data, str) else data) > limit:
+            return "too large"
         with contextlib.suppress(orjson.JSONDecodeError):
             frame = orjson.loads(data)
             if isinstance(frame, dict) and isinstance(frame.get("type"), str):
@@ -332,6 +338,8 @@ class Probe:
         silent = state.helloed and sent in ("interrupt", "ack")
         if not closed and sent != "ping" and not silent and not ANSWERS.intersection(kinds):
             raise FuzzFailure(f"{what}: no answer (got {kinds})")
+        if sent == "too large" and "frame_too_large" not in errors:
+            raise FuzzFailure(f"{what}: a frame over the limit was not refused ({kinds})")
         if sent == "bad ack" and "invalid_field" not in errors:
             raise FuzzFailure(f"{what}: an ack without a good seq was not refused ({kinds})")
         if silent and errors:

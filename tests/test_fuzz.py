@@ -28,12 +28,13 @@ from transport.protocol import ProtocolError
 
 # As `stillhere bench fuzz` runs its server (bench/fuzz.py, SERVER_OPTIONS).
 CI = "stillhere-ci"
-LIMITS = Limits(max_frame_bytes=16384, frames_per_s=100_000, frame_burst=100_000)
+LIMITS = Limits(max_frame_bytes=fuzz.MAX_FRAME_BYTES, frames_per_s=100_000, frame_burst=100_000)
 
 
 async def probe_of(harness: Harness) -> Probe:
     await harness.start(limits=LIMITS)
-    probe = Probe(harness.url("/").rstrip("/"), harness.dsn, asyncio.get_running_loop())
+    url, loop = harness.url("/").rstrip("/"), asyncio.get_running_loop()
+    probe = Probe(url, harness.dsn, loop, LIMITS.max_frame_bytes)
     await probe.open()
     return probe
 
