@@ -217,13 +217,9 @@ class Probe:
         self.counts.examples += 1
         await self._alive()
 
-    def _refs(self, state: LinkState) -> dict[str, Any]:
-        return {
-            "device": state.device,
-            "own": self.own.get(state.device),
-            "victim": self.victim,
-            "seq": state.seq,
-        }
+    def _refs(self, device: str, seq: int = 0) -> dict[str, Any]:
+        """What a drawn plan's Refs stand for, for this device now."""
+        return {"device": device, "own": self.own.get(device), "victim": self.victim, "seq": seq}
 
     async def _one_frame(
         self, ws: aiohttp.ClientWebSocketResponse, state: LinkState, wire: Wire | None
@@ -234,7 +230,7 @@ class Probe:
                 frame.update(conversation=self.own[state.device], last_seq=state.seq)
             data: str | bytes = orjson.dumps(frame).decode()
         else:
-            data = encode(wire, self._refs(state))
+            data = encode(wire, self._refs(state.device, state.seq))
         await self._quiet(ws, state)
         before = await self.quiet_digest()
         sent = self._local_view(data, self.max_frame_bytes)
@@ -378,8 +374,7 @@ class Probe:
     async def _request(self, path: str, wire: Wire, content_type: str, person: int) -> None:
         assert self._http is not None
         device = self.devices[person % len(self.devices)]
-        refs = {"device": device, "own": self.own.get(device), "victim": self.victim, "seq": 0}
-        body = encode(wire, refs)
+        body = encode(wire, self._refs(device))
         headers = {"Content-Type": content_type} if content_type else {}
         before = await self.quiet_digest()
         what = f"POST {path} {body[:200]!r}"
@@ -411,8 +406,8 @@ class Probe:
         conversation, or a JSON error with a code and nothing stored changed."""
         assert self._http is not None
         device = self.devices[person % len(self.devices)]
-        refs = {"device": device, "own": self.own.get(device), "victim": self.victim, "seq": 0}
-        params = {str(k): str(v) for k, v in resolve(query, refs).items() if v is not None}
+        drawn = resolve(query, self._refs(device))
+        params = {str(k): str(v) for k, v in drawn.items() if v is not None}
         headers = {"Last-Event-ID": last_event_id} if last_event_id is not None else {}
         before = await self.quiet_digest()
         what = f"GET /v1/events {params!r:.200} Last-Event-ID {last_event_id!r:.50}"
