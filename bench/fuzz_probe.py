@@ -11,7 +11,8 @@ For each frame the probe checks what the protocol promises (docs/protocol.md):
 - every frame is answered (a ping sent right after it marks where its answer ends), except
   the two that have none (`interrupt`, and `ack` with a good seq, on a link past its hello);
   before a successful hello nothing but `ping` and `hello` is accepted;
-- the link closes only where the protocol says: after `unauthorized` or `bye`;
+- the link closes only where the protocol says: after `unauthorized` or `bye`, or for a
+  message over 4 x the frame limit;
 - a frame answered with an error changes nothing stored: the rows of every table are the
   same before and after it (a digest per table, read once the server is quiet);
 - a hello naming another person's conversation gets the person's own, and nothing of the
@@ -64,6 +65,7 @@ VICTIM_MARKER = "victim-marker-7f3a"  # in the other person's say: must never re
 ANSWER_TIMEOUT_S = 10.0
 QUIET_PAUSE_S = 0.1  # between two digests that must agree before a frame is sent
 QUIET_TRIES = 40
+HARD_LIMIT_FACTOR = 4  # a message over 4 x the frame limit closes the link (docs/protocol.md)
 PERSONS = 3  # fuzz persons: examples reuse them, so conversations are resumed and left
 
 
@@ -250,7 +252,10 @@ class Probe:
     def _local_view(data: str | bytes, limit: int) -> str | None:
         """The frame's type as the probe reads it, if it is an object with a string type
         and within the size the server reads."""
-        if len(data.encode() if isinstance(data, str) else data) > limit:
+        size = len(data.encode() if isinstance(data, str) else data)
+        if size > HARD_LIMIT_FACTOR * limit:
+            return "over the hard limit"  # the server closes the link (1009)
+        if size > limit:
             return "too large"
         with contextlib.suppress(orjson.JSONDecodeError):
             frame = orjson.loads(data)
@@ -329,8 +334,9 @@ class Probe:
     ) -> None:
         kinds = [a.get("type") for a in answers]
         errors = [a.get("code") for a in answers if a.get("type") == "error"]
-        if closed and "unauthorized" not in errors and "bye" not in kinds:
-            raise FuzzFailure(f"{what}: the link was closed without an unauthorized or a bye")
+        allowed = "unauthorized" in errors or "bye" in kinds or sent == "over the hard limit"
+        if closed and not allowed:
+            raise FuzzFailure(f"{what}: the link was closed, not after unauthorized or bye")
         silent = state.helloed and sent in ("interrupt", "ack")
         if not closed and sent != "ping" and not silent and not ANSWERS.intersection(kinds):
             raise FuzzFailure(f"{what}: no answer (got {kinds})")

@@ -115,7 +115,7 @@ async def test_the_probe_finds_a_link_closed_for_a_bad_frame(
     probe = await probe_of(harness)
     monkeypatch.setattr(websocket, "_on_frame", closing)
     try:
-        with pytest.raises(FuzzFailure, match="closed without"):
+        with pytest.raises(FuzzFailure, match="closed, not after"):
             await asyncio.to_thread(probe.script, [Wire("not json", raw=True)], None, 0)
     finally:
         await probe.close()
