@@ -18,19 +18,12 @@ import shutil
 import sys
 import tempfile
 import time
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
-from hypothesis.errors import HypothesisWarning
-
 from bench import procs
 from bench.flap_db import dsn_of
-from bench.fuzz_frames import http_requests, scripts, stream_requests
-from bench.fuzz_probe import PERSONS, Probe
 from providers.event_loop import run as run_on_loop
 
 DESCRIPTION = "property-based fuzzing of frames, POST bodies and event streams, on a real server"
@@ -42,69 +35,6 @@ SERVER_OPTIONS = [
     *("--max-frame-bytes", str(MAX_FRAME_BYTES)),
     *("--frames-per-s", "100000", "--frame-burst", "100000"),
 ]
-settings.register_profile(
-    "stillhere-ci",
-    max_examples=50,
-    deadline=None,
-    database=None,
-    derandomize=True,  # the same examples on every CI run; the bench draws fresh ones
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-persons = st.integers(min_value=0, max_value=PERSONS - 1)
-
-
-def frame_property(probe: Probe, profile: settings) -> Callable[[], None]:
-    """The link scripts' property, as a Hypothesis test bound to `probe` (call it in a
-    thread other than the probe's loop)."""
-
-    @profile
-    @given(scripts, persons)
-    def fuzz_frames(script: tuple[list[Any], int | None], person: int) -> None:
-        wires, hello_at = script
-        probe.script(wires, hello_at, person)
-
-    return fuzz_frames
-
-
-def body_property(probe: Probe, profile: settings) -> Callable[[], None]:
-    """The POST bodies' property, bound to `probe` like `frame_property`."""
-
-    @profile
-    @given(http_requests, persons)
-    def fuzz_bodies(request: tuple[str, Any, str], person: int) -> None:
-        path, wire, content_type = request
-        probe.request(path, wire, content_type, person)
-
-    return fuzz_bodies
-
-
-def stream_property(probe: Probe, profile: settings) -> Callable[[], None]:
-    """Event streams' property: `GET /v1/events` with drawn queries and `Last-Event-ID`."""
-
-    @profile
-    @given(stream_requests, persons)
-    def fuzz_streams(request: tuple[dict[str, Any], str | None], person: int) -> None:
-        query, last_event_id = request
-        probe.stream(query, last_event_id, person)
-
-    return fuzz_streams
-
-
-def _each(failed: Exception) -> list[Exception]:
-    """The failures Hypothesis found: one, or a group of distinct ones."""
-    if isinstance(failed, ExceptionGroup):
-        return [one for inner in failed.exceptions for one in _each(inner)]
-    return [failed]
-
-
-def run_property(test: Callable[[], None]) -> None:
-    """Run a property (in a thread of its own). Hypothesis, started outside the main thread,
-    warns that it cannot manage that thread's PRNG (nothing here draws from it), and that a
-    frame over the size limit makes a long repr (it is meant to)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "It looks like `register_random`", HypothesisWarning)
-        warnings.filterwarnings("ignore", "Generating overly large repr", HypothesisWarning)
-        test()
 
 
 def add_parser(subparsers: Any) -> None:
@@ -128,6 +58,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Start a server, run both properties for `--examples` each, stop it; the report."""
+    # Hypothesis comes with the test extras: imported when a run starts, not with the CLI.
+    from hypothesis import seed, settings
+
+    from bench.fuzz_probe import Probe
+    from bench.fuzz_properties import CI, PROPERTIES, each_failure, run_property
+
     root = Path(tempfile.mkdtemp(prefix="stillhere-fuzz-"))
     server = procs.start("stillhere", root, latency=0.0, rate=0.0, extra=SERVER_OPTIONS)
     report: dict[str, Any] = {"examples_asked": args.examples, "seed": args.seed}
@@ -137,19 +73,19 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         assert server.pgdata is not None
         probe = Probe(server.base_url, dsn_of(server.pgdata), loop, MAX_FRAME_BYTES)
         await probe.open()
-        profile = settings(
-            settings.get_profile("stillhere-ci"), max_examples=args.examples, derandomize=False
-        )
+        profile = settings(settings.get_profile(CI), max_examples=args.examples, derandomize=False)
         started = time.perf_counter()
         failures: list[str] = []
         try:
             async with asyncio.timeout(args.timeout):
-                for prop in (frame_property, body_property, stream_property):
+                for prop in PROPERTIES:
                     test = seed(args.seed)(prop(probe, profile))
                     try:
                         await asyncio.to_thread(run_property, test)
                     except Exception as failed:  # the shrunk example's, or a group of them
-                        failures += [f"{prop.__name__}: {one}"[:2000] for one in _each(failed)]
+                        failures += [
+                            f"{prop.__name__}: {one}"[:2000] for one in each_failure(failed)
+                        ]
         finally:
             probe.stop()  # a timeout or Ctrl-C: the property's thread ends too
             await probe.close()
@@ -193,6 +129,9 @@ async def run(args: argparse.Namespace) -> int:
         report = await measure(args)
     except (procs.ServerError, TimeoutError) as failed:
         print(f"fuzz bench failed: {type(failed).__name__}: {failed}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as missing:
+        print(f"bench fuzz needs {missing.name}: pip install -e '.[test]'", file=sys.stderr)
         return 2
     print(table(report))
     if args.json is not None:

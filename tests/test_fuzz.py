@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the real server (bench/fuzz.py's properties, CI-sized).
+"""Property-based fuzzing of the real server (bench/fuzz_properties.py, CI-sized).
 
 Hypothesis draws link scripts, POST bodies and event-stream requests (bench/fuzz_frames.py);
 the probe
@@ -21,13 +21,19 @@ from hypothesis import settings
 from bench import fuzz
 from bench.fuzz_frames import Wire
 from bench.fuzz_probe import FuzzFailure, Probe
+from bench.fuzz_properties import (
+    CI,
+    body_property,
+    frame_property,
+    run_property,
+    stream_property,
+)
 from tests.conftest import Harness
 from transport import websocket
 from transport.config import Limits
 from transport.protocol import ProtocolError
 
 # As `stillhere bench fuzz` runs its server (bench/fuzz.py, SERVER_OPTIONS).
-CI = "stillhere-ci"
 LIMITS = Limits(max_frame_bytes=fuzz.MAX_FRAME_BYTES, frames_per_s=100_000, frame_burst=100_000)
 
 
@@ -43,7 +49,7 @@ async def ci_run(harness: Harness, prop: Callable[[Probe, settings], Callable[[]
     """Run one of bench.fuzz's properties with the CI profile; the probe, with its counts."""
     probe = await probe_of(harness)
     try:
-        await asyncio.to_thread(fuzz.run_property, prop(probe, settings.get_profile(CI)))
+        await asyncio.to_thread(run_property, prop(probe, settings.get_profile(CI)))
     finally:
         await probe.close()
     return probe
@@ -51,7 +57,7 @@ async def ci_run(harness: Harness, prop: Callable[[Probe, settings], Callable[[]
 
 @pytest.mark.timeout(180)
 async def test_every_drawn_frame_is_answered_and_refusals_store_nothing(harness: Harness) -> None:
-    counts = (await ci_run(harness, fuzz.frame_property)).counts
+    counts = (await ci_run(harness, frame_property)).counts
     assert counts.examples >= settings.get_profile(CI).max_examples
     assert counts.frames > counts.examples, "scripts hold several frames"
     for kind in ("welcome", "ack", "reply.end", "error"):  # accepted and refused frames both
@@ -63,7 +69,7 @@ async def test_every_drawn_frame_is_answered_and_refusals_store_nothing(harness:
 async def test_every_drawn_post_body_gets_json_and_refusals_store_nothing(
     harness: Harness,
 ) -> None:
-    probe = await ci_run(harness, fuzz.body_property)
+    probe = await ci_run(harness, body_property)
     statuses = probe.counts.statuses
     assert probe.counts.requests >= settings.get_profile(CI).max_examples
     assert statuses.get(400, 0) > 0 and sum(statuses.values()) == probe.counts.requests
@@ -71,7 +77,7 @@ async def test_every_drawn_post_body_gets_json_and_refusals_store_nothing(
 
 @pytest.mark.timeout(180)
 async def test_every_drawn_event_stream_opens_or_is_refused_with_a_code(harness: Harness) -> None:
-    statuses = (await ci_run(harness, fuzz.stream_property)).counts.statuses
+    statuses = (await ci_run(harness, stream_property)).counts.statuses
     assert statuses.get(200, 0) > 0 and statuses.get(400, 0) > 0, statuses
 
 
