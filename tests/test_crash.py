@@ -30,7 +30,7 @@ FAST_SWEEP = ["--resume-window", "2s", "--sweep-interval", "1s"]
 
 
 @pytest.mark.timeout(240)
-async def test_the_crash_bench_loses_nothing_acked(tmp_path: Path) -> None:
+async def test_the_crash_bench_loses_nothing_acked() -> None:
     parser = argparse.ArgumentParser()
     crash.add_options(parser)
     args = parser.parse_args(
