@@ -103,6 +103,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         return report
     finally:
         report["server_stop"] = await loop.run_in_executor(None, procs.stop, server)
+        report["server_log_problems"] = procs.log_problems(server.log_path)[:20]
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -117,6 +118,7 @@ def table(report: dict[str, Any]) -> str:
         "error codes        " + ", ".join(f"{code} {n}" for code, n in report["errors"].items()),
         "server frames      " + ", ".join(f"{k} {n}" for k, n in report["answers"].items()),
         f"server alive       {report['server_alive']}",
+        f"server log errors  {len(report['server_log_problems'])} (lines with ERROR, Traceback)",
         f"failures           {len(report['failures'])}",
     ]
     lines += [f"  {failure}" for failure in report["failures"]]
@@ -124,7 +126,8 @@ def table(report: dict[str, Any]) -> str:
 
 
 async def run(args: argparse.Namespace) -> int:
-    """0 when every property held, 1 when one did not, 2 when the run could not finish."""
+    """0 when every property held and the server logged no error, 1 if not, 2 when the run
+    could not finish."""
     try:
         report = await measure(args)
     except (procs.ServerError, TimeoutError) as failed:
@@ -137,7 +140,8 @@ async def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 1 if report["failures"] or not report["server_alive"] else 0
+    broken = report["failures"] or report["server_log_problems"] or not report["server_alive"]
+    return 1 if broken else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
