@@ -12,14 +12,19 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import HypothesisWarning
 
-from bench.fuzz_frames import http_requests, scripts, stream_requests
+from bench.fuzz_frames import GOOD_DEVICE, Ref, Wire, http_requests, scripts, stream_requests
 from bench.fuzz_probe import PERSONS, Probe
 
 CI = "stillhere-ci"
+# Explicit examples, run first whatever is drawn: each property sees an accepted request
+# and a refused one on every run, however few examples it draws.
+GOOD_SAY = Wire({"type": "say", "id": "example-say", "text": "hello there"})
+GOOD_ACK = Wire({"type": "ack", "seq": Ref("seq")})
+NO_TEXT = Wire({"device": GOOD_DEVICE, "id": "example-post"}, binary=True)  # 400 invalid_text
 settings.register_profile(
     CI,
     max_examples=50,
@@ -37,6 +42,7 @@ def frame_property(probe: Probe, profile: settings) -> Callable[[], None]:
 
     @profile
     @given(scripts, persons)
+    @example(script=([GOOD_SAY, GOOD_ACK], 0), person=0)  # a say stored and answered, always
     def fuzz_frames(script: tuple[list[Any], int | None], person: int) -> None:
         wires, hello_at = script
         probe.script(wires, hello_at, person)
@@ -49,6 +55,9 @@ def body_property(probe: Probe, profile: settings) -> Callable[[], None]:
 
     @profile
     @given(http_requests, persons)
+    @example(
+        request=("/v1/say", Wire({"device": GOOD_DEVICE, "id": "x"}), "application/json"), person=0
+    )
     def fuzz_bodies(request: tuple[str, Any, str], person: int) -> None:
         path, wire, content_type = request
         probe.request(path, wire, content_type, person)
@@ -61,6 +70,8 @@ def stream_property(probe: Probe, profile: settings) -> Callable[[], None]:
 
     @profile
     @given(stream_requests, persons)
+    @example(request=({"device": GOOD_DEVICE}, None), person=0)
+    @example(request=({"device": GOOD_DEVICE}, "x"), person=0)
     def fuzz_streams(request: tuple[dict[str, Any], str | None], person: int) -> None:
         query, last_event_id = request
         probe.stream(query, last_event_id, person)
