@@ -232,6 +232,7 @@ def figures(fleet: Fleet, stored: Stored, crashes: list[Crash]) -> dict[str, Any
         "link_events": dict(fleet.kinds),
         "phone_failures": dict(fleet.failures),
         "error_frames": verdict["error_frames"],
+        "unexpected_frames": verdict["unexpected_frames"],  # e.g. an ack before a welcome
         "examples": verdict["examples"],
         "crashes": [asdict(c) for c in crashes],
     }

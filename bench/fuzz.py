@@ -1,10 +1,10 @@
-"""`stillhere bench fuzz`: property-based fuzzing of a real server's frames and POST bodies.
+"""`stillhere bench fuzz`: property-based fuzzing of a real server's frames, bodies, streams.
 
 Starts a real `stillhere serve` (embedded PostgreSQL in a tmp data dir, rehearsal model)
-and lets Hypothesis draw link scripts (`bench.fuzz_frames`) and POST bodies, each checked by
-`bench.fuzz_probe` against what docs/protocol.md promises. The same properties run in CI
-(tests/test_fuzz.py, the `stillhere-ci` profile, a few dozen examples); this command runs
-as many as asked and reports how many frames and requests it tried.
+and lets Hypothesis draw link scripts (`bench.fuzz_frames`), POST bodies and event-stream
+requests, each checked by `bench.fuzz_probe` against what docs/protocol.md promises. The
+same properties run in CI (tests/test_fuzz.py, the `stillhere-ci` profile, a few dozen
+examples); this command runs as many as asked and reports the frames and requests tried.
 
     .venv/bin/python -m bench.fuzz --examples 2000 --seed 1 --json /tmp/fuzz.json
 """
@@ -18,75 +18,23 @@ import shutil
 import sys
 import tempfile
 import time
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
-from hypothesis.errors import HypothesisWarning
-
 from bench import procs
 from bench.flap_db import dsn_of
-from bench.fuzz_frames import http_requests, scripts
-from bench.fuzz_probe import PERSONS, Probe
 from providers.event_loop import run as run_on_loop
 
-DESCRIPTION = "property-based fuzzing of protocol frames and POST bodies against a real server"
+DESCRIPTION = "property-based fuzzing of frames, POST bodies and event streams, on a real server"
 # The limits the fuzzed server runs with: frames over 16 KB are refused, so a say's text
 # over its 4000 characters fits in one; the rate limit is lifted, so that what is fuzzed is
 # the frames, not the bucket (tests/test_protocol.py covers the bucket).
+MAX_FRAME_BYTES = 16384
 SERVER_OPTIONS = [
-    "--max-frame-bytes",
-    "16384",
-    "--frames-per-s",
-    "100000",
-    "--frame-burst",
-    "100000",
+    *("--max-frame-bytes", str(MAX_FRAME_BYTES)),
+    *("--frames-per-s", "100000", "--frame-burst", "100000"),
 ]
-settings.register_profile(
-    "stillhere-ci",
-    max_examples=50,
-    deadline=None,
-    database=None,
-    derandomize=True,  # the same examples on every CI run; the bench draws fresh ones
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-persons = st.integers(min_value=0, max_value=PERSONS - 1)
-
-
-def frame_property(probe: Probe, profile: settings) -> Callable[[], None]:
-    """The link scripts' property, as a Hypothesis test bound to `probe` (call it in a
-    thread other than the probe's loop)."""
-
-    @profile
-    @given(scripts, persons)
-    def fuzz_frames(script: tuple[list[Any], int | None], person: int) -> None:
-        wires, hello_at = script
-        probe.script(wires, hello_at, person)
-
-    return fuzz_frames
-
-
-def body_property(probe: Probe, profile: settings) -> Callable[[], None]:
-    """The POST bodies' property, bound to `probe` like `frame_property`."""
-
-    @profile
-    @given(http_requests, persons)
-    def fuzz_bodies(request: tuple[str, Any, str], person: int) -> None:
-        path, wire, content_type = request
-        probe.request(path, wire, content_type, person)
-
-    return fuzz_bodies
-
-
-def run_property(test: Callable[[], None]) -> None:
-    """Run a property (in a thread of its own). Hypothesis, started outside the main thread,
-    warns that it cannot manage that thread's PRNG: nothing here draws from it."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "It looks like `register_random`", HypothesisWarning)
-        test()
 
 
 def add_parser(subparsers: Any) -> None:
@@ -110,6 +58,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Start a server, run both properties for `--examples` each, stop it; the report."""
+    # Hypothesis comes with the test extras: imported when a run starts, not with the CLI.
+    from hypothesis import seed, settings
+
+    from bench.fuzz_probe import Probe
+    from bench.fuzz_properties import CI, PROPERTIES, each_failure, run_property
+
     root = Path(tempfile.mkdtemp(prefix="stillhere-fuzz-"))
     server = procs.start("stillhere", root, latency=0.0, rate=0.0, extra=SERVER_OPTIONS)
     report: dict[str, Any] = {"examples_asked": args.examples, "seed": args.seed}
@@ -117,21 +71,23 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         await procs.wait_ready(server)
         assert server.pgdata is not None
-        probe = Probe(server.base_url, dsn_of(server.pgdata), loop)
+        probe = Probe(server.base_url, dsn_of(server.pgdata), loop, MAX_FRAME_BYTES)
         await probe.open()
-        profile = settings(
-            settings.get_profile("stillhere-ci"), max_examples=args.examples, derandomize=False
-        )
+        profile = settings(settings.get_profile(CI), max_examples=args.examples, derandomize=False)
         started = time.perf_counter()
         failures: list[str] = []
         try:
-            for prop in (frame_property, body_property):
-                test = seed(args.seed)(prop(probe, profile))
-                try:
-                    await asyncio.wait_for(asyncio.to_thread(run_property, test), args.timeout)
-                except AssertionError as failed:  # Hypothesis re-raises the shrunk example's
-                    failures.append(f"{prop.__name__}: {failed}"[:2000])
+            async with asyncio.timeout(args.timeout):
+                for prop in PROPERTIES:
+                    test = seed(args.seed)(prop(probe, profile))
+                    try:
+                        await asyncio.to_thread(run_property, test)
+                    except Exception as failed:  # the shrunk example's, or a group of them
+                        failures += [
+                            f"{prop.__name__}: {one}"[:2000] for one in each_failure(failed)
+                        ]
         finally:
+            probe.stop()  # a timeout or Ctrl-C: the property's thread ends too
             await probe.close()
         report.update(
             seconds=round(time.perf_counter() - started, 1),
@@ -147,6 +103,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         return report
     finally:
         report["server_stop"] = await loop.run_in_executor(None, procs.stop, server)
+        report["server_log_problems"] = procs.log_problems(server.log_path)[:20]
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -154,13 +111,14 @@ def table(report: dict[str, Any]) -> str:
     lines = [
         f"link scripts       {report['examples']} (asked {report['examples_asked']} per property)",
         f"frames tried       {report['frames']}",
-        f"POSTs tried        {report['requests']} ("
+        f"requests tried     {report['requests']} POSTs and streams ("
         + ", ".join(f"HTTP {k} {n}" for k, n in report["statuses"].items())
         + ")",
         f"seconds            {report['seconds']}",
         "error codes        " + ", ".join(f"{code} {n}" for code, n in report["errors"].items()),
         "server frames      " + ", ".join(f"{k} {n}" for k, n in report["answers"].items()),
         f"server alive       {report['server_alive']}",
+        f"server log errors  {len(report['server_log_problems'])} (lines with ERROR, Traceback)",
         f"failures           {len(report['failures'])}",
     ]
     lines += [f"  {failure}" for failure in report["failures"]]
@@ -168,17 +126,22 @@ def table(report: dict[str, Any]) -> str:
 
 
 async def run(args: argparse.Namespace) -> int:
-    """0 when every property held, 1 when one did not, 2 when the run could not finish."""
+    """0 when every property held and the server logged no error, 1 if not, 2 when the run
+    could not finish."""
     try:
         report = await measure(args)
     except (procs.ServerError, TimeoutError) as failed:
         print(f"fuzz bench failed: {type(failed).__name__}: {failed}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as missing:
+        print(f"bench fuzz needs {missing.name}: pip install -e '.[test]'", file=sys.stderr)
+        return 2
     print(table(report))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 1 if report["failures"] or not report["server_alive"] else 0
+    broken = report["failures"] or report["server_log_problems"] or not report["server_alive"]
+    return 1 if broken else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -216,3 +216,25 @@ http_requests = st.tuples(
     ),
     st.sampled_from(("application/json", "text/plain", "")),
 )
+
+# -- event streams (`GET /v1/events`) -------------------------------------------------------
+
+seq_texts = st.one_of(
+    st.integers(min_value=0, max_value=2**70).map(str),
+    # Digits to Python's str.isdigit that are no ASCII: superscript two, fullwidth one.
+    st.sampled_from(("", "-1", "1.5", "0x10", " 1", "9" * 40, "\u00b2", "1\u00b2", "\uff11")),
+    st.text(alphabet="0123456789-+. abc", max_size=12),
+)
+stream_queries = st.builds(
+    _merge,
+    st.fixed_dictionaries(
+        {
+            "device": st.one_of(devices, st.just(MISSING)),
+            "conversation": st.one_of(conversations, st.just(MISSING), st.just(MISSING)),
+            "last_seq": st.one_of(seq_texts, st.just(MISSING)),
+        }
+    ),
+    st.dictionaries(st.sampled_from(("token", "x", "type")), edge_text, max_size=1),
+)
+latin1 = seq_texts.filter(lambda text: all(ord(c) < 256 for c in text))  # a header's
+stream_requests = st.tuples(stream_queries, st.one_of(st.none(), latin1))

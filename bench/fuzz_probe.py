@@ -11,12 +11,16 @@ For each frame the probe checks what the protocol promises (docs/protocol.md):
 - every frame is answered (a ping sent right after it marks where its answer ends), except
   the two that have none (`interrupt`, and `ack` with a good seq, on a link past its hello);
   before a successful hello nothing but `ping` and `hello` is accepted;
-- the link closes only where the protocol says: after `unauthorized` or `bye`;
+- the link closes only where the protocol says: after `unauthorized` or `bye`, or for a
+  message over 4 x the frame limit;
 - a frame answered with an error changes nothing stored: the rows of every table are the
   same before and after it (a digest per table, read once the server is quiet);
 - a hello naming another person's conversation gets the person's own, and nothing of the
   other's; numbered events on a link come with increasing seqs;
 - after every example, a new link still gets a pong.
+
+POST bodies and event streams get the same treatment: a documented status, never a 500,
+JSON with an error code for a refusal, nothing stored changed by one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import threading
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -33,7 +38,7 @@ import aiohttp
 import asyncpg
 import orjson
 
-from bench.fuzz_frames import Wire, encode
+from bench.fuzz_frames import Wire, encode, resolve
 
 T = TypeVar("T")
 
@@ -53,15 +58,27 @@ CODES = frozenset(
     }
 )  # fmt: skip
 HTTP_STATUSES = frozenset({200, 201, 400, 401, 404, 409, 413, 429, 503})
+# aiohttp's own limit on a request line (`max_line_size`): past it, its HTTP parser answers
+# 400 in plain text before any handler runs, as it answers 413 for a body too large.
+MAX_REQUEST_LINE = 8190
 VICTIM_MARKER = "victim-marker-7f3a"  # in the other person's say: must never reach a fuzz link
 ANSWER_TIMEOUT_S = 10.0
-QUIET_PAUSE_S = 0.1  # between two digests that must agree before a frame is sent
-QUIET_TRIES = 40
+# Two digests this far apart must agree before a frame is sent: the writes that follow a
+# reply off its path (the loose-ends analysis, the memory keeper) land within it, also on a
+# loaded machine. Bounded: 15 s of writes without a pause is a failure.
+QUIET_PAUSE_S = 0.25
+QUIET_TRIES = 60
+HARD_LIMIT_FACTOR = 4  # a message over 4 x the frame limit closes the link (docs/protocol.md)
 PERSONS = 3  # fuzz persons: examples reuse them, so conversations are resumed and left
 
 
 class FuzzFailure(AssertionError):
     """A property did not hold; the message says which and for what frame."""
+
+
+class Stopped(BaseException):
+    """The run was stopped (Ctrl-C, a timeout): not a failure, so Hypothesis does not
+    catch it and the property ends at once."""
 
 
 @dataclass
@@ -88,8 +105,11 @@ class LinkState:
 class Probe:
     """A running server (its base URL and its database) and the checks made against it."""
 
-    def __init__(self, base_url: str, dsn: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, base_url: str, dsn: str, loop: asyncio.AbstractEventLoop, max_frame_bytes: int
+    ) -> None:
         self.base_url = base_url
+        self.max_frame_bytes = max_frame_bytes  # the server's: a larger frame is refused
         self.dsn = dsn
         self.loop = loop
         self.counts = Counts()
@@ -99,6 +119,8 @@ class Probe:
         self._http: aiohttp.ClientSession | None = None
         self._db: asyncpg.Connection | None = None
         self._tables: list[str] = []
+        self._stopped = threading.Event()
+        self._refused_digest: dict[str, tuple[int, str]] | None = None  # see quiet_digest
 
     # -- set-up, from the loop ---------------------------------------------------------------
 
@@ -133,13 +155,26 @@ class Probe:
     # -- from Hypothesis's thread ----------------------------------------------------------
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        """Run `coro` on the probe's loop and wait for it, unless the run is stopped."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        while not future.done():
+            if self._stopped.wait(0.2):
+                future.cancel()
+                raise Stopped
+        return future.result()
+
+    def stop(self) -> None:
+        """From the loop: end the property running in the other thread."""
+        self._stopped.set()
 
     def script(self, wires: list[Wire], hello_at: int | None, person: int) -> None:
         self.run(self._script(wires, hello_at, person))
 
     def request(self, path: str, wire: Wire, content_type: str, person: int) -> None:
         self.run(self._request(path, wire, content_type, person))
+
+    def stream(self, query: dict[str, Any], last_event_id: str | None, person: int) -> None:
+        self.run(self._stream(query, last_event_id, person))
 
     # -- the database ------------------------------------------------------------------------
 
@@ -155,7 +190,11 @@ class Probe:
         return {r["t"]: (int(r["n"]), str(r["h"])) for r in rows}
 
     async def quiet_digest(self) -> dict[str, tuple[int, str]]:
-        """The digest once two reads in a row agree: the writes after a reply have landed."""
+        """The digest once two reads in a row agree: the writes after a reply have landed.
+        Right after a refusal whose digest held, that digest (nothing was accepted since)."""
+        if self._refused_digest is not None:
+            kept, self._refused_digest = self._refused_digest, None
+            return kept
         last = await self.digest()
         for _ in range(QUIET_TRIES):
             await asyncio.sleep(QUIET_PAUSE_S)
@@ -170,6 +209,7 @@ class Probe:
         changed = sorted(t for t in before if before[t] != after.get(t))
         if changed:
             raise FuzzFailure(f"{what} was refused but changed tables {changed}")
+        self._refused_digest = after
 
     # -- WebSocket scripts ---------------------------------------------------------------------
 
@@ -188,13 +228,9 @@ class Probe:
         self.counts.examples += 1
         await self._alive()
 
-    def _refs(self, state: LinkState) -> dict[str, Any]:
-        return {
-            "device": state.device,
-            "own": self.own.get(state.device),
-            "victim": self.victim,
-            "seq": state.seq,
-        }
+    def _refs(self, device: str, seq: int = 0) -> dict[str, Any]:
+        """What a drawn plan's Refs stand for, for this device now."""
+        return {"device": device, "own": self.own.get(device), "victim": self.victim, "seq": seq}
 
     async def _one_frame(
         self, ws: aiohttp.ClientWebSocketResponse, state: LinkState, wire: Wire | None
@@ -205,10 +241,10 @@ class Probe:
                 frame.update(conversation=self.own[state.device], last_seq=state.seq)
             data: str | bytes = orjson.dumps(frame).decode()
         else:
-            data = encode(wire, self._refs(state))
+            data = encode(wire, self._refs(state.device, state.seq))
         await self._quiet(ws, state)
         before = await self.quiet_digest()
-        sent = self._local_view(data)
+        sent = self._local_view(data, self.max_frame_bytes)
         what = f"frame {data[:200]!r}"
         self.counts.frames += 1
         try:
@@ -222,8 +258,14 @@ class Probe:
             await self.unchanged_since(before, what)
 
     @staticmethod
-    def _local_view(data: str | bytes) -> str | None:
-        """The frame's type as the probe reads it, if it is an object with a string type."""
+    def _local_view(data: str | bytes, limit: int) -> str | None:
+        """The frame's type as the probe reads it, if it is an object with a string type
+        and within the size the server reads."""
+        size = len(data.encode() if isinstance(data, str) else data)
+        if size > HARD_LIMIT_FACTOR * limit:
+            return "over the hard limit"  # the server closes the link (1009)
+        if size > limit:
+            return "too large"
         with contextlib.suppress(orjson.JSONDecodeError):
             frame = orjson.loads(data)
             if isinstance(frame, dict) and isinstance(frame.get("type"), str):
@@ -301,11 +343,14 @@ class Probe:
     ) -> None:
         kinds = [a.get("type") for a in answers]
         errors = [a.get("code") for a in answers if a.get("type") == "error"]
-        if closed and "unauthorized" not in errors and "bye" not in kinds:
-            raise FuzzFailure(f"{what}: the link was closed without an unauthorized or a bye")
+        allowed = "unauthorized" in errors or "bye" in kinds or sent == "over the hard limit"
+        if closed and not allowed:
+            raise FuzzFailure(f"{what}: the link was closed, not after unauthorized or bye")
         silent = state.helloed and sent in ("interrupt", "ack")
         if not closed and sent != "ping" and not silent and not ANSWERS.intersection(kinds):
             raise FuzzFailure(f"{what}: no answer (got {kinds})")
+        if sent == "too large" and "frame_too_large" not in errors:
+            raise FuzzFailure(f"{what}: a frame over the limit was not refused ({kinds})")
         if sent == "bad ack" and "invalid_field" not in errors:
             raise FuzzFailure(f"{what}: an ack without a good seq was not refused ({kinds})")
         if silent and errors:
@@ -344,8 +389,7 @@ class Probe:
     async def _request(self, path: str, wire: Wire, content_type: str, person: int) -> None:
         assert self._http is not None
         device = self.devices[person % len(self.devices)]
-        refs = {"device": device, "own": self.own.get(device), "victim": self.victim, "seq": 0}
-        body = encode(wire, refs)
+        body = encode(wire, self._refs(device))
         headers = {"Content-Type": content_type} if content_type else {}
         before = await self.quiet_digest()
         what = f"POST {path} {body[:200]!r}"
@@ -371,6 +415,52 @@ class Probe:
             await self.unchanged_since(before, what)
         elif path == "/v1/say" and isinstance(answered, dict) and not answered.get("repeat"):
             await self._answered_in_db(str(answered.get("id")))
+
+    async def _stream(self, query: dict[str, Any], last_event_id: str | None, person: int) -> None:
+        """`GET /v1/events`: a stream that starts with a welcome of the person's own
+        conversation, or a JSON error with a code and nothing stored changed."""
+        assert self._http is not None
+        device = self.devices[person % len(self.devices)]
+        drawn = resolve(query, self._refs(device))
+        params = {str(k): str(v) for k, v in drawn.items() if v is not None}
+        headers = {"Last-Event-ID": last_event_id} if last_event_id is not None else {}
+        before = await self.quiet_digest()
+        what = f"GET /v1/events {params!r:.200} Last-Event-ID {last_event_id!r:.50}"
+        self.counts.requests += 1
+        url = self.base_url + "/v1/events"
+        async with self._http.get(url, params=params, headers=headers) as answer:
+            status = answer.status
+            self.counts.statuses[status] = self.counts.statuses.get(status, 0) + 1
+            if status == 200:
+                welcome = await self._first_event(answer, what)
+                if welcome.get("type") != "welcome" or welcome.get("conversation") == self.victim:
+                    raise FuzzFailure(f"{what}: the stream began with {welcome!r:.200}")
+                self.own[device] = str(welcome["conversation"])
+                return
+            raw = await answer.read()
+            line = len(f"GET {answer.url.raw_path_qs} HTTP/1.1")
+        if status == 400 and line > MAX_REQUEST_LINE:
+            return  # the HTTP server's limit, not the handler's (docs/protocol.md)
+        if status not in (400, 401):
+            raise FuzzFailure(f"{what}: HTTP {status}: {raw[:200]!r}")
+        with contextlib.suppress(orjson.JSONDecodeError):
+            code = orjson.loads(raw).get("code")
+            if isinstance(code, str) and code:
+                self.counts.errors[code] = self.counts.errors.get(code, 0) + 1
+                await self.unchanged_since(before, what)
+                return
+        raise FuzzFailure(f"{what}: HTTP {status} without a JSON code: {raw[:200]!r}")
+
+    async def _first_event(self, answer: aiohttp.ClientResponse, what: str) -> dict[str, Any]:
+        """The data of the stream's first event."""
+        async with asyncio.timeout(ANSWER_TIMEOUT_S):
+            async for line in answer.content:
+                if line.startswith(b"data:"):
+                    text = line[5:].strip()
+                    if VICTIM_MARKER.encode() in text:
+                        raise FuzzFailure(f"{what}: another person's conversation in the stream")
+                    return dict(orjson.loads(text))
+        raise FuzzFailure(f"{what}: the stream ended before its first event")
 
     async def _answered_in_db(self, say_id: str) -> None:
         """A POSTed say streams its reply to no link: wait for it in the database."""

@@ -30,7 +30,7 @@ FAST_SWEEP = ["--resume-window", "2s", "--sweep-interval", "1s"]
 
 
 @pytest.mark.timeout(240)
-async def test_the_crash_bench_loses_nothing_acked(tmp_path: Path) -> None:
+async def test_the_crash_bench_loses_nothing_acked() -> None:
     parser = argparse.ArgumentParser()
     crash.add_options(parser)
     args = parser.parse_args(
@@ -107,12 +107,13 @@ async def talk(http: aiohttp.ClientSession, k: Killable, device: str) -> str:
 
 @contextlib.asynccontextmanager
 async def row_held(db: asyncpg.Connection, conversation: str) -> AsyncIterator[None]:
-    """The conversation's row locked by this test until the block ends (rolled back)."""
+    """The conversation's row locked by this test until the block ends (rolled back): the
+    archive's `FOR UPDATE` waits for it; the turns and events written meanwhile, whose
+    foreign keys only share the row's key, do not."""
     held = db.transaction()
     await held.start()
-    await db.execute(
-        "SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", uuid.UUID(conversation)
-    )
+    id_ = uuid.UUID(conversation)
+    await db.execute("SELECT 1 FROM conversations WHERE id = $1 FOR NO KEY UPDATE", id_)
     try:
         yield
     finally:

@@ -60,3 +60,27 @@ async def test_serve_logs_one_line_with_the_ports_it_bound(dsn: str, tmp_path: P
         text = log_path.read_text(errors="replace")
         assert text.count("listening on ") == 1  # the admin URL is in it, not on a line apart
         assert TOKEN not in text
+
+
+async def test_a_request_line_too_long_is_one_info_line_without_the_query(
+    dsn: str, tmp_path: Path
+) -> None:
+    """aiohttp refuses a request line over 8190 bytes before any handler; it logged that as
+    an ERROR with a traceback and the line's start, an EventSource's device secret with it
+    (found by `stillhere bench fuzz`)."""
+    secret = "device-secret-in-a-query-" + "0" * 16
+    async with serving(dsn, tmp_path) as log_path:
+        main = int((await listening(log_path)).group(1))
+        async with aiohttp.ClientSession() as http:
+            url = f"http://127.0.0.1:{main}/v1/events"
+            params = {"device": secret, "pad": "x" * 9000}
+            async with http.get(url, params=params) as refused:
+                assert refused.status == 400
+            async with http.get(url, params={"device": "d" * 30}) as still:
+                assert still.status == 200  # the server goes on
+        async with asyncio.timeout(START_TIMEOUT):
+            while "refused a request it could not read" not in log_path.read_text():
+                await asyncio.sleep(0.1)
+        text = log_path.read_text(errors="replace")
+    assert "INFO aiohttp.server: refused a request it could not read: HTTP 400, LineTooLong" in text
+    assert secret not in text and "Traceback" not in text and " ERROR " not in text

@@ -138,7 +138,7 @@ def _last_seq(request: web.Request) -> int | None:
     raw = request.headers.get("Last-Event-ID") or request.query.get("last_seq")
     if raw is None:
         return None
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):  # isdigit alone takes "²", which int() refuses
         raise ProtocolError("invalid_field", "Last-Event-ID / last_seq must be an integer")
     return int(raw)
 
