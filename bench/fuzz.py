@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import sys
 import tempfile
@@ -169,15 +168,10 @@ def table(report: dict[str, Any]) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     """0 when every property held, 1 when one did not, 2 when the run could not finish."""
-    try:
-        report = await measure(args)
-    except (procs.ServerError, TimeoutError) as failed:
-        print(f"fuzz bench failed: {type(failed).__name__}: {failed}", file=sys.stderr)
-        return 2
-    print(table(report))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return await procs.finish("fuzz", measure(args), args.json, table, _exit_code)
+
+
+def _exit_code(report: dict[str, Any]) -> int:
     return 1 if report["failures"] or not report["server_alive"] else 0
 
 
