@@ -188,11 +188,21 @@ class FleetOptions:
         )
 
 
+def at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs a whole number of at least 1, not {text!r}")
+    return value
+
+
 def add_fleet_options(
     parser: argparse.ArgumentParser, *, clients: int, think_s: float, flap_every_s: float
 ) -> None:
     """The phones of a bench that runs a `Fleet` (`--seed` is the bench's own)."""
-    parser.add_argument("--clients", type=int, default=clients, help=f"phones ({clients})")
+    parser.add_argument("--clients", type=at_least_one, default=clients, help=f"phones ({clients})")
     parser.add_argument("--transport", choices=["ws", "sse", "mixed"], default="mixed")
     parser.add_argument(
         "--think", type=parse_duration, default=think_s,

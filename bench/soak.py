@@ -49,6 +49,7 @@ from bench.flap_phones import Fleet, FleetOptions, add_fleet_options, now
 from bench.soak_sample import Sample, Sampler
 from client import Backoff
 from providers.event_loop import run as run_on_loop
+from transport.config import longer_than_zero
 
 DESCRIPTION = "a flapping load for a long time: growth of RSS, threads, descriptors, tables"
 HOUR_S = 3600.0
@@ -68,9 +69,11 @@ def add_parser(subparsers: Any) -> None:
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=seconds, default=1800.0, help="the load's length (30m)")
     parser.add_argument(
-        "--sample-every", type=seconds, default=60.0, help="time between readings (60s)"
+        "--duration", type=longer_than_zero, default=1800.0, help="the load's length (30m)"
+    )
+    parser.add_argument(
+        "--sample-every", type=longer_than_zero, default=60.0, help="time between readings (60s)"
     )
     add_fleet_options(parser, clients=200, think_s=5.0, flap_every_s=30.0)
     parser.add_argument("--seed", type=int, default=1, help="seeds the phones' schedules")
@@ -98,7 +101,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     parser.add_argument(
-        "--settle-timeout", type=seconds, default=120.0, help="bound on the final settling"
+        "--settle-timeout", type=seconds, default=120.0, help="bound on the final settling (120s)"
     )
 
 
@@ -173,7 +176,8 @@ def bounds(
 
 
 def figures(samples: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    """Slopes and verdict from the samples alone (also for a report's samples read again)."""
+    """Slopes and verdict from the samples alone: no reading of the run's clock or its
+    processes, so a verdict can be checked on series drawn to leak."""
     window = judged(samples, args.duration)
     t = [s["t"] for s in window]
     slopes = {key: slope_per_hour(t, series(window, key)) for key in SERIES}

@@ -135,3 +135,16 @@ def test_threads_that_follow_the_live_conversations_are_explained() -> None:
     assert report["slopes_per_hour"]["threads"] == pytest.approx(120.0)
     assert report["slopes_per_hour"]["threads_unexplained"] == pytest.approx(0.0, abs=1e-6)
     assert "threads_unexplained_growth" not in _over(report)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--sample-every", "0"), ("--duration", "0s"), ("--clients", "0")]
+)
+def test_a_run_that_could_measure_nothing_is_refused(
+    option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        _args(option, value)
+
+    assert refused.value.code == 2
+    assert f"argument {option}: needs" in capsys.readouterr().err
