@@ -35,7 +35,7 @@ from actors.clock import parse_duration as seconds
 from bench import procs
 from bench.flap import add_rehearsal_options, percentiles
 from bench.flap_db import Stored, stillhere_stored
-from bench.flap_phones import KINDS, Fleet, FleetOptions, now
+from bench.flap_phones import Fleet, FleetOptions, add_fleet_options, now
 from client import Backoff, LinkState
 from providers.event_loop import run as run_on_loop
 
@@ -63,17 +63,12 @@ def add_parser(subparsers: Any) -> None:
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kills", type=int, default=20, help="SIGKILLs in the run (20)")
-    parser.add_argument("--clients", type=int, default=20, help="phones (20)")
+    add_fleet_options(parser, clients=20, think_s=1.0, flap_every_s=5.0)
     parser.add_argument("--seed", type=int, default=1, help="seeds the kills and the phones")
     parser.add_argument(
         "--up", type=seconds, nargs=2, default=(2.0, 8.0), metavar=("MIN", "MAX"),
         help="a kill comes this long after the server is ready, uniform (2s 8s)",
     )  # fmt: skip
-    parser.add_argument("--transport", choices=["ws", "sse", "mixed"], default="mixed")
-    parser.add_argument("--think", type=seconds, default=1.0, help="mean pause between says")
-    parser.add_argument(
-        "--flap-every", type=seconds, default=5.0, help="mean time between a phone's link events"
-    )
     parser.add_argument(
         "--backoff-cap", type=seconds, default=2.0, help="longest reconnect wait (2s)"
     )
@@ -253,16 +248,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         async with asyncio.timeout(args.timeout):
             await procs.wait_ready(server)
-            options = FleetOptions(
-                base_url=server.base_url,
-                transport=args.transport,
-                think_s=args.think,
-                flap_every_s=args.flap_every,
-                kinds=dict(KINDS),
-                backoff=Backoff(first=0.2, cap=args.backoff_cap, jitter=0.5),
-                seed=args.seed,
-            )
-            fleet = Fleet(options, args.clients)
+            backoff = Backoff(first=0.2, cap=args.backoff_cap, jitter=0.5)
+            fleet = Fleet(FleetOptions.of(args, server.base_url, backoff), args.clients)
             try:
                 await fleet.ramp(50)
                 server, crashes = await _crashes(fleet, server, root, args)

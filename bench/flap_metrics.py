@@ -16,6 +16,7 @@ import math
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 Buckets = dict[float, float]  # cumulative count by upper bound in seconds (`le`)
 
@@ -32,18 +33,22 @@ HISTOGRAMS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
-async def server_buckets(base_url: str) -> dict[str, Buckets]:
-    """The buckets of each of HISTOGRAMS, by report key, from one scrape of a running
-    server."""
+async def scrape(base_url: str) -> list[Sample]:
+    """Every sample of one read of a running server's `/metrics`."""
     async with aiohttp.ClientSession() as http, http.get(base_url + "/metrics") as response:
         response.raise_for_status()
         text = await response.text()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+async def server_buckets(base_url: str) -> dict[str, Buckets]:
+    """The buckets of each of HISTOGRAMS, by report key, from one scrape of a running
+    server."""
     out: dict[str, Buckets] = {key: {} for key in HISTOGRAMS}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            for key, (name, labels) in HISTOGRAMS.items():
-                if sample.name == name and labels.items() <= sample.labels.items():
-                    out[key][float(sample.labels["le"])] = sample.value
+    for sample in await scrape(base_url):
+        for key, (name, labels) in HISTOGRAMS.items():
+            if sample.name == name and labels.items() <= sample.labels.items():
+                out[key][float(sample.labels["le"])] = sample.value
     return out
 
 

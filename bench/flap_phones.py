@@ -30,6 +30,7 @@ Link events, per phone, drawn from the phone's own `random.Random` (seeded from 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import contextvars
@@ -43,6 +44,7 @@ from typing import Any
 
 import aiohttp
 
+from actors.clock import parse_duration
 from bench.flap_ledger import Ledger
 from client import Backoff, HeldConnection, LinkState, Phone
 
@@ -171,6 +173,45 @@ class FleetOptions:
     kinds: dict[str, float]
     backoff: Backoff
     seed: int
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, base_url: str, backoff: Backoff) -> FleetOptions:
+        """From the options `add_fleet_options` added, with every kind of link event."""
+        return cls(
+            base_url=base_url,
+            transport=args.transport,
+            think_s=args.think,
+            flap_every_s=args.flap_every,
+            kinds=dict(KINDS),
+            backoff=backoff,
+            seed=args.seed,
+        )
+
+
+def at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs a whole number of at least 1, not {text!r}")
+    return value
+
+
+def add_fleet_options(
+    parser: argparse.ArgumentParser, *, clients: int, think_s: float, flap_every_s: float
+) -> None:
+    """The phones of a bench that runs a `Fleet` (`--seed` is the bench's own)."""
+    parser.add_argument("--clients", type=at_least_one, default=clients, help=f"phones ({clients})")
+    parser.add_argument("--transport", choices=["ws", "sse", "mixed"], default="mixed")
+    parser.add_argument(
+        "--think", type=parse_duration, default=think_s,
+        help=f"mean pause between says ({think_s:g}s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--flap-every", type=parse_duration, default=flap_every_s,
+        help=f"mean time between a phone's link events ({flap_every_s:g}s)",
+    )  # fmt: skip
 
 
 class Fleet:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import sys
 import tempfile
@@ -129,17 +128,13 @@ async def run(args: argparse.Namespace) -> int:
     """0 when every property held and the server logged no error, 1 if not, 2 when the run
     could not finish."""
     try:
-        report = await measure(args)
-    except (procs.ServerError, TimeoutError) as failed:
-        print(f"fuzz bench failed: {type(failed).__name__}: {failed}", file=sys.stderr)
-        return 2
+        return await procs.finish("fuzz", measure(args), args.json, table, _exit_code)
     except ModuleNotFoundError as missing:
         print(f"bench fuzz needs {missing.name}: pip install -e '.[test]'", file=sys.stderr)
         return 2
-    print(table(report))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _exit_code(report: dict[str, Any]) -> int:
     broken = report["failures"] or report["server_log_problems"] or not report["server_alive"]
     return 1 if broken else 0
 

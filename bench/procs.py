@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ __all__ = [
     "RssSampler",
     "Server",
     "ServerError",
+    "finish",
     "log_problems",
     "log_tail",
     "main_thread_sched_s",
@@ -226,6 +229,31 @@ def stop(server: Server) -> dict[str, Any]:
         "postgres_left_running": leftover,
         "log_problems": len(log_problems(server.log_path)),
     }
+
+
+Report = dict[str, Any]
+
+
+async def finish(
+    name: str,
+    measuring: Awaitable[Report],
+    json_path: Path | None,
+    table: Callable[[Report], str],
+    exit_code: Callable[[Report], int],
+) -> int:
+    """How a bench run against its own servers ends: the table printed, the report written
+    to `json_path` (its folder made), and `exit_code` of it; 2 when the run could not
+    finish (a server did not start or died, a bound on the run's time passed)."""
+    try:
+        report = await measuring
+    except (ServerError, TimeoutError) as failed:
+        print(f"{name} bench failed: {type(failed).__name__}: {failed}", file=sys.stderr)
+        return 2
+    print(table(report))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return exit_code(report)
 
 
 @dataclass
