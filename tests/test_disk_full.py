@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from actors.clock import ManualClock
-from tests.conftest import Harness, Phone
+from tests.conftest import Harness, Phone, eventually
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import MODEL
 from tests.test_db_faults import Postgres, numbered, stored_says
@@ -106,6 +106,15 @@ async def say_answer(phone: Phone, id_: str, text: str) -> dict[str, Any]:
                 return frame
 
 
+async def begun(harness: Harness) -> Phone:
+    """A phone whose first say (`s0`) is stored, answered and its reply recorded."""
+    phone = await harness.phone()
+    await phone.say("before the disk filled", "s0")
+    await phone.reply()
+    await harness.recorded()
+    return phone
+
+
 async def acked_in_the_end(phone: Phone, id_: str) -> None:
     """Resend the say, as a client's outbox does, until it is acked."""
     async with asyncio.timeout(30):
@@ -133,10 +142,7 @@ async def test_a_table_that_cannot_grow_refuses_with_codes_and_recovers_when_spa
 ) -> None:
     loop = asyncio.get_running_loop()
     filler = Filler(disk)
-    phone = await served.phone()
-    await phone.say("before the disk filled", "s0")
-    await phone.reply()
-    await served.recorded()
+    phone = await begun(served)
 
     await loop.run_in_executor(None, filler.fill)
     answers = []
@@ -179,10 +185,7 @@ async def test_a_wal_that_cannot_grow_is_a_postgresql_restart_the_server_rides_o
 ) -> None:
     loop = asyncio.get_running_loop()
     filler = Filler(disk)
-    phone = await served.phone()
-    await phone.say("before the disk filled", "s0")
-    await phone.reply()
-    await served.recorded()
+    phone = await begun(served)
     before = {p.pid for p in postgres.processes()}
 
     await loop.run_in_executor(None, filler.fill)
@@ -210,3 +213,27 @@ async def test_a_wal_that_cannot_grow_is_a_postgresql_restart_the_server_rides_o
     assert sorted(await stored_says(postgres.dsn)) == sorted(set(acked))  # none acked unstored
     seqs = numbered(phone)
     assert seqs == sorted(set(seqs))
+
+
+async def test_the_server_starts_its_embedded_postgresql_again_once_there_is_room(
+    served: Harness, postgres: Postgres, disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a full WAL can also do: PostgreSQL's recovery cannot write its own WAL either,
+    and it shuts down ("shutting down due to startup process failure"). Killing it stands in
+    for that here, as the two leave the same state: no postmaster, a full disk."""
+    loop = asyncio.get_running_loop()
+    filler = Filler(disk)
+    phone = await begun(served)
+
+    await loop.run_in_executor(None, filler.fill)
+    await loop.run_in_executor(None, postgres.kill)
+    refused = await say_answer(phone, "k1", "said while PostgreSQL was down")
+    healthy_while_down = await alive(served)
+    filler.delete()
+    await acked_in_the_end(phone, "k1")
+    await eventually(lambda: "had stopped on its own; started again" in caplog.text)
+
+    assert refused["code"] == "unavailable"
+    assert healthy_while_down
+    assert "could not be started again" not in caplog.text  # not tried while the disk was full
+    assert await stored_says(postgres.dsn) == ["s0", "k1"]
