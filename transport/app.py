@@ -245,8 +245,10 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
 
 
 # How often the embedded PostgreSQL is checked for having stopped on its own: a look at its
-# pid file, so cheap; short, as says are answered `unavailable` meanwhile.
+# pid file, so cheap; short, as says are answered `unavailable` meanwhile. A start that
+# fails (the wheel logs PostgreSQL's whole log each time) is tried again less and less often.
 REVIVE_INTERVAL_S = 1.0
+REVIVE_MAX_WAIT_S = 60.0
 
 
 async def _revive(embedded: EmbeddedPostgres | None) -> None:
@@ -255,9 +257,11 @@ async def _revive(embedded: EmbeddedPostgres | None) -> None:
     if embedded is None:
         return
     loop = asyncio.get_running_loop()
+    wait = REVIVE_INTERVAL_S
     while True:
-        await asyncio.sleep(REVIVE_INTERVAL_S)
-        await loop.run_in_executor(None, embedded.revive)
+        await asyncio.sleep(wait)
+        started = await loop.run_in_executor(None, embedded.revive)
+        wait = REVIVE_INTERVAL_S if started else min(2 * wait, REVIVE_MAX_WAIT_S)
 
 
 async def _tick(supervisor: object, interval: float) -> None:
