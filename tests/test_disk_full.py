@@ -5,8 +5,11 @@ and everything works again once space returns, with no server restart.
 A full disk reaches PostgreSQL in two ways, and both are tried here. A table or index that
 must grow by a page fails its statement with SQLSTATE 53100 (`DiskFullError`): the
 transaction is rolled back and the connection lives on. A new WAL segment that cannot be
-created is a PANIC: PostgreSQL drops every connection and recovers by itself (recycling an
-old segment), which the server sees as PostgreSQL restarting.
+created is a PANIC: PostgreSQL drops every connection and runs crash recovery, which either
+finds an old segment to recycle and goes on, or cannot write its own WAL and shuts
+PostgreSQL down; which one happens varies from run to run. The server sees the first as
+PostgreSQL restarting; the second it mends by starting its embedded PostgreSQL again once
+the disk has room (the third test makes that state on purpose).
 """
 
 from __future__ import annotations
