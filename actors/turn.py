@@ -29,7 +29,7 @@ from actors.trace import TurnTrace
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
 from providers.notes import FOLLOW_ON
 from storage.event_log import ReplyRow
-from storage.pool import UNAVAILABLE
+from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
 from storage.records import StoredSay, Turn, reply_place, say_place
 from storage.store import ConversationEnded
 
@@ -147,6 +147,9 @@ async def _add(
     except UNAVAILABLE as failure:
         log.warning("a say could not be stored: PostgreSQL unavailable (%s)", failure)
         say.reply.resolve_here(SayOutcome(None, error="unavailable"))
+    except STORAGE_FULL as failure:
+        log.warning("a say could not be stored: PostgreSQL %s", storage_fault(failure)[1])
+        say.reply.resolve_here(SayOutcome(None, error="storage_full"))
     except Exception:
         log.exception("a say could not be stored")
         say.reply.resolve_here(SayOutcome(None, error="internal_error"))

@@ -46,7 +46,14 @@ log = logging.getLogger("stillhere.client")
 # Errors after which the says we sent are resent (nothing was stored); any other error
 # about a say means the say itself is refused (too long, blank) and it leaves the outbox.
 RESEND_CODES = frozenset(
-    {"rate_limited", "internal_error", "unavailable", "conversation_ended", "hello_first"}
+    {
+        "rate_limited",
+        "internal_error",
+        "unavailable",
+        "storage_full",
+        "conversation_ended",
+        "hello_first",
+    }
 )
 POLL_S = 0.05  # wait_until also re-checks predicates that depend on things we cannot see
 # The server's default limits (docs/protocol.md): a say over them is refused before it is read,

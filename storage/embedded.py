@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,10 @@ from typing import Any
 import psutil
 
 log = logging.getLogger("stillhere.storage")
+
+# PostgreSQL's startup after a crash writes a new WAL segment (16 MiB, as the wheel's initdb
+# makes them): with less free space than that it would only fail again.
+WAL_SEGMENT_BYTES = 16 << 20
 
 
 class InUse(Exception):
@@ -90,6 +96,36 @@ class EmbeddedPostgres:
         else:
             how = "adopted" if self.adopted else "started"
             log.info("embedded PostgreSQL stopped (postmaster %d, %s by this process)", pid, how)
+
+    def revive(self) -> bool:
+        """Start PostgreSQL again if it stopped on its own, once its disk has room for it;
+        False if a start was tried and failed.
+
+        A full disk that stops the WAL from growing is a PANIC; PostgreSQL restarts its
+        processes and recovers, but a recovery that cannot write its own WAL shuts the server
+        down for good ("shutting down due to startup process failure"). Nothing else would
+        start it again while this process runs, so the server calls this now and then.
+        """
+        if (
+            self._postmaster() is not None
+            or shutil.disk_usage(self.pgdata).free < WAL_SEGMENT_BYTES
+        ):
+            return True
+        with self._wheel.PostgresServer._lock:
+            try:
+                self._server.ensure_postgres_running()
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as failed:
+                log.warning(
+                    "embedded PostgreSQL in %s could not be started again: %s", self.pgdata, failed
+                )
+                return
+        self.adopted = False  # this process started the one running now
+        log.warning(
+            "embedded PostgreSQL in %s had stopped on its own; started again (postmaster %d)",
+            self.pgdata,
+            self._server.get_pid(),
+        )
+        return True
 
     def _live_handles(self) -> list[int]:
         """Other processes using this PostgreSQL that are alive; the dead are forgotten.

@@ -19,6 +19,7 @@ import asyncpg
 import orjson
 
 from storage.group_commit import GroupCommit
+from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
 from storage.records import ReplyMatch, Turn
 
 log = logging.getLogger("stillhere.events")
@@ -125,6 +126,14 @@ class EventLog(GroupCommit[_Batch]):
                 *_matches(replies),
                 [r.follow_on for r in replies],
             )
+        except (*UNAVAILABLE, STORAGE_FULL) as failure:
+            log.warning(
+                "%d stream events and %d replies could not be written: PostgreSQL %s",
+                len(events),
+                len(replies),
+                storage_fault(failure)[1],
+            )
+            return False
         except Exception:
             log.exception(
                 "%d stream events and %d replies could not be written", len(events), len(replies)

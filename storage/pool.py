@@ -23,6 +23,20 @@ UNAVAILABLE = (
     asyncpg.InterfaceError,
 )
 
+# PostgreSQL's disk is full (SQLSTATE 53100): a statement that needed a new page of a table,
+# an index or a file failed and was rolled back; its connection lives on, and the same write
+# succeeds once there is space again. (A full disk that stops WAL from growing is a PANIC
+# instead: PostgreSQL drops every connection and recovers, which is UNAVAILABLE.)
+STORAGE_FULL = asyncpg.exceptions.DiskFullError
+
+
+def storage_fault(failure: Exception) -> tuple[str, str]:
+    """The error code for a write PostgreSQL could not do now (UNAVAILABLE or STORAGE_FULL),
+    and what happened on one line for the log (PostgreSQL's message, without its hint)."""
+    if isinstance(failure, STORAGE_FULL):
+        return "storage_full", f"disk full ({failure.message})"
+    return "unavailable", f"unavailable ({failure})"
+
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Nothing to undo: see the module docstring."""

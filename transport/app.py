@@ -226,6 +226,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
                 loop_lag_probe(rt.metrics.loop_lag_seconds.observe),
                 in_background(_tick(supervisor, settings.sweep_interval)),
                 in_background(revocations.watch(listening)),
+                in_background(_revive(embedded)),
             ):
                 admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
                 log.info("stillhere ready, model: %s, analysis: %s", model.label, analysis.label)
@@ -241,6 +242,26 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         await store.close()
         if embedded is not None:
             await loop.run_in_executor(None, embedded.stop)
+
+
+# How often the embedded PostgreSQL is checked for having stopped on its own: a look at its
+# pid file, so cheap; short, as says are answered `unavailable` meanwhile. A start that
+# fails (the wheel logs PostgreSQL's whole log each time) is tried again less and less often.
+REVIVE_INTERVAL_S = 1.0
+REVIVE_MAX_WAIT_S = 60.0
+
+
+async def _revive(embedded: EmbeddedPostgres | None) -> None:
+    """Start the embedded PostgreSQL again whenever it stopped on its own (a full disk).
+    A server on an outside PostgreSQL (`--db`) leaves that to whoever runs it."""
+    if embedded is None:
+        return
+    loop = asyncio.get_running_loop()
+    wait = REVIVE_INTERVAL_S
+    while True:
+        await asyncio.sleep(wait)
+        started = await loop.run_in_executor(None, embedded.revive)
+        wait = REVIVE_INTERVAL_S if started else min(2 * wait, REVIVE_MAX_WAIT_S)
 
 
 async def _tick(supervisor: object, interval: float) -> None:

@@ -30,6 +30,7 @@ _SAY_ERRORS = {
     "conversation_ended": "this conversation has ended; say hello again",
     "internal_error": "the say was not stored; send it again",
     "unavailable": "the database did not answer in time; send the say again with its id",
+    "storage_full": "the database's disk is full; send the say again with its id later",
 }
 
 

@@ -217,6 +217,7 @@ _STATUS = {
     "rate_limited": 429,
     "internal_error": 503,
     "unavailable": 503,
+    "storage_full": 503,
 }
 
 
