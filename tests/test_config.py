@@ -146,3 +146,12 @@ def test_the_analysis_model_defaults_to_the_chat_model_and_its_key_is_hidden(
     with pytest.raises(SystemExit):
         _parse(["--analysis-timeout", "0"])
     assert "above 0" in capsys.readouterr().err
+
+
+def test_a_dsn_is_shown_without_its_password() -> None:
+    from transport.config import without_password
+
+    assert without_password("postgresql://u:pw-1@db:5432/x?sslmode=require") == (
+        "postgresql://u:***@db:5432/x?sslmode=require"
+    )
+    assert without_password("postgresql:///x?host=/tmp") == "postgresql:///x?host=/tmp"

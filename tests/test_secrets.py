@@ -146,5 +146,7 @@ async def test_no_secret_reaches_logs_metrics_errors_or_the_admin_api(
         "DSN password": password,
         **{f"{name} API key": key for name, key in keys.items()},
     }
-    leaked = [name for name, value in used.items() if value in everything]
+    # Help texts wrap long words across lines: a secret split there is still shown.
+    flat = "".join(everything.split())
+    leaked = [name for name, value in used.items() if value in everything or value in flat]
     assert leaked == []

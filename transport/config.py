@@ -305,6 +305,15 @@ def env_value(name: str) -> str | None:
     return os.environ.get("STILLHERE_" + name.upper().replace("-", "_"))
 
 
+def without_password(dsn: str) -> str:
+    """The DSN as it may be shown: its password, if any, replaced by `***`."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
 def add_options(parser: argparse.ArgumentParser) -> None:
     for name, kind, help_ in _OPTIONS + _LIMIT_OPTIONS:
         attr = name.replace("-", "_")
@@ -321,6 +330,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
             shown = "on" if default else "off"
         if name in _SECRET_OPTIONS:
             shown = "none" if default is None else "set, not shown"
+        if name == "db" and default:
+            shown = without_password(default)
         parser.add_argument(
             f"--{name}",
             type=kind,
