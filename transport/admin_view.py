@@ -11,51 +11,23 @@ inline script, no `eval`, no other site.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
+from transport.web_app import StaticFile, answer, load
+
 WEB_DIR = Path(__file__).with_name("admin_web")
 ASSET_PREFIX = "/live/"
-_TYPES = {
-    ".html": "text/html; charset=utf-8",
-    ".js": "text/javascript; charset=utf-8",
-    ".css": "text/css; charset=utf-8",
-    ".svg": "image/svg+xml",
+POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+# Every file of the view by the path it is served at; read once, at import.
+ASSETS: dict[str, StaticFile] = {
+    ("/" if name == "index.html" else ASSET_PREFIX + name): file
+    for name, file in load(WEB_DIR).items()
 }
-HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-cache",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Asset:
-    body: bytes
-    content_type: str
-    etag: str
-
-
-def _load() -> dict[str, Asset]:
-    """Every file of the view by the path it is served at; read once, at import."""
-    assets: dict[str, Asset] = {}
-    for path in sorted(WEB_DIR.iterdir()):
-        if path.suffix in _TYPES:
-            body = path.read_bytes()
-            etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-            served = "/" if path.name == "index.html" else ASSET_PREFIX + path.name
-            assets[served] = Asset(body, _TYPES[path.suffix], etag)
-    return assets
-
-
-ASSETS = _load()
 
 
 def is_view_path(path: str) -> bool:
@@ -72,7 +44,4 @@ async def _serve(request: web.Request) -> web.Response:
     asset = ASSETS.get(request.path)
     if asset is None:
         raise web.HTTPNotFound()
-    headers = {**HEADERS, "ETag": asset.etag}
-    if request.headers.get("If-None-Match") == asset.etag:
-        return web.Response(status=304, headers=headers)
-    return web.Response(body=asset.body, headers={**headers, "Content-Type": asset.content_type})
+    return answer(request, asset, POLICY)

@@ -39,7 +39,8 @@ class StaticFile:
 
 
 def load(directory: Path) -> dict[str, StaticFile]:
-    """Every file of `directory` (not below it), by name."""
+    """Every file of `directory` (not below it), by name; the app and the live view both
+    serve theirs so."""
     files = {}
     for path in sorted(directory.iterdir()):
         if not path.is_file() or path.name.startswith("."):
@@ -71,11 +72,12 @@ def policy(host: str) -> str:
     )
 
 
-def answer(request: web.Request, file: StaticFile) -> web.Response:
+def answer(request: web.Request, file: StaticFile, csp: str | None = None) -> web.Response:
+    """`file`, or a 304 when the browser has it, under `csp` (default: the app's policy)."""
     headers = {
         "ETag": file.etag,
         "Cache-Control": "no-cache",
-        "Content-Security-Policy": policy(request.host),
+        "Content-Security-Policy": csp or policy(request.host),
         "X-Content-Type-Options": "nosniff",
         "Referrer-Policy": "no-referrer",
     }
