@@ -118,7 +118,7 @@ class EmbeddedPostgres:
                 log.warning(
                     "embedded PostgreSQL in %s could not be started again: %s", self.pgdata, failed
                 )
-                return
+                return False
         self.adopted = False  # this process started the one running now
         log.warning(
             "embedded PostgreSQL in %s had stopped on its own; started again (postmaster %d)",
