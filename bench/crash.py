@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import shutil
 import sys
@@ -305,20 +304,16 @@ def table(report: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> int:
     """0 when no crash lost, repeated or duplicated anything; 1 if one did; 2 if the run
     could not finish."""
-    try:
-        report = await measure(args)
-    except (procs.ServerError, TimeoutError) as failed:
-        print(f"crash bench failed: {type(failed).__name__}: {failed}", file=sys.stderr)
-        return 2
-    print(table(report))
+    return await procs.finish("crash", measure(args), args.json, table, _exit_code)
+
+
+def _exit_code(report: dict[str, Any]) -> int:
+    """1, with the problems and examples of each printed, when a crash cost too much."""
     found = problems(report)
     if found:
         print("problems:\n  " + "\n  ".join(found))
         for kind, seen in report["examples"].items():
             print(f"  e.g. {kind}: " + "; ".join(seen[:3]))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
     return 1 if found else 0
 
 

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import bisect
 import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -42,6 +41,7 @@ from bench.flap_throughput import Throughput
 from bench.flap_throughput import measure as measure_throughput
 from bench.phones_gc import MODES as PHONES_GC_MODES
 from bench.phones_gc import PhonesCollector
+from bench.procs import write_json
 from client import Backoff
 from providers.collector import tune_collector
 from providers.event_loop import LOOPS
@@ -969,11 +969,6 @@ def problems(report: dict[str, Any]) -> list[str]:
     if stop.get("killed") or stop.get("exit_code") not in (0, None) or stop.get("log_problems"):
         found.append(f"server stop: {stop}")
     return found
-
-
-def write_json(report: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:

@@ -34,7 +34,6 @@ import aiohttp
 from bench import procs
 from bench.flap import percentiles, ratio
 from bench.flap_throughput import connect, say
-from bench.live import report_main
 from providers.event_loop import LOOPS
 from providers.event_loop import run as run_on_loop
 
@@ -224,9 +223,9 @@ def table(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Figures to read, not a target to meet: exit 0 once the run finished."""
-    return report_main(
-        parse_args(argv), lambda args: run_on_loop(run(args), "asyncio"), table, lambda _: []
-    )
+    args = parse_args(argv)
+    finishing = procs.finish("hello flood", run(args), args.json, table, lambda _: 0)
+    return run_on_loop(finishing, "asyncio")
 
 
 if __name__ == "__main__":

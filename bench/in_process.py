@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import tempfile
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from bench.flap import percentiles
+from bench.procs import write_json
 from providers.event_loop import run as run_on_loop
 from transport.app import build_app
 from transport.config import Settings
@@ -60,8 +60,7 @@ def finish(
     result = run_on_loop(run(args), "uvloop")
     print(table(result))
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(result, args.json)
     return 0
 
 

@@ -31,7 +31,7 @@ import aiohttp
 import numpy as np
 import psutil
 
-from bench.procs import Server, log_problems, log_tail, wait_ready
+from bench.procs import Server, log_problems, log_tail, wait_ready, write_json
 from bench.procs import start as start_server
 from bench.procs import stop as stop_server
 
@@ -405,11 +405,6 @@ def keep_log(log_path: Path, target: Path | None) -> None:
     if target is not None:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(log_path, target)
-
-
-def write_json(report: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -251,9 +251,14 @@ async def finish(
         return 2
     print(table(report))
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        write_json(report, json_path)
     return exit_code(report)
+
+
+def write_json(report: Report, path: Path) -> None:
+    """A bench's report as JSON at `path`, its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
 
 
 @dataclass
