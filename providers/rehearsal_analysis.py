@@ -160,13 +160,17 @@ def is_lull(text: str) -> bool:
 
 
 def _spans(said: tuple[str, ...]) -> bool:
-    """Whether lull phrasings cover `said` end to end, the longest first."""
-    if not said:
-        return True
-    return any(
-        said[:n] in lexicon.LULLS and _spans(said[n:])
-        for n in range(min(_LONGEST_LULL, len(said)), 0, -1)
-    )
+    """Whether lull phrasings cover `said` end to end: the positions reachable from its
+    start by whole phrasings, word by word (no recursion: a say may be thousands of words)."""
+    reach = {0}
+    for i in range(len(said)):
+        if i in reach:
+            reach.update(
+                i + n
+                for n in range(1, min(_LONGEST_LULL, len(said) - i) + 1)
+                if said[i : i + n] in lexicon.LULLS
+            )
+    return len(said) in reach
 
 
 def _claim(say: _Message, asked: _Message, latest: bool) -> float:

@@ -282,3 +282,8 @@ def test_a_thread_is_taken_up_by_a_reply_that_speaks_of_it() -> None:
         "P1: go on",
     ]
     assert loose_ends(lines) == {"loose_ends": []}
+
+
+def test_a_lull_of_thousands_of_words_is_read_without_recursion() -> None:
+    assert is_lull("ok " * 3000)
+    assert not is_lull("ok " * 3000 + "but the hotel")
