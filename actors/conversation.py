@@ -265,8 +265,10 @@ class ConversationActor(ThreadingActor):
         else:
             self._window.append(message.turn)
             self._after_interrupt = message.turn.interrupted
-            # As the database counts it (`Store`): the reply's turn is activity too.
-            self._last_activity = max(self._last_activity, message.turn.at)
+            # As the database counts it (`Store`): the reply's turn is activity too, a
+            # follow-on's not (the assistant speaking on its own is not the person's).
+            if not message.follow_on:
+                self._last_activity = max(self._last_activity, message.turn.at)
         self._turn = None
         if self._ending is not None:
             self._finish()

@@ -21,7 +21,7 @@ from tests.conftest import Harness, Phone, eventually
 from tests.fakes.analysis_server import Answer, FakeAnalysis
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.sse_client import SseClient
-from tests.test_admin import TOKEN
+from tests.test_admin import TOKEN, _get
 from tests.test_reply_matching import counters, turn
 from transport.cli import _parser, main
 
@@ -58,7 +58,7 @@ def follow_ons(phone: Phone) -> list[dict[str, Any]]:
 async def test_a_follow_on_comes_after_the_pause_and_picks_up_a_loose_end(
     harness: Harness, db: asyncpg.Connection
 ) -> None:
-    await harness.start(follow_ons="always")
+    await harness.start(follow_ons="always", admin_token=TOKEN, admin_port=0)
     phone = await harness.phone()
     ended = await lull(harness, phone)
     # The book question is noted as ours, unanswered, before the pause ends.
@@ -84,6 +84,12 @@ async def test_a_follow_on_comes_after_the_pause_and_picks_up_a_loose_end(
     # The person's last activity is still their "ok thanks", not the follow-on.
     record = await harness.server.runtime.store.active_conversation(harness.person(phone), 40)
     assert record is not None and record.last_activity < harness.clock.now()
+    # ... and the live actor counts it as the database does.
+    await phone.send({"type": "ping"})
+    await phone.expect("pong")
+    admin = f"http://127.0.0.1:{harness.server.admin_port}"
+    _, actor = await _get(harness, f"{admin}/admin/actors/{harness.person(phone)}")
+    assert actor["last_activity"] == record.last_activity.isoformat()
     assert await counters(harness, "stillhere_follow_ons") == {'outcome="sent"': 1.0}
 
     # At most one per say: nothing more, however long the quiet.
