@@ -144,12 +144,10 @@ async def _add(
         )
     except ConversationEnded:
         say.reply.resolve_here(SayOutcome(None, error="conversation_ended"))
-    except UNAVAILABLE as failure:
-        log.warning("a say could not be stored: PostgreSQL unavailable (%s)", failure)
-        say.reply.resolve_here(SayOutcome(None, error="unavailable"))
-    except STORAGE_FULL as failure:
-        log.warning("a say could not be stored: PostgreSQL %s", storage_fault(failure)[1])
-        say.reply.resolve_here(SayOutcome(None, error="storage_full"))
+    except (*UNAVAILABLE, STORAGE_FULL) as failure:
+        code, what = storage_fault(failure)
+        log.warning("a say could not be stored: PostgreSQL %s", what)
+        say.reply.resolve_here(SayOutcome(None, error=code))
     except Exception:
         log.exception("a say could not be stored")
         say.reply.resolve_here(SayOutcome(None, error="internal_error"))

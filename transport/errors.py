@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
 from transport.protocol import error_frame
 
 log = logging.getLogger("stillhere.http")
@@ -30,6 +31,13 @@ _CODES = {
 }
 
 
+# A request PostgreSQL could not serve now, on any route: the client may try again.
+_STORAGE_MESSAGES = {
+    "unavailable": "the database cannot be reached; try again",
+    "storage_full": "the database's disk is full; try again once it has space",
+}
+
+
 def json_errors(not_found_hint: str) -> Any:
     """A middleware answering what no handler answered as a JSON error object;
     `not_found_hint` ends the message of a 404 (where to look instead)."""
@@ -42,6 +50,10 @@ def json_errors(not_found_hint: str) -> Any:
             if refused.status < 400:
                 raise
             return _refusal(request, refused, not_found_hint)
+        except (*UNAVAILABLE, STORAGE_FULL) as failure:
+            code, what = storage_fault(failure)
+            log.warning("%s %s: PostgreSQL %s", request.method, request.path, what)
+            return error_response(503, code, _STORAGE_MESSAGES[code])
         except Exception:
             log.exception("unexpected failure answering %s %s", request.method, request.path)
             return error_response(

@@ -40,7 +40,6 @@ from storage.memories import (
     Listing,
     UnknownMemories,
 )
-from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
 from storage.records import MEMORY_STATUSES, Memory, MemoryDraft
 from storage.text import text_fault
 from transport.config import Limits
@@ -130,10 +129,6 @@ def person_handler(act: PersonAct) -> Handler:
             return refusal_response(unknown(missing.ids))
         except Refusal as refusal:
             return refusal_response(refusal)
-        except (*UNAVAILABLE, STORAGE_FULL) as failure:
-            code, what = storage_fault(failure)
-            log.warning("%s %s: PostgreSQL %s", request.method, request.path, what)
-            return json_error(503, code, _STORAGE_MESSAGES[code])
         return web.json_response(answer, status=status, dumps=dumps)
 
     return handle
@@ -152,12 +147,6 @@ def gesture(act: Callable[[Gesture], Awaitable[Answer]]) -> Handler:
         return await act(Gesture(request, keeper, person, body, server.settings.limits))
 
     return person_handler(with_keeper)
-
-
-_STORAGE_MESSAGES = {
-    "unavailable": "the database cannot be reached; try again",
-    "storage_full": "the database's disk is full; try again once it has space",
-}
 
 
 def refusal_response(refusal: Refusal) -> web.Response:
