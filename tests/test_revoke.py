@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import hmac
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -170,3 +171,16 @@ async def test_the_admin_api_refuses_a_non_loopback_address_unless_allowed(
     ):
         assert response.status == 200
     assert compared == [(b"t" * 32, b"t" * 32)]  # the token, compared in constant time
+
+
+async def test_an_account_is_not_revoked_under_a_secret_made_up_on_the_spot(
+    harness: Harness, db: asyncpg.Connection, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await harness.start()
+    args = _parser().parse_args(
+        ["revoke", "anna", "--db", harness.dsn, "--data-dir", str(tmp_path / "none")]
+    )
+    assert await args.run(args) == 2
+    assert "no --secret" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()  # no secret made, nothing stored
+    assert await db.fetchval("SELECT count(*) FROM revocations") == 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,19 @@ def secret_of(args: argparse.Namespace) -> str:
     return str(args.secret or load_or_create_secret(args.data_dir))
 
 
+def _account_key(args: argparse.Namespace) -> str | None:
+    """The account's person key under the server's secret; None if there is no secret to
+    read (made up here, it would key an account nobody has, and revoke nothing)."""
+    secret_file = args.data_dir / "secret"
+    if args.secret:
+        secret = str(args.secret)
+    elif secret_file.exists():
+        secret = load_or_create_secret(args.data_dir)
+    else:
+        return None
+    return Identity(secret).account_key(args.account)
+
+
 def add_parser(commands: Any) -> None:
     revoke = commands.add_parser(
         "revoke", help="refuse an account or device from now on and close its live links"
@@ -61,7 +75,14 @@ def add_parser(commands: Any) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    person = args.person or Identity(secret_of(args)).account_key(args.account)
+    person = args.person or _account_key(args)
+    if person is None:
+        print(
+            f"stillhere revoke: no secret in {args.data_dir} and no --secret: an account is "
+            "keyed by the server's secret, so pass the one the server uses",
+            file=sys.stderr,
+        )
+        return 2
     async with database(args, scratch=False) as dsn:
         conn = await asyncpg.connect(dsn)
         try:
