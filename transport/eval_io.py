@@ -15,7 +15,7 @@ import orjson
 
 from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
 from providers.analysis import AnalysisModel
-from transport.config import env_value
+from transport.config import env_value, longer_than_zero
 
 
 def add_eval_command(subparsers: Any) -> Any:
@@ -54,7 +54,7 @@ def add_analysis_options(command: argparse.ArgumentParser, url_help: str) -> Non
     )
     command.add_argument(
         "--analysis-timeout",
-        type=float,
+        type=longer_than_zero,  # as `serve` reads it: "2s", "500ms" or seconds
         default=DEFAULT_ANALYSIS_TIMEOUT_S,
         help=f"seconds to wait for an answer, in all (default {DEFAULT_ANALYSIS_TIMEOUT_S:g})",
     )
