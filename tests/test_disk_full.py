@@ -62,7 +62,7 @@ async def postgres(disk: Path) -> AsyncIterator[Postgres]:
     loop = asyncio.get_running_loop()
     own = await loop.run_in_executor(None, Postgres, disk)
     yield own
-    await loop.run_in_executor(None, own.embedded.stop)
+    await loop.run_in_executor(None, own.stop)
 
 
 @pytest.fixture
