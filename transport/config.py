@@ -175,6 +175,12 @@ class Settings:
     gc_young_every: float = Pace().young_every_s
     gc_full_every: float = Pace().full_every_s
     gc_thresholds: tuple[int, int, int] = COLLECTOR_DEFAULT
+    # Nodes sharing one --db (docs/architecture.md, "Several nodes"): this one's name, how
+    # long its hold on a conversation lasts unrenewed, and how long SIGTERM waits to hand
+    # every conversation over before the process exits.
+    node_id: str | None = None  # None: the host name and --port
+    lease: float = 6.0
+    drain_timeout: float = 10.0
     limits: Limits = field(default_factory=Limits)
 
 
@@ -243,6 +249,17 @@ _OPTIONS: list[tuple[str, object, str]] = [
         "fingerprint-wait",
         parse_duration,
         "longest a memory being stored waits for its fingerprint; later, it is filled in after",
+    ),
+    ("node-id", str, "this node's name among the nodes sharing --db (none: host name:port)"),
+    (
+        "lease",
+        longer_than_zero,
+        "a node's hold on a conversation, unrenewed, ends after this (a hung node's people move)",
+    ),
+    (
+        "drain-timeout",
+        longer_than_zero,
+        "on SIGTERM, the longest wait to hand every conversation over before exiting",
     ),
     ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
     ("admin-host", str, "address the admin API listens on"),
