@@ -17,17 +17,20 @@ from storage.records import MemoryDraft, Turn
 log = logging.getLogger("stillhere.archive")
 
 
-async def archive(rt: Runtime, conversation: UUID, reason: str) -> bool:
-    """Archive and summarise; False if someone else archived it first."""
-    if not await mark_archived(rt, conversation, reason):
+async def archive(rt: Runtime, conversation: UUID, reason: str, person: str, epoch: int) -> bool:
+    """Archive and summarise, as the person's owner under `epoch`; False if someone else
+    archived it first."""
+    if not await mark_archived(rt, conversation, reason, person, epoch):
         return False
     await write_summary(rt, conversation, reason)
     return True
 
 
-async def mark_archived(rt: Runtime, conversation: UUID, reason: str) -> bool:
+async def mark_archived(
+    rt: Runtime, conversation: UUID, reason: str, person: str, epoch: int
+) -> bool:
     """The ending itself, without the summary; False if someone else archived it first."""
-    if not await rt.store.archive(conversation, reason, rt.clock.now()):
+    if not await rt.store.archive(conversation, reason, rt.clock.now(), person, epoch):
         return False
     rt.metrics.archives.labels(reason=reason).inc()
     return True

@@ -2,7 +2,10 @@
 
 It activates a conversation on demand (one actor per person, even when two links race: a
 per-person lock serialises activation), resumes from PostgreSQL when the conversation is
-still within the resume window, and otherwise archives it and starts a new one.
+still within the resume window, and otherwise archives it and starts a new one. Among
+several nodes on one PostgreSQL, it first takes the person (actors/ownership.py), asking
+the node that has them to hand over, and hands its own over when asked: their links are
+closed with `moved`, and the conversation is let go once its turn is over.
 """
 
 from __future__ import annotations
@@ -24,11 +27,19 @@ from actors.conversation import ConversationActor
 from actors.jobs import Jobs
 from actors.memory.consolidation import scheduled_pass
 from actors.messages import Attach, CardsWithdrawn, End, Interrupt, Park, Snapshot
+from actors.ownership import Ownership
 from actors.runtime import Reply, Runtime
 from actors.stream import ConversationStream, Frame, Link
+from storage.owners import Fenced
 from storage.records import ConversationRecord
 
 log = logging.getLogger("stillhere.directory")
+
+CLOSE_MOVED = 4001  # the conversation moved to another node, or this one is stopping
+MOVED: Frame = {"type": "bye", "reason": "moved"}
+# How long a turn under way may go on once its person is handed over (its reply is stored
+# and replayed by the next owner); then it is cut, as an interrupt would.
+HANDOFF_GRACE_S = 2.0
 
 
 class ConversationGone(Exception):
@@ -102,8 +113,13 @@ class Opened:
 
 
 class Directory:
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, ownership: Ownership) -> None:
         self._rt = rt
+        self.ownership = ownership
+        ownership.on_handoff = self._asked_for
+        ownership.on_lost = self._lost
+        ownership.on_sure = self._sure_again
+        rt.store.on_fenced = ownership.fenced
         self._live: dict[str, LiveConversation] = {}
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background = Jobs()  # summaries, awaited by `stop_all`
@@ -156,25 +172,37 @@ class Directory:
             return await self._activate(person, create)
 
     async def _activate(self, person: str, create: bool) -> Opened | None:
+        """Take the person, then resume or start; they are released again if nothing
+        started (or starting failed)."""
+        epoch = await self.ownership.take(person)
+        opened = None
+        try:
+            opened = await self._load(person, epoch, create)
+        finally:
+            if opened is None:
+                await self.ownership.release(person, epoch)
+        return opened
+
+    async def _load(self, person: str, epoch: int, create: bool) -> Opened | None:
         rt = self._rt
         record = await rt.store.active_conversation(person, rt.settings.window_turns)
         if record is not None:
             age = self._age(record.last_activity)
             if age < rt.settings.resume_window_s:
-                live = await self._start(record)
+                live = await self._start(record, epoch)
                 log.info(
                     "resuming conversation %s from the database, age %d s", str(live.id)[:8], age
                 )
                 return self._resumed(live, age, await live.ask(Attach))
-            if await rt.store.archive(record.id, "idle", rt.clock.now()):
+            if await rt.store.archive(record.id, "idle", rt.clock.now(), person, epoch):
                 rt.metrics.archives.labels(reason="idle").inc()
             self._background.start(write_summary(rt, record.id, "idle"), "a summary")
         if not create:
             return None
         now = rt.clock.now()
-        conversation = await rt.store.create_conversation(person, now)
+        conversation = await rt.store.create_conversation(person, now, epoch)
         record = ConversationRecord(conversation, person, now, now, None, None, 0)
-        live = await self._start(record)
+        live = await self._start(record, epoch)
         log.info("new conversation %s", str(conversation)[:8])
         return Opened(live, False, None, await live.ask(Attach))
 
@@ -182,8 +210,11 @@ class Directory:
         # Logged by the link's hello, not here: an SSE client's every POST opens too.
         return Opened(live, True, age, snapshot)
 
-    async def _start(self, record: ConversationRecord) -> LiveConversation:
-        stream = await ConversationStream.open(self._rt.store, record.id, record.person)
+    async def _start(self, record: ConversationRecord, epoch: int) -> LiveConversation:
+        person = record.person
+        stream = await ConversationStream.open(
+            self._rt.store, record.id, person, epoch=epoch, sure=lambda: self.ownership.sure(person)
+        )
         live = LiveConversation(self, record.person, record.id, stream)
         live.unlinked_since = self._rt.clock.now()
         live.run_actor(self._rt, record)
@@ -241,7 +272,11 @@ class Directory:
         database and the next sweep retries."""
         await live.stream.written()  # the last reply with the rest: the summary reads them
         try:
-            archived = await mark_archived(self._rt, live.id, reason)
+            archived = await mark_archived(
+                self._rt, live.id, reason, live.person, live.stream.epoch
+            )
+        except Fenced:
+            archived = False  # another node owns the person: theirs to end
         except Exception:
             log.exception("archiving conversation %s failed", str(live.id)[:8])
             archived = False
@@ -272,6 +307,7 @@ class Directory:
         await live.stream.close()
         if live.ref is not None:
             live.ref.stop(block=False)
+        await self.ownership.release(live.person, live.stream.epoch)
         live.gone.set()
 
     def actor_failed(self, live: LiveConversation, error: BaseException) -> None:
@@ -292,11 +328,66 @@ class Directory:
         log.info("replaced the actor of conversation %s from the database", str(live.id)[:8])
         return True
 
+    # -- other nodes ----------------------------------------------------------------------
+
+    def _asked_for(self, person: str) -> None:
+        """Another node has a hello for `person` (storage/owners.py, HANDOFF)."""
+        self._background.start(self.hand_over(person), "a handoff")
+
+    async def hand_over(self, person: str, grace: float = HANDOFF_GRACE_S) -> None:
+        """Close the person's links with `moved` (their phones reconnect at once, to
+        whichever node has their route), let the conversation go once its turn is over (or
+        after `grace`, cut as an interrupt would), and release the person."""
+        async with self._lock(person):
+            live = self._live.get(person)
+            if live is None:
+                await self.ownership.release(person)  # an earlier run of this node's, maybe
+                return
+            live.stream.farewell(MOVED, CLOSE_MOVED)
+            await self._park_within(live, grace)
+            log.info("handed conversation %s over", str(live.id)[:8])
+
+    async def _park_within(self, live: LiveConversation, grace: float) -> None:
+        """Park once idle: within `grace`, then within `grace` again after an interrupt;
+        then stop the actor whatever it is doing."""
+        for _ in range(2):
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                if await self.park(live):
+                    return
+                await asyncio.sleep(0.05)
+            live.tell(Interrupt())
+        await self._stop(live)
+
+    def _lost(self, person: str) -> None:
+        """Another node took `person` while this one ran their conversation: close their
+        links with `moved` and let it go; its writes are fenced from now on."""
+        live = self._live.get(person)
+        if live is not None:
+            live.stream.farewell(MOVED, CLOSE_MOVED)
+            self._background.start(self._drop(live), "letting a lost conversation go")
+
+    async def _drop(self, live: LiveConversation) -> None:
+        async with self._lock(live.person):
+            live.tell(Interrupt())
+            await self._stop(live)
+
+    async def _stop(self, live: LiveConversation) -> None:
+        if live.ref is not None:
+            await stop_actors([live.ref])
+        await self._let_go(live)
+
+    def _sure_again(self, person: str) -> None:
+        live = self._live.get(person)
+        if live is not None:
+            live.stream.catch_up()
+
     # -- sweeping -------------------------------------------------------------------------
 
     async def sweep(self) -> dict[str, Any]:
-        """Archive conversations idle past the window (live or left by an earlier process),
-        and park actors that have had no link for a while."""
+        """Archive conversations idle past the window (live here, or left by a node that
+        stopped or moved on: taken first, so only one node archives each), and park actors
+        that have had no link for a while."""
         rt = self._rt
         now = rt.clock.now()
         before = now - timedelta(seconds=rt.settings.resume_window_s)
@@ -306,8 +397,8 @@ class Directory:
                 live = self._live.get(person)
                 if live is not None and live.id == conversation:
                     archived += await self.end(live, "idle")
-                else:
-                    archived += await archive(rt, conversation, "idle")
+                elif live is None:
+                    archived += await self._archive_unowned(conversation, person)
         parked = 0
         for live in list(self._live.values()):
             since = live.unlinked_since
@@ -324,8 +415,26 @@ class Directory:
             report["memory"] = await scheduled_pass(rt.memory)
         return report
 
-    async def stop_all(self) -> None:
-        """Shut down: stop every actor, flush every stream. Conversations stay resumable."""
+    async def _archive_unowned(self, conversation: UUID, person: str) -> bool:
+        """Archive a conversation no node runs; False if one does (it sweeps it)."""
+        epoch = await self.ownership.try_take(person)
+        if epoch is None:
+            return False
+        try:
+            return await archive(self._rt, conversation, "idle", person, epoch)
+        finally:
+            await self.ownership.release(person, epoch)
+
+    async def stop_all(self, drain_s: float) -> None:
+        """Shut down: hand every conversation over (links closed with `moved`; a turn
+        under way may finish within the grace), within `drain_s` in all; what is left
+        then is cut and let go. Conversations stay resumable, on any node."""
+        lives = list(self._live.values())
+        handing = [asyncio.ensure_future(self.hand_over(live.person)) for live in lives]
+        if handing:
+            _, late = await asyncio.wait(handing, timeout=drain_s)
+            for task in late:
+                task.cancel()
         lives = list(self._live.values())
         for live in lives:
             live.tell(Interrupt())  # a streaming reply is cut and stored as sent

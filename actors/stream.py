@@ -11,6 +11,11 @@ Turn-level events (all but `reply.delta`) are also written to the events table, 
 that comes back after the buffer is gone still gets every reply whole (`reply.end` holds
 the whole text).
 The replay buffer (`actors.replay`) holds the last events, every seq from its oldest on.
+
+Every write is made under the epoch of this node's ownership of the person
+(`actors/ownership.py`), and while this node cannot be sure it still owns them (its lease
+could not be renewed in time) events are numbered and kept but not sent: they go out when
+the lease is renewed, or never from here if another node took the person over.
 """
 
 from __future__ import annotations
@@ -19,13 +24,17 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 from uuid import UUID
 
 from actors.replay import Frame, ReplayBuffer
 from actors.trace import TRACED_TURNS, TurnTrace
 from storage.event_log import ReplyRow
+from storage.owners import Fenced
 from storage.store import Store
+
+Sure = Callable[[], bool]  # does this node still surely own the stream's person?
 
 log = logging.getLogger("stillhere.stream")
 
@@ -52,11 +61,16 @@ class ConversationStream:
         last_seq: int,
         ceiling: int,
         *,
+        epoch: int,
+        sure: Sure,
         block: int,
         buffer_size: int,
     ) -> None:
         self.conversation = conversation
         self.person = person
+        self.epoch = epoch
+        self._sure = sure
+        self._unsent_after: int | None = None  # held back from here on while unsure
         self.last_seq = last_seq
         self.links: dict[Link, None] = {}  # attached, oldest first
         self.ordering = asyncio.Lock()  # says are stored and acked one at a time, in order
@@ -77,17 +91,22 @@ class ConversationStream:
         conversation: UUID,
         person: str,
         *,
+        epoch: int,
+        sure: Sure,
         block: int = 1000,
         buffer_size: int = 2000,
     ) -> ConversationStream:
-        """Reserve a first block of seqs above anything handed out before."""
-        ceiling = await store.raise_seq_ceiling(conversation, block)
+        """Reserve a first block of seqs above anything handed out before (Fenced if
+        `epoch` is no longer the person's)."""
+        ceiling = await store.raise_seq_ceiling(conversation, person, epoch, block)
         return cls(
             store,
             conversation,
             person,
             ceiling - block,
             ceiling,
+            epoch=epoch,
+            sure=sure,
             block=block,
             buffer_size=buffer_size,
         )
@@ -104,9 +123,29 @@ class ConversationStream:
             self._write(frame)
         if self.last_seq > self._ceiling - self._block // 2:
             self._kick_reservation()
-        for link in self.links:
-            link.send(frame)
+        if self._unsent_after is None and not self._sure():
+            self._unsent_after = self.last_seq - 1
+            log.warning("conversation %s held back: its lease is unconfirmed", self._short)
+        if self._unsent_after is None:
+            for link in self.links:
+                link.send(frame)
         return frame
+
+    def catch_up(self) -> None:
+        """The lease is confirmed: send what was held back meanwhile."""
+        after = self._unsent_after
+        if after is None or not self._sure():
+            return
+        self._unsent_after = None
+        held = self._buffer.after(after)
+        for link in self.links:
+            for frame in held:
+                link.send(frame)
+        log.info("conversation %s sent %d events held back", self._short, len(held))
+
+    @property
+    def _short(self) -> str:
+        return str(self.conversation)[:8]
 
     def end_reply(self, row: ReplyRow, **fields: Any) -> Frame:
         """Emit `reply.end` with its reply's turn queued beside it: the two are written in
@@ -114,7 +153,7 @@ class ConversationStream:
         as the reply is done, and a crash before the write loses that reply whole (from the
         record and the replay alike), the one DESIGN allows. Whatever reads this
         conversation's record back awaits `written()` first."""
-        self._store.events.add_reply(row)
+        self._store.events.add_reply(replace(row, epoch=self.epoch))
         return self.emit("reply.end", **fields)
 
     def farewell(self, frame: Frame, code: int = 1000) -> None:
@@ -139,6 +178,7 @@ class ConversationStream:
         while it ran, and everything after the last read happens in one loop step, so no
         event can slip between the replay and the live stream, or be sent twice.
         """
+        self.catch_up()
         if last_seq is not None:
             self.confirm(last_seq)
         stored: list[Frame] = []
@@ -194,7 +234,7 @@ class ConversationStream:
     # -- persistence ----------------------------------------------------------------------
 
     def _write(self, frame: Frame) -> None:
-        written = self._store.events.append(self.conversation, frame)
+        written = self._store.events.append(self.conversation, self.person, self.epoch, frame)
         self._unwritten.append((frame, written))
         written.add_done_callback(self._forget_written)
 
@@ -208,7 +248,12 @@ class ConversationStream:
             self._reserving = asyncio.get_running_loop().create_task(self._reserve())
 
     async def _reserve(self) -> None:
-        self._ceiling = await self._store.raise_seq_ceiling(self.conversation, self._block)
+        try:
+            self._ceiling = await self._store.raise_seq_ceiling(
+                self.conversation, self.person, self.epoch, self._block
+            )
+        except Fenced:  # another node owns the person: this stream is being let go
+            return
         if self.last_seq > self._ceiling:
             log.warning("seq %d ran past its reserved ceiling %d", self.last_seq, self._ceiling)
 
@@ -232,5 +277,5 @@ class ConversationStream:
         if self._reserving is not None:
             await self._reserving
         await self.written()
-        await self._store.set_seq_ceiling(self.conversation, self.last_seq)
+        await self._store.set_seq_ceiling(self.conversation, self.person, self.epoch, self.last_seq)
         self.links.clear()

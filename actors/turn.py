@@ -29,6 +29,7 @@ from actors.trace import TurnTrace
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
 from providers.notes import FOLLOW_ON
 from storage.event_log import ReplyRow
+from storage.owners import Fenced
 from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
 from storage.records import StoredSay, Turn, reply_place, say_place
 from storage.store import ConversationEnded
@@ -141,9 +142,12 @@ async def _add(
             say.text,
             now,
             say_place(stream.last_seq),
+            stream.epoch,
         )
     except ConversationEnded:
         say.reply.resolve_here(SayOutcome(None, error="conversation_ended"))
+    except Fenced:  # another node owns the person now; their links are being closed
+        say.reply.resolve_here(SayOutcome(None, error="moved"))
     except (*UNAVAILABLE, STORAGE_FULL) as failure:
         code, what = storage_fault(failure)
         log.warning("a say could not be stored: PostgreSQL %s", what)

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 import orjson
@@ -48,12 +49,15 @@ class Transient(Exception):
     """A client frame could not be delivered now; keep it and send it again later."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Credentials:
-    """The person: a device secret, an account token, or both (the token wins)."""
+    """The person: a device secret, an account token, or both (the token wins); and the
+    routing key the server gave last (`welcome`'s `route`), sent on every request as `r` so
+    that a load balancer sends the person to the node that has their conversation."""
 
     device: str | None = None
     token: str | None = None
+    route: str | None = None
 
     def hello(self) -> Frame:
         fields: Frame = {}
@@ -72,8 +76,9 @@ class Credentials:
         return headers
 
 
-def endpoint(base_url: str, path: str) -> str:
-    return base_url.rstrip("/") + path
+def endpoint(base_url: str, path: str, creds: Credentials) -> str:
+    url = base_url.rstrip("/") + path
+    return url if creds.route is None else f"{url}?{urlencode({'r': creds.route})}"
 
 
 def _loads(raw: str | bytes) -> Frame | None:
@@ -141,7 +146,7 @@ class Posts:
         headers = {"Content-Type": "application/json", **self._creds.headers()}
         try:
             async with self._http.post(
-                endpoint(self._base_url, path),
+                endpoint(self._base_url, path, self._creds),
                 data=orjson.dumps(body),
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT_S),
@@ -255,7 +260,7 @@ class WebSocketLink(Link):
         # The client's ping/pong heartbeat notices a dead link that never says so (a real
         # tunnel sends no RST): no pong within heartbeat / 2 closes the WebSocket.
         self._ws = await self.http.ws_connect(
-            endpoint(self.base_url, "/v1/ws"), heartbeat=self._heartbeat, autoping=True
+            endpoint(self.base_url, "/v1/ws", self.creds), heartbeat=self._heartbeat, autoping=True
         )
         hello: Frame = {"type": "hello", "v": 1, **self.creds.hello()}
         if conversation is not None:
@@ -362,7 +367,7 @@ class EventStreamLink(Link):
             params["conversation"] = conversation
             headers["Last-Event-ID"] = str(last_seq)
         self._stream = response = await self.http.get(
-            endpoint(self.base_url, "/v1/events"),
+            endpoint(self.base_url, "/v1/events", self.creds),
             headers=headers,
             params=params,
             timeout=aiohttp.ClientTimeout(total=None, sock_read=self._read_timeout),

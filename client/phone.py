@@ -154,6 +154,7 @@ class Phone:
         self._stopping = False
         self._leaving = False
         self._leave_bye: dict[str, Any] | None = None
+        self._moved = False  # the last link ended with `bye` `moved`: reconnect at once
         self._waiters: set[asyncio.Future[None]] = set()
 
     # -- the app's side ---------------------------------------------------------------------
@@ -303,6 +304,9 @@ class Phone:
                 return
             if up_at is not None and self._clock() - up_at >= self.backoff.hold:
                 attempt = 0  # that link held: this is a fresh drop, not a flapping link
+            if self._moved:  # the server moved us (another node, or it stops): at once
+                self._moved = False
+                continue
             delay = self.backoff.delay(attempt, self.rng)
             attempt += 1
             log.debug("reconnecting in %.2f s (attempt %d)", delay, attempt)
@@ -397,6 +401,9 @@ class Phone:
                 log.debug("new conversation %s (was %s)", conversation, self.conversation)
             self.conversation = conversation
             self.last_seq = seq if isinstance(seq, int) else 0
+        route = welcome.get("route")
+        if isinstance(route, str):
+            self._creds.route = route  # on every later request: to the node that has us
         self.welcome = welcome
         self.links += 1
         if self.links > 1:
@@ -423,6 +430,7 @@ class Phone:
             if kind == "reply.end" and self._queue is not None:
                 self._queue.put_nowait(seq)  # a reply is whole here: the server may let go
         elif kind == "bye":
+            self._moved = frame.get("reason") == "moved"
             if self._leaving:
                 if self._leave_bye is not None:
                     return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -19,33 +20,45 @@ import asyncpg
 import orjson
 
 from storage.group_commit import GroupCommit
+from storage.owners import FENCE
 from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
 from storage.records import ReplyMatch, Turn
 
 log = logging.getLogger("stillhere.events")
 
+# Only for the persons whose epochs still hold (`owned`, storage/owners.py): a node that
+# lost a person writes nothing for them. The persons written for come back.
 _WRITE = """
-WITH written AS (
+WITH owned AS ({fence}), written AS (
     INSERT INTO events (conversation, seq, frame)
-    SELECT c, s, f::jsonb FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS e (c, s, f)
+    SELECT c, s, f::jsonb
+    FROM unnest($1::uuid[], $2::bigint[], $3::text[], $16::text[], $19::bigint[])
+         AS e (c, s, f, p, ep)
+    WHERE (p, ep) IN (SELECT person, epoch FROM owned)
     ON CONFLICT DO NOTHING
 ), matched AS (
     UPDATE turns SET reply_match = m.j::jsonb
     FROM unnest($12::text[], $13::text[], $14::text[]) AS m (p, c, j)
-    WHERE turns.person = m.p AND turns.client_id = m.c
+    WHERE turns.person = m.p AND turns.client_id = m.c AND m.p IN (SELECT person FROM owned)
+), replied AS (
+    INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, in_reply_to,
+                       place, follow_on)
+    SELECT c, p, 'assistant', r, t, a, i, ARRAY(SELECT jsonb_array_elements_text(irt::jsonb)),
+           pl, fo
+    FROM unnest($4::uuid[], $5::text[], $6::uuid[], $7::text[], $8::timestamptz[],
+                $9::bool[], $10::text[], $11::bigint[], $15::bool[], $20::bigint[])
+         AS r (c, p, r, t, a, i, irt, pl, fo, ep)
+    WHERE (p, ep) IN (SELECT person, epoch FROM owned)
 )
-INSERT INTO turns (conversation, person, role, reply_id, text, at, interrupted, in_reply_to, place,
-                   follow_on)
-SELECT c, p, 'assistant', r, t, a, i, ARRAY(SELECT jsonb_array_elements_text(irt::jsonb)), pl, fo
-FROM unnest($4::uuid[], $5::text[], $6::uuid[], $7::text[], $8::timestamptz[],
-            $9::bool[], $10::text[], $11::bigint[], $15::bool[])
-     AS r (c, p, r, t, a, i, irt, pl, fo)
-"""
+SELECT DISTINCT person, epoch FROM owned
+""".format(fence=FENCE.format(persons="$17", epochs="$18"))
 
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
     conversation: UUID
+    person: str
+    epoch: int
     frame: dict[str, Any]
 
 
@@ -62,6 +75,7 @@ class ReplyRow:
     # What the says it answers answer in turn (client id, match), stored on their rows.
     matches: tuple[tuple[str, ReplyMatch], ...] = ()
     follow_on: bool = False  # sent on the assistant's own after a lull (actors/follow_on.py)
+    epoch: int = 0  # the person's owner epoch it is written under (set by the stream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,17 +86,21 @@ class _Batch:
 
 
 class EventLog(GroupCommit[_Batch]):
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, fenced: Callable[[str, int], None]) -> None:
         super().__init__()
         self._pool = pool
+        self._fenced = fenced  # told of each person a write was refused for
         self._events: list[_Entry] = []
         self._replies: list[ReplyRow] = []
         self._batch: asyncio.Future[bool] | None = None
 
-    def append(self, conversation: UUID, frame: dict[str, Any]) -> asyncio.Future[bool]:
-        """Queue one event. The future says, once its batch is written, whether the write
-        went through (a failure is logged here, once for the batch)."""
-        self._events.append(_Entry(conversation, frame))
+    def append(
+        self, conversation: UUID, person: str, epoch: int, frame: dict[str, Any]
+    ) -> asyncio.Future[bool]:
+        """Queue one event, made under the person's `epoch`. The future says, once its batch
+        is written, whether the write went through (a failure is logged here, once for the
+        batch; a fenced person is told to `fenced`)."""
+        self._events.append(_Entry(conversation, person, epoch, frame))
         return self._queued()
 
     def add_reply(self, row: ReplyRow) -> asyncio.Future[bool]:
@@ -109,8 +127,9 @@ class EventLog(GroupCommit[_Batch]):
             batch.written.set_result(written)
 
     async def _execute(self, events: list[_Entry], replies: list[ReplyRow]) -> bool:
+        claims = {(e.person, e.epoch) for e in events} | {(r.person, r.epoch) for r in replies}
         try:
-            await self._pool.execute(
+            owned = await self._pool.fetch(
                 _WRITE,
                 [e.conversation for e in events],
                 [e.frame["seq"] for e in events],
@@ -125,6 +144,11 @@ class EventLog(GroupCommit[_Batch]):
                 [r.place for r in replies],
                 *_matches(replies),
                 [r.follow_on for r in replies],
+                [e.person for e in events],
+                [person for person, _ in claims],
+                [epoch for _, epoch in claims],
+                [e.epoch for e in events],
+                [r.epoch for r in replies],
             )
         except (*UNAVAILABLE, STORAGE_FULL) as failure:
             log.warning(
@@ -139,6 +163,10 @@ class EventLog(GroupCommit[_Batch]):
                 "%d stream events and %d replies could not be written", len(events), len(replies)
             )
             return False
+        kept = {(r["person"], r["epoch"]) for r in owned}
+        for person, epoch in claims - kept:
+            log.warning("writes for person %s refused: another node owns them", person[:8])
+            self._fenced(person, epoch)
         return True
 
 

@@ -15,8 +15,10 @@ from uuid import UUID
 import asyncpg
 
 from storage.group_commit import GroupCommit
+from storage.owners import FENCE
 
-# Each say's row, in the order given: `live` is false when its conversation has ended (then
+# Each say's row, in the order given: `owned` is false when the say's epoch is no longer its
+# person's (storage/owners.py), `live` when its conversation has ended or is not owned (then
 # nothing is stored); a null `id` with `live` true means the say was stored before (its id
 # came again). The person's context generation rides along: the say's turn needs it next.
 # `FOR SHARE` holds an archive back until the says are in: a say is never stored into a
@@ -27,18 +29,20 @@ from storage.group_commit import GroupCommit
 _ADD_SAYS = """
 WITH s AS (
     SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[],
-                         $6::bigint[])
-        WITH ORDINALITY AS s (conversation, at, person, client_id, text, place, n)
-), first AS (
+                         $6::bigint[], $7::bigint[])
+        WITH ORDINALITY AS s (conversation, at, person, client_id, text, place, epoch, n)
+), owned AS ({fence}), first AS (
     SELECT DISTINCT ON (person, client_id) * FROM s ORDER BY person, client_id, n
 ), live AS (
     SELECT c.id FROM conversations c
     WHERE c.id IN (SELECT conversation FROM s) AND c.status = 'active'
+      AND c.person IN (SELECT person FROM owned)
     FOR SHARE
 ), added AS (
     INSERT INTO turns (conversation, person, role, client_id, text, at, place)
     SELECT f.conversation, f.person, 'user', f.client_id, f.text, f.at, f.place
-    FROM first f JOIN live ON live.id = f.conversation ORDER BY f.n
+    FROM first f JOIN live ON live.id = f.conversation
+    WHERE (f.person, f.epoch) IN (SELECT person, epoch FROM owned) ORDER BY f.n
     ON CONFLICT (person, client_id) WHERE client_id IS NOT NULL DO NOTHING
     RETURNING *
 ), resent AS (
@@ -52,14 +56,16 @@ WITH s AS (
     ) r
     WHERE c.id = r.conversation AND c.last_activity < r.at
 )
-SELECT s.n, live.id IS NOT NULL AS live, g.generation AS context_generation, added.*
+SELECT s.n, (s.person, s.epoch) IN (SELECT person, epoch FROM owned) AS owned,
+       live.id IS NOT NULL AS live,
+       g.generation AS context_generation, added.*
 FROM s
 LEFT JOIN live ON live.id = s.conversation
 LEFT JOIN first f ON f.n = s.n
 LEFT JOIN added ON added.person = f.person AND added.client_id = f.client_id
 LEFT JOIN context_generations g ON g.person = s.person
 ORDER BY s.n
-"""
+""".format(fence=FENCE.format(persons="$3", epochs="$7"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,7 @@ class _Say:
     text: str
     at: datetime
     place: int
+    epoch: int
     stored: asyncio.Future[asyncpg.Record]
 
 
@@ -80,12 +87,19 @@ class SayLog(GroupCommit[list[_Say]]):
         self._queue: list[_Say] = []
 
     def add(
-        self, conversation: UUID, person: str, client_id: str, text: str, at: datetime, place: int
+        self,
+        conversation: UUID,
+        person: str,
+        client_id: str,
+        text: str,
+        at: datetime,
+        place: int,
+        epoch: int,
     ) -> asyncio.Future[asyncpg.Record]:
-        """Queue a say (`place`: `records.say_place`); the future holds its row once its
-        batch is written, or the error that refused the batch."""
+        """Queue a say (`place`: `records.say_place`) made under the person's `epoch`; the
+        future holds its row once its batch is written, or the error that refused it."""
         stored: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Say(conversation, person, client_id, text, at, place, stored))
+        self._queue.append(_Say(conversation, person, client_id, text, at, place, epoch, stored))
         self._kick()
         return stored
 
@@ -105,6 +119,7 @@ class SayLog(GroupCommit[list[_Say]]):
                 [s.client_id for s in batch],
                 [s.text for s in batch],
                 [s.place for s in batch],
+                [s.epoch for s in batch],
             )
             if len(rows) != len(batch):
                 raise RuntimeError(f"{len(rows)} rows back for {len(batch)} says")

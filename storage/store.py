@@ -7,8 +7,9 @@ job on the loop that does (DESIGN.md, "The one process").
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -19,6 +20,7 @@ from storage.event_log import EventLog
 from storage.loose_ends import LooseEndStore
 from storage.migrate import migrate
 from storage.moods import MoodStore
+from storage.owners import Fenced, fence_one
 from storage.pool import open_pool
 from storage.records import (
     LAST_FIRST,
@@ -46,6 +48,9 @@ SELECT t.*, (
 FROM turns t WHERE t.person = $1 AND t.client_id = $2
 """
 
+
+# The person ($2) if their epoch ($3) still holds, locked for the transaction.
+_FENCE_ONE = fence_one(2)
 
 # A conversation's last activity is its last turn's time, follow-ons aside (the assistant
 # speaking on its own is not the person's activity), or a resent say's arrival if later
@@ -91,11 +96,18 @@ class Store:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
         self.context = ContextReads(pool)  # what a turn's context is assembled from
-        self.events = EventLog(pool)  # stream events and replies, group-committed
+        # Told of each person a write was refused for: this node no longer owns them.
+        self.on_fenced: Callable[[str, int], None] = lambda person, epoch: None
+        self.events = EventLog(pool, lambda person, epoch: self.on_fenced(person, epoch))
         self.says = SayLog(pool)  # says, group-committed
         self.rules = RuleStore(pool)  # personal rules, edited over HTTP
         self.loose_ends = LooseEndStore(pool)  # what exchanges left unaddressed
         self.moods = MoodStore(pool)  # the assistant's fondness for each person
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """Shared with the node's ownership (actors/ownership.py), which writes beside it."""
+        return self._pool
 
     @classmethod
     async def open(cls, dsn: str, *, max_size: int = 10) -> Store:
@@ -153,23 +165,32 @@ class Store:
             cards=[_card(c) for c in cards],
         )
 
-    async def create_conversation(self, person: str, now: datetime) -> UUID:
+    async def create_conversation(self, person: str, now: datetime, epoch: int) -> UUID:
+        """A new conversation for `person`, under their owner `epoch` (else Fenced)."""
         conversation = uuid4()
-        await self._pool.execute(
+        created = await self._pool.fetchval(
             "INSERT INTO conversations (id, person, started_at, last_activity) "
-            "VALUES ($1, $2, $3, $3)",
+            f"SELECT $1, o.person, $4, $4 FROM ({_FENCE_ONE}) o RETURNING id",
             conversation,
             person,
+            epoch,
             now,
         )
+        if created is None:
+            self._fence(person, epoch)
         return conversation
 
-    async def archive(self, conversation: UUID, reason: str, now: datetime) -> bool:
+    async def archive(
+        self, conversation: UUID, reason: str, now: datetime, person: str, epoch: int
+    ) -> bool:
         """Mark the conversation archived, with its last activity; False if it already was.
+        Only under the person's current owner `epoch` (else Fenced).
 
         The row is locked first, in a statement of its own: a batch of says being stored
         holds it (`say_log`), and only a statement begun after that batch sees its turns."""
         async with self._pool.acquire() as conn, conn.transaction():
+            if await conn.fetchval(fence_one(1), person, epoch) is None:
+                self._fence(person, epoch)
             locked = await conn.fetchval(
                 "SELECT true FROM conversations WHERE id = $1 AND status = 'active' FOR UPDATE",
                 conversation,
@@ -225,16 +246,26 @@ class Store:
     # -- turns --------------------------------------------------------------------------
 
     async def add_say(
-        self, conversation: UUID, person: str, client_id: str, text: str, now: datetime, place: int
+        self,
+        conversation: UUID,
+        person: str,
+        client_id: str,
+        text: str,
+        now: datetime,
+        place: int,
+        epoch: int,
     ) -> StoredSay:
         """Store a say once per (person, id) at `place` in the talk (`records.say_place`).
 
         A say resent with an id already stored is not stored again; the caller answers it
         with the ack it had before. One stored in this conversation but never acked (its
         write outlived the wait for it, or the process died in between) is handed back as
-        new: acked now, and answered.
+        new: acked now, and answered. Raises Fenced if `epoch` is no longer the person's.
         """
-        row = await asyncio.shield(self.says.add(conversation, person, client_id, text, now, place))
+        say = self.says.add(conversation, person, client_id, text, now, place, epoch)
+        row = await asyncio.shield(say)
+        if not row["owned"]:
+            self._fence(person, epoch)
         if not row["live"]:
             raise ConversationEnded(str(conversation))
         if row["id"] is not None:
@@ -247,20 +278,40 @@ class Store:
 
     # -- stream -------------------------------------------------------------------------
 
-    async def raise_seq_ceiling(self, conversation: UUID, block: int) -> int:
-        """Reserve the next `block` seqs; return the new ceiling."""
-        return await self._pool.fetchval(
-            "UPDATE conversations SET seq_ceiling = seq_ceiling + $2 WHERE id = $1 "
-            "RETURNING seq_ceiling",
+    async def raise_seq_ceiling(
+        self, conversation: UUID, person: str, epoch: int, block: int
+    ) -> int:
+        """Reserve the next `block` seqs; return the new ceiling. Raises Fenced if `epoch`
+        is no longer the person's."""
+        ceiling = await self._pool.fetchval(
+            f"UPDATE conversations c SET seq_ceiling = seq_ceiling + $4 FROM ({_FENCE_ONE}) o "
+            "WHERE c.id = $1 AND c.person = o.person RETURNING seq_ceiling",
             conversation,
+            person,
+            epoch,
             block,
         )
+        if ceiling is None:
+            self._fence(person, epoch)
+        return ceiling
 
-    async def set_seq_ceiling(self, conversation: UUID, ceiling: int) -> None:
-        """Give back unused reserved seqs on a clean stop (never lowers below one used)."""
+    async def set_seq_ceiling(
+        self, conversation: UUID, person: str, epoch: int, ceiling: int
+    ) -> None:
+        """Give back unused reserved seqs on a clean stop (never lowers below one used):
+        only under the person's current `epoch`, as a node that lost them may be behind."""
         await self._pool.execute(
-            "UPDATE conversations SET seq_ceiling = $2 WHERE id = $1", conversation, ceiling
+            f"UPDATE conversations c SET seq_ceiling = $4 FROM ({_FENCE_ONE}) o "
+            "WHERE c.id = $1 AND c.person = o.person",
+            conversation,
+            person,
+            epoch,
+            ceiling,
         )
+
+    def _fence(self, person: str, epoch: int) -> NoReturn:
+        self.on_fenced(person, epoch)
+        raise Fenced(person)
 
     async def events_between(
         self, conversation: UUID, after: int, below: int

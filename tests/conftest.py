@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from actors.clock import ManualClock
 from actors.memory.keeper import MemoryKeeper
+from storage import owners
 from storage.embedded import EmbeddedPostgres
 from storage.event_log import EventLog
 from storage.store import Store
@@ -120,6 +121,13 @@ def clock() -> ManualClock:
 async def fake_llm() -> AsyncIterator[FakeOpenAI]:
     async with FakeOpenAI() as fake:
         yield fake
+
+
+async def own(store: Store, person: str) -> int:
+    """Take `person` as node "test" with a long lease: the epoch their writes go under."""
+    epoch = await owners.take(store.pool, person, "test", 3600)
+    assert epoch is not None, f"{person} is owned by another node"
+    return epoch
 
 
 async def eventually(predicate: Any, timeout: float = 10.0) -> None:

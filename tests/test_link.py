@@ -16,7 +16,7 @@ from aiohttp import web
 from actors.stream import ConversationStream
 from providers.event_loop import run
 from storage.store import Store
-from tests.conftest import Harness, Phone, eventually
+from tests.conftest import Harness, Phone, eventually, own
 from tests.sse_client import SseClient
 from transport.config import Limits
 from transport.link import QueuedLink
@@ -179,8 +179,11 @@ async def test_frames_of_one_loop_step_leave_in_one_write_at_its_end() -> None:
 
 async def test_a_welcome_leaves_at_once_and_live_events_at_the_step_end(store: Store) -> None:
     person = "person-" + uuid.uuid4().hex
-    conversation = await store.create_conversation(person, datetime.now(UTC))
-    stream = await ConversationStream.open(store, conversation, person)
+    epoch = await own(store, person)
+    conversation = await store.create_conversation(person, datetime.now(UTC), epoch)
+    stream = await ConversationStream.open(
+        store, conversation, person, epoch=epoch, sure=lambda: True
+    )
     link = ScriptedLink()
     await stream.attach(link, {"type": "welcome"}, None)
     assert link.wire == [stream.last_seq]  # a resume is timed to it: no waiting

@@ -22,6 +22,7 @@ from actors.replay import DeltaRun, ReplayBuffer
 from actors.stream import ConversationStream
 from storage.event_log import EventLog
 from storage.store import Store
+from tests.conftest import own
 
 Frame = dict[str, Any]
 NON_DELTA = ("ack", "reply.start", "reply.end", "card")
@@ -175,7 +176,7 @@ class GatedLog(EventLog):
     """The real event log, its writes held while `gate` is closed."""
 
     def __init__(self, inner: EventLog, gate: asyncio.Event) -> None:
-        super().__init__(inner._pool)
+        super().__init__(inner._pool, inner._fenced)
         self.gate = gate
 
     async def _write(self, entries: Any) -> bool:
@@ -225,8 +226,11 @@ class Tap:
 
 async def open_stream(store: Store, buffer_size: int) -> tuple[ConversationStream, Tap]:
     person = "person-" + uuid.uuid4().hex
-    conversation = await store.create_conversation(person, datetime.now(UTC))
-    stream = await ConversationStream.open(store, conversation, person, buffer_size=buffer_size)
+    epoch = await own(store, person)
+    conversation = await store.create_conversation(person, datetime.now(UTC), epoch)
+    stream = await ConversationStream.open(
+        store, conversation, person, epoch=epoch, sure=lambda: True, buffer_size=buffer_size
+    )
     return stream, Tap(stream)
 
 

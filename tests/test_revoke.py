@@ -15,8 +15,9 @@ import jwt
 import orjson
 import pytest
 
+from storage import notices
 from tests.conftest import Harness, Phone, eventually
-from transport import admin, revocations
+from transport import admin
 from transport.admin import AdminExposed
 from transport.cli import _parser, main
 from transport.identity import TOKEN_LEEWAY_S, Identity, Unauthorized
@@ -126,14 +127,14 @@ async def test_a_device_is_revoked_by_its_person_key(harness: Harness) -> None:
 async def test_a_revocation_made_while_the_listener_was_down_is_not_missed(
     harness: Harness, db: asyncpg.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(revocations, "RECONNECT_S", 0.05)
+    monkeypatch.setattr(notices, "RECONNECT_S", 0.05)
     await harness.start()
     phone = await harness.phone()
     listening = (
         "SELECT pid FROM pg_stat_activity"
         " WHERE application_name = $1 AND datname = current_database()"
     )
-    pids = [row["pid"] for row in await db.fetch(listening, revocations.LISTENER)]
+    pids = [row["pid"] for row in await db.fetch(listening, notices.APPLICATION_NAME)]
     assert len(pids) == 1
     # Revoked in the same instant the listener is cut: its NOTIFY reaches nobody.
     await db.execute("SELECT pg_terminate_backend($1)", pids[0])

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from storage.store import ConversationEnded, Store
+from tests.conftest import own
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
@@ -17,17 +18,18 @@ NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 async def test_says_of_many_conversations_share_a_batch_and_each_gets_its_answer(
     store: Store, db: asyncpg.Connection
 ) -> None:
-    a = await store.create_conversation("pa", NOW)
-    ended = await store.create_conversation("pb", NOW)
-    await store.archive(ended, "leave", NOW)
-    c = await store.create_conversation("pc", NOW)
-    await store.add_say(c, "pc", "old", "stored before", NOW, 1)
+    pa, pb, pc = [await own(store, p) for p in ("pa", "pb", "pc")]
+    a = await store.create_conversation("pa", NOW, pa)
+    ended = await store.create_conversation("pb", NOW, pb)
+    await store.archive(ended, "leave", NOW, "pb", pb)
+    c = await store.create_conversation("pc", NOW, pc)
+    await store.add_say(c, "pc", "old", "stored before", NOW, 1, pc)
     later = NOW + timedelta(minutes=5)
     queued = [
-        store.says.add(a, "pa", "new", "one night or two?", later, 1),
-        store.says.add(ended, "pb", "late", "too late", later, 1),
-        store.says.add(c, "pc", "old", "stored before", later, 1),
-        store.says.add(a, "pa", "new", "one night or two?", later, 1),  # its id, again
+        store.says.add(a, "pa", "new", "one night or two?", later, 1, pa),
+        store.says.add(ended, "pb", "late", "too late", later, 1, pb),
+        store.says.add(c, "pc", "old", "stored before", later, 1, pc),
+        store.says.add(a, "pa", "new", "one night or two?", later, 1, pa),  # its id, again
     ]
     new, late, old, again = await asyncio.gather(*queued)
     assert (new["live"], new["text"], new["client_id"]) == (True, "one night or two?", "new")
@@ -44,26 +46,28 @@ async def test_says_of_many_conversations_share_a_batch_and_each_gets_its_answer
 
 
 async def test_store_says_answers_as_before(store: Store, db: asyncpg.Connection) -> None:
-    a = await store.create_conversation("pd", NOW)
-    first = await store.add_say(a, "pd", "s1", "hello", NOW, 1)
+    epoch = await own(store, "pd")
+    a = await store.create_conversation("pd", NOW, epoch)
+    first = await store.add_say(a, "pd", "s1", "hello", NOW, 1, epoch)
     assert not first.duplicate and first.turn.text == "hello" and first.generation == 0
-    unacked = await store.add_say(a, "pd", "s1", "hello", NOW, 1)
+    unacked = await store.add_say(a, "pd", "s1", "hello", NOW, 1, epoch)
     assert not unacked.duplicate  # stored, never acked: to be acked and answered now
     ack = orjson.dumps({"type": "ack", "seq": 2, "id": "s1"}).decode()
     await db.execute("INSERT INTO events VALUES ($1, 2, $2::jsonb)", a, ack)
-    again = await store.add_say(a, "pd", "s1", "hello", NOW, 1)
+    again = await store.add_say(a, "pd", "s1", "hello", NOW, 1, epoch)
     assert (again.duplicate, again.ack_seq, again.turn.text) == (True, 2, "hello")
-    await store.archive(a, "leave", NOW)
+    await store.archive(a, "leave", NOW, "pd", epoch)
     with pytest.raises(ConversationEnded):
-        await store.add_say(a, "pd", "s2", "anyone?", NOW, 1)
+        await store.add_say(a, "pd", "s2", "anyone?", NOW, 1, epoch)
 
 
 async def test_a_refused_batch_fails_its_says_and_the_next_goes_through(store: Store) -> None:
-    a = await store.create_conversation("pe", NOW)
-    bad = store.says.add(a, "pe", "nul", "a NUL \x00 PostgreSQL refuses", NOW, 1)
-    with_it = store.says.add(a, "pe", "fine", "queued in the same step", NOW, 1)
+    epoch = await own(store, "pe")
+    a = await store.create_conversation("pe", NOW, epoch)
+    bad = store.says.add(a, "pe", "nul", "a NUL \x00 PostgreSQL refuses", NOW, 1, epoch)
+    with_it = store.says.add(a, "pe", "fine", "queued in the same step", NOW, 1, epoch)
     for refused in (bad, with_it):
         with pytest.raises(asyncpg.PostgresError):
             await refused
-    after = await store.add_say(a, "pe", "fine", "queued in the same step", NOW, 1)
+    after = await store.add_say(a, "pe", "fine", "queued in the same step", NOW, 1, epoch)
     assert not after.duplicate  # nothing of the refused batch was stored

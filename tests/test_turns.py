@@ -345,12 +345,12 @@ class HeldSays:
         self._gates: dict[str, asyncio.Event] = {}
         add_say = Store.add_say
 
-        async def held(store: Store, *args: Any) -> StoredSay:
-            text = args[3]
+        async def held(store: Store, *args: Any, **kwargs: Any) -> StoredSay:
+            text = args[3]  # (conversation, person, client_id, text, now, place, epoch)
             if (gate := self._gates.get(text)) is not None:
                 self.reached.add(text)
                 await gate.wait()
-            return await add_say(store, *args)
+            return await add_say(store, *args, **kwargs)
 
         monkeypatch.setattr(Store, "add_say", held)
 
@@ -482,10 +482,10 @@ async def test_a_say_that_cannot_be_stored_is_refused_and_the_talk_goes_on(
     fake_llm.queue(Reply("One or two?"), Reply("Two nights, then."))
     add_say = Store.add_say
 
-    async def failing(store: Store, *args: Any) -> StoredSay:
-        if args[3] == "lost in a storm":
+    async def failing(store: Store, *args: Any, **kwargs: Any) -> StoredSay:
+        if args[3] == "lost in a storm":  # the text, after conversation, person, client_id
             raise RuntimeError("injected: the disk is full")
-        return await add_say(store, *args)
+        return await add_say(store, *args, **kwargs)
 
     monkeypatch.setattr(Store, "add_say", failing)
     phone = await harness.phone()

@@ -16,6 +16,7 @@ from actors.directory import Directory, stop_actors
 from actors.memory.same_memory import SameMemoryJudge
 from actors.memory.setup import close_keeper, make_embedder, open_keeper, warm
 from actors.metrics import Metrics
+from actors.ownership import Ownership
 from actors.persona import DEFAULT as DEFAULT_PERSONA
 from actors.persona import Persona, load_persona
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
@@ -31,9 +32,10 @@ from providers.openai import OpenAIChat
 from providers.rehearsal import RehearsalModel
 from providers.rehearsal_analysis import RehearsalAnalysis
 from storage.embedded import EmbeddedPostgres
+from storage.notices import Notices
 from storage.store import Store
 from transport.admin import metrics_handler, start_admin
-from transport.config import Settings, collector_pace
+from transport.config import Settings, collector_pace, node_name
 from transport.errors import json_errors
 from transport.health import add_routes as add_health_routes
 from transport.identity import Identity, load_or_create_secret
@@ -207,12 +209,14 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         persona=make_persona(settings),
         random=Random(settings.follow_on_seed),
     )
-    directory = Directory(rt)
+    notices = Notices(dsn)
+    ownership = Ownership(store.pool, notices, node_name(settings), settings.lease)
+    directory = Directory(rt, ownership)
     memory.on_withdrawn = directory.withdraw
     supervisor = Supervisor.start(rt, directory)
     secret = settings.secret or load_or_create_secret(settings.data_dir)
-    revocations = RevocationWatch(dsn, partial(close_revoked, directory))
-    listening = await revocations.load()
+    revocations = RevocationWatch(notices, partial(close_revoked, directory))
+    listening = await notices.open()
     identity = Identity(secret, revocations.revoked)
     app[SERVER_KEY] = Server(settings, rt, identity, directory, supervisor)
     admin: web.AppRunner | None = None
@@ -225,17 +229,25 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
                 paced_collector(collector_pace(settings)),
                 loop_lag_probe(rt.metrics.loop_lag_seconds.observe),
                 in_background(_tick(supervisor, settings.sweep_interval)),
-                in_background(revocations.watch(listening)),
+                in_background(notices.keep(listening)),
+                in_background(ownership.keep()),
                 in_background(_revive(embedded)),
             ):
-                admin = await start_admin(app[SERVER_KEY])  # inside: a busy port still cleans up
-                log.info("stillhere ready, model: %s, analysis: %s", model.label, analysis.label)
-                yield
+                try:  # inside: a busy admin port still cleans up
+                    admin = await start_admin(app[SERVER_KEY])
+                    log.info(
+                        "stillhere ready as node %s, model: %s, analysis: %s",
+                        ownership.node,
+                        model.label,
+                        analysis.label,
+                    )
+                    yield
+                finally:  # while the node still holds its people and hears other nodes
+                    if admin is not None:
+                        await admin.cleanup()
+                    await stop_actors([supervisor])
+                    await directory.stop_all(settings.drain_timeout)
     finally:
-        if admin is not None:
-            await admin.cleanup()
-        await stop_actors([supervisor])
-        await directory.stop_all()
         await model.close()
         await close_keeper(memory)  # first: the same-memory judge's last batch asks analysis
         await analysis.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -364,6 +365,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
     limits = Limits(**{k: values[k] for k in limit_names})
     fields = {n.replace("-", "_") for n, _, _ in _OPTIONS}
     return Settings(**{k: values[k] for k in fields}, limits=limits)
+
+
+def node_name(settings: Settings) -> str:
+    """This node's name: `--node-id`, else the host name and port, unique on most setups."""
+    return settings.node_id or f"{socket.gethostname()}:{settings.port}"
 
 
 def collector_pace(settings: Settings) -> Pace:

@@ -13,6 +13,7 @@ credentials.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -91,6 +92,15 @@ class Identity:
 
     def _keyed(self, kind: str, value: str) -> str:
         return hmac.new(self._key, f"{kind}:{value}".encode(), hashlib.sha256).hexdigest()
+
+
+def route_of(person: str) -> str:
+    """The person's routing key (`welcome`'s `route`): what a load balancer hashes to send
+    the person to the node that has them. Stable across conversations and restarts (the
+    person key is a keyed hash of the credential, the same on every node sharing a secret),
+    short, URL-safe, and a one-way hash of it: it reveals nothing."""
+    digest = hashlib.sha256(f"route:{person}".encode()).digest()
+    return base64.urlsafe_b64encode(digest[:12]).decode()
 
 
 def load_or_create_secret(data_dir: Path) -> str:

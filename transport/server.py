@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from weakref import WeakSet
 
 import pykka
-from aiohttp import WSCloseCode, web
+from aiohttp import web
 
-from actors.directory import Directory
+from actors.directory import CLOSE_MOVED, MOVED, Directory
 from actors.runtime import Runtime
 from actors.supervisor import Supervisor
 from transport.config import Settings
@@ -67,9 +67,11 @@ def address_slot(server: Server, request: web.Request) -> Iterator[None]:
 
 
 async def close_links(app: web.Application) -> None:
-    """On shutdown, close every link as "going away" (1001): phones will reconnect."""
+    """On shutdown, close every link with `moved` (`bye`, close 4001): phones reconnect at
+    once, to another node if there is one; the conversations are handed over next."""
     for link in list(app[SERVER_KEY].links):
-        link.end(WSCloseCode.GOING_AWAY)
+        link.send(MOVED)
+        link.end(CLOSE_MOVED)
 
 
 def close_revoked(directory: Directory, person: str) -> None:

@@ -13,10 +13,13 @@ from typing import Any
 from actors.directory import ConversationGone, LiveConversation
 from actors.handles import Page, TurnHandles
 from actors.messages import Interrupt, Say
+from actors.ownership import NotOwned
 from actors.runtime import ActorFailed
 from actors.stream import ConversationStream, Link
 from actors.turn import SayOutcome
+from storage.owners import Fenced
 from storage.records import Card, Reminder
+from transport.identity import route_of
 from transport.protocol import CLOSE_TOO_MANY_LINKS, ProtocolError, error_frame
 from transport.server import Server, close_revoked
 
@@ -31,6 +34,7 @@ _SAY_ERRORS = {
     "internal_error": "the say was not stored; send it again",
     "unavailable": "the database did not answer in time; send the say again with its id",
     "storage_full": "the database's disk is full; send the say again with its id later",
+    "moved": "the conversation moved to another node; reconnect and send the say again",
 }
 
 
@@ -78,11 +82,16 @@ class Session:
             raise ProtocolError(
                 "internal_error", "the conversation could not be opened; say hello again"
             ) from None
+        except (NotOwned, Fenced):
+            raise ProtocolError(
+                "unavailable", "another node still holds this conversation; say hello again"
+            ) from None
         live, snap = opened.live, opened.snapshot
         rt = server.runtime
         welcome = {
             "type": "welcome",
             "conversation": str(live.id),
+            "route": route_of(self.person),
             "resumed": opened.resumed,
             "age_s": round(opened.age_s, 3) if opened.age_s is not None else None,
             "speaker": snap.speaker_now(rt.clock.now(), rt.settings.speaker_reset_s),

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 from aiohttp import WSMsgType, web
 
+from actors.directory import CLOSE_MOVED
 from transport.identity import Unauthorized
 from transport.link import Frame, QueuedLink
 from transport.protocol import (
@@ -54,7 +55,7 @@ class WebSocketLink(QueuedLink):
             await self._ws.send_frame(orjson.dumps(frame), WSMsgType.TEXT)
 
     async def close(self, code: int) -> None:
-        await self._ws.close(code=code)
+        await self._ws.close(code=code, message=b"moved" if code == CLOSE_MOVED else b"")
 
     def closing_bytes(self, code: int) -> bytes:
         """A close frame (RFC 6455 5.5.1): final, unmasked, the code as its payload."""

@@ -1,0 +1,193 @@
+"""Two nodes on one PostgreSQL: one owner per person, handoffs, fencing, one archive.
+
+Both nodes run in this process (each a whole server: its own pool, notices connection,
+ownership and actors), on the test's database; phones speak to one node or the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from actors.clock import ManualClock
+from tests.conftest import Harness, Phone, eventually
+
+
+@pytest.fixture
+async def nodes(dsn: str, clock: ManualClock, tmp_path: Path) -> AsyncIterator[list[Harness]]:
+    pair = [Harness(dsn, clock, tmp_path / name) for name in ("a", "b")]
+    for harness, name in zip(pair, ("a", "b"), strict=True):
+        await harness.start(node_id=name)
+    yield pair
+    for harness in pair:
+        await harness.stop()
+        await harness.http.close()
+
+
+async def owner(db: asyncpg.Connection, harness: Harness, phone: Phone) -> str | None:
+    return await db.fetchval("SELECT node FROM owners WHERE person = $1", harness.person(phone))
+
+
+async def closed_with(phone: Phone) -> int | None:
+    assert phone.ws is not None
+    await eventually(lambda: phone.ws is not None and phone.ws.closed)
+    return phone.ws.close_code if phone.ws is not None else None
+
+
+async def test_a_person_moves_to_the_node_they_reach_with_history_and_seq_intact(
+    nodes: list[Harness], db: asyncpg.Connection
+) -> None:
+    a, b = nodes
+    first = await a.phone()
+    await first.say("one night or two?", "s1")
+    await first.reply()
+    assert await owner(db, a, first) == "a"
+    welcome = first.welcome
+
+    there = Phone(b, first.device)
+    moved = await there.connect(conversation=welcome["conversation"], last_seq=first.last_seq)
+
+    assert (await first.expect("bye"))["reason"] == "moved"
+    assert await closed_with(first) == 4001
+    assert moved["conversation"] == welcome["conversation"] and moved["resumed"] is True
+    assert moved["route"] == welcome["route"]  # the person's, whichever node answers
+    assert moved["history"][0]["text"] == "one night or two?"
+    assert moved["seq"] == first.last_seq  # nothing new meanwhile; it goes on from there
+    assert await owner(db, b, there) == "b"
+    assert a.server.directory.get(a.person(first)) is None  # let go on the old node
+
+    await there.say("two", "s2")
+    end = await there.reply()
+    assert end["seq"] > moved["seq"]
+    says = await db.fetch("SELECT client_id FROM turns WHERE role = 'user' ORDER BY place")
+    assert [r["client_id"] for r in says] == ["s1", "s2"]
+    await there.close()
+
+
+async def test_two_links_racing_onto_two_nodes_end_with_one_owner_and_nothing_doubled(
+    nodes: list[Harness], db: asyncpg.Connection
+) -> None:
+    a, b = nodes
+    device = "device-racing-" + "x" * 20
+    here, there = Phone(a, device), Phone(b, device)
+    await asyncio.gather(here.connect(), there.connect())
+    person = a.person(here)
+
+    async def settled() -> bool:
+        lives = [h.server.directory.get(person) for h in nodes]
+        return sum(live is not None for live in lives) == 1
+
+    await eventually(settled)
+    rows = await db.fetch("SELECT node FROM owners WHERE person = $1", person)
+    assert len(rows) == 1
+    winner = {"a": (a, here), "b": (b, there)}[rows[0]["node"]]
+    phone = winner[1]
+    if phone.ws is None or phone.ws.closed:  # moved after all: the phone comes back
+        phone = Phone(winner[0], device)
+        await phone.connect()
+    await phone.say("just once", "once")
+    await phone.reply()
+    assert await db.fetchval("SELECT count(*) FROM conversations WHERE person = $1", person) == 1
+    count = "SELECT count(*) FROM turns WHERE person = $1 AND client_id = 'once'"
+    assert await db.fetchval(count, person) == 1
+    for p in (here, there):
+        await p.close()
+
+
+async def test_a_node_that_lost_a_person_writes_nothing_more_and_closes_their_links(
+    nodes: list[Harness], db: asyncpg.Connection
+) -> None:
+    a, _ = nodes
+    phone = await a.phone()
+    await phone.say("before", "s1")
+    await phone.reply()
+    await a.recorded()
+    person = a.person(phone)
+    turns_before = await db.fetch("SELECT * FROM turns ORDER BY id")
+    events_before = await db.fetch("SELECT * FROM events ORDER BY seq")
+    # Another node took the person while `a` did not know (as after a pause of `a`).
+    await db.execute(
+        "UPDATE owners SET node = 'b', epoch = nextval('owner_epochs') WHERE person = $1", person
+    )
+
+    await phone.send({"type": "say", "id": "s2", "text": "after"})
+
+    assert (await phone.expect("bye"))["reason"] == "moved"
+    assert await closed_with(phone) == 4001
+    assert not [f for f in phone.frames if f["type"] == "ack" and f["id"] == "s2"]
+    assert await db.fetch("SELECT * FROM turns ORDER BY id") == turns_before
+    assert await db.fetch("SELECT * FROM events ORDER BY seq") == events_before
+    await eventually(lambda: a.server.directory.get(person) is None)
+    assert await db.fetchval("SELECT node FROM owners WHERE person = $1", person) == "b"
+
+
+async def test_a_lease_taken_by_another_node_is_noticed_at_the_next_renewal(
+    dsn: str, clock: ManualClock, tmp_path: Path, db: asyncpg.Connection
+) -> None:
+    a = await Harness(dsn, clock, tmp_path).start(node_id="a", lease=0.6)
+    try:
+        phone = await a.phone()
+        person = a.person(phone)
+        await db.execute(
+            "UPDATE owners SET node = 'b', epoch = nextval('owner_epochs') WHERE person = $1",
+            person,
+        )
+        assert (await phone.expect("bye"))["reason"] == "moved"  # no write needed to notice
+        assert await closed_with(phone) == 4001
+        await eventually(lambda: a.server.directory.get(person) is None)
+    finally:
+        await a.stop()
+        await a.http.close()
+
+
+async def test_an_idle_conversation_left_by_a_stopped_node_is_archived_once(
+    nodes: list[Harness], db: asyncpg.Connection, clock: ManualClock
+) -> None:
+    a, b = nodes
+    phone = await a.phone()
+    await phone.say("see you", "s1")
+    await phone.reply()
+    person = a.person(phone)
+    await phone.close()
+    await a.server.directory.hand_over(person)  # as a node that stops: released, not ended
+    assert await db.fetchval("SELECT count(*) FROM owners") == 0
+
+    clock.advance(a.server.runtime.settings.resume_window_s + 60)
+    reports = await asyncio.gather(a.sweep(), b.sweep())
+
+    assert sum(r["archived"] for r in reports if r is not None) == 1
+    status = await db.fetchval("SELECT status FROM conversations WHERE person = $1", person)
+    assert status == "archived"
+    assert await db.fetchval("SELECT count(*) FROM owners") == 0  # released after
+
+
+async def test_a_second_process_with_the_same_node_name_is_refused(
+    nodes: list[Harness], dsn: str, clock: ManualClock, tmp_path: Path
+) -> None:
+    twin = Harness(dsn, clock, tmp_path / "twin")
+    try:
+        with pytest.raises(Exception, match="node 'a' already runs"):
+            await twin.start(node_id="a")
+    finally:
+        await twin.http.close()
+
+
+async def test_the_route_is_the_persons_and_reveals_nothing(nodes: list[Harness]) -> None:
+    a, b = nodes
+    one = await a.phone()
+    again = Phone(b, one.device)
+    await again.connect()
+    other = await a.phone()
+    route = one.welcome["route"]
+    assert again.welcome["route"] == route != other.welcome["route"]
+    assert len(route) <= 32 and route.replace("-", "").replace("_", "").isalnum()
+    assert route not in (one.device, a.person(one))
+    async with b.http.ws_connect(b.url(f"/v1/ws?r={route}")) as ws:  # `r` accepted as is
+        await ws.send_json({"type": "hello", "v": 1, "device": one.device})
+        assert (await ws.receive_json())["type"] == "welcome"
+    for p in (one, again, other):
+        await p.close()
