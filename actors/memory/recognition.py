@@ -211,8 +211,11 @@ def _bare(text: str) -> str:
     return " ".join("".join(c if c.isalnum() else " " for c in text.casefold()).split())
 
 
-def recognise(new: MemoryDraft, candidates: Iterable[Candidate]) -> Verdict:
-    """Decide whether `new` is one of `candidates` (best score first wins).
+def recognise(
+    new: MemoryDraft, candidates: Iterable[Candidate], me: frozenset[str] = frozenset()
+) -> Verdict:
+    """Decide whether `new` is one of `candidates` (best score first wins); `me` are the
+    person's own names, for the guards (`actors.memory.owner`).
 
     Every candidate a tier would take goes past the guards first: one they stop is another
     fact (a contradiction is recorded, to be linked) and is skipped, and a lower one may
@@ -232,7 +235,7 @@ def recognise(new: MemoryDraft, candidates: Iterable[Candidate]) -> Verdict:
         found = found or reach(score, same_type, shared, words, t)
         if found is None and not band:
             continue
-        stopped = None if found == "exact" else guard(existing.draft, new)
+        stopped = None if found == "exact" else guard(existing.draft, new, me)
         if stopped is not None:
             decisions.append(Decision(existing, "guard", f"guard {stopped}"))
             if stopped.verdict == CONTRADICTION:
