@@ -2,10 +2,11 @@
 
 Each labelled pair runs through the real path, in a person of its own: the existing memory
 is remembered, then the new one is, with the configured embedder and thresholds, against a
-real PostgreSQL. The new memory is "merged" when remembering it reinforced the existing one
-instead of creating a card. Against the labels this gives precision (merges that were
-right), recall (restatements that were caught), false merges and missed restatements,
-overall and per kind of pair.
+real PostgreSQL (each memory waits for its fingerprint, as long as `--embed-timeout`; with
+`--name`, the person first says their name). The new memory is "merged" when remembering
+it reinforced the existing one instead of creating a card. Against the labels this gives
+precision (merges that were right), recall (restatements that were caught), false merges
+and missed restatements, overall and per kind of pair.
 
 The thresholds are only bets until measured, so the command also reports what every
 (high, low) pair would have given on the same fingerprints (the rule is a pure function
