@@ -81,6 +81,8 @@ STILL_APART = [
         (["Je m'appelle Léa."], {"lea"}),
         (["Mon prénom est Hannah.", "Appelle-moi Jo."], {"hannah", "jo"}),
         (["My brother is called Owen.", "Owen est le frère de Hannah."], set()),
+        (["Owen will call me tomorrow.", "Call me back, Maya."], set()),
+        (["my name is hannah"], {"hannah"}),
     ],
 )
 def test_the_own_name_is_what_the_person_said_it_was(texts: list[str], names: set[str]) -> None:

@@ -257,8 +257,10 @@ class MemoryKeeper:
             candidates = (
                 [] if draft.type == SUMMARY else await self._candidates(person, draft, vector)
             )
-            me = await self.own_names(person) if candidates else frozenset()
-            verdict = recognise(draft, candidates, me)
+            verdict = recognise(draft, candidates)
+            if verdict.stopped_by("subject"):  # maybe only for want of the person's name
+                me = await self.own_names(person)
+                verdict = recognise(draft, candidates, me) if me else verdict
             now = self.clock.now()
             contradicts = tuple(m for m, _ in verdict.contradicts)
             if verdict.match is not None:

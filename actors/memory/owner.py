@@ -12,7 +12,9 @@ was, in a memory of theirs ("My name is Hannah", "Call me Hannah", "Je m'appelle
 `own_names` reads it from those; the guards then take that name for "I" where they ask who
 a fact is about (`actors.memory.guards`, `actors.memory.values.conflict`), and for someone
 every memory of the person mentions. Anywhere else it stays a name like any other, so "Maya
-owes Hannah £50" / "Hannah owes Maya £50" are still told apart.
+owes Hannah £50" / "Hannah owes Maya £50" are still told apart. The read scans the person's
+memories, so the keeper makes it only when the subject guard kept a candidate apart: the
+one guard the name can change.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ NAMING_HINT = r"(name is|called|call me|appelle|nom)"
 
 
 def own_names(texts: Iterable[str]) -> frozenset[str]:
-    """The names the person gave themself in `texts`, in their plain form."""
+    """The names the person gave themself in `texts`, in their plain form: written with a
+    capital ("Owen will call me tomorrow" names no one), unless nothing in the text is (a
+    voice transcript may be all lower case)."""
     names = set()
     for text in texts:
+        written = {plain(w).strip("'-") for w in re.findall(_NAME, text) if w[0].isupper()}
         for match in NAMING.finditer(plain(text)):
             name = match.group(1).strip("'-")
-            if name and name not in STOP_WORDS:
+            if name and name not in STOP_WORDS and (name in written or text.islower()):
                 names.add(name)
     return frozenset(names)

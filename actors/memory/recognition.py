@@ -136,6 +136,12 @@ class Verdict:
     decisions: tuple[Decision, ...] = ()
     uncertain: tuple[Candidate, ...] = ()  # for the judge: no tier took them, no guard stopped
 
+    def stopped_by(self, which: str) -> bool:
+        """Whether the guard `which` (subject, negation...) kept a candidate apart."""
+        return any(
+            d.path == "guard" and d.reason.startswith(f"guard {which}:") for d in self.decisions
+        )
+
     @property
     def reason(self) -> str:
         """Why, in a line: the decision that matched, else every guard that stopped one."""

@@ -517,7 +517,7 @@ def conflict(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) -
     for one, other in ((a, b), (b, a)):
         mentioned = _words(other.people) | _words((other.text,)) | me
         if mentioned & _FIRST_PERSON:
-            continue  # "my brother": the owner is there, under a name the server never knows
+            continue  # "my brother": the owner is there, by a name the server may not know
         for person in one.people:
             if not _words((person,)) & mentioned:
                 return Conflict("people", frozenset(one.people), frozenset(other.people))
