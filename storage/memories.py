@@ -410,6 +410,19 @@ class MemoryStore:
         )
         return [MemoryLink(r["source"], r["target"], r["kind"]) for r in rows]
 
+    async def saying(self, person: str, pattern: str, limit: int = 16) -> list[str]:
+        """The texts of the person's active memories that match `pattern` (a PostgreSQL
+        regular expression, case-insensitive), the most recently mentioned first: the few
+        that may say the person's own name (`actors.memory.owner`)."""
+        rows = await self._pool.fetch(
+            "SELECT text FROM cards WHERE person = $1 AND status = 'active' AND text ~* $2 "
+            "ORDER BY last_mentioned DESC LIMIT $3",
+            person,
+            pattern,
+            limit,
+        )
+        return [r["text"] for r in rows]
+
     async def named(self, person: str, names: Sequence[str], limit: int) -> list[Memory]:
         """The person's active memories set with any of `names` (lowercase) as a person or
         a theme, the most recently mentioned first (migration 011's index)."""

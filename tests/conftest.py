@@ -105,6 +105,9 @@ async def local_keeper(dsn: str, clock: ManualClock) -> AsyncIterator[MemoryKeep
         pytest.skip(f"local model weights not installed: {missing}")
     store = await Store.open(dsn)
     keeper = await open_keeper(dsn, embedder, clock)
+    # What these tests look at is recognition: a model loading slowly on a busy machine
+    # must not store a memory without its fingerprint (that path is test_memory's).
+    keeper.fingerprint_wait = 60.0
     try:
         yield keeper
     finally:

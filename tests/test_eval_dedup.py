@@ -235,3 +235,26 @@ async def test_a_judge_that_gives_no_answer_decides_nothing(
         report = await run_eval(path, out, dsn, fake_embeddings, "--analysis-url", judge.url)
         assert len(judge.tasks("same-memory")) == 1
     assert (report["missed"], report["paths"]) == (1, {"none": 1})
+
+
+async def test_with_the_persons_name_their_own_fact_by_name_is_recognised(
+    dsn: str,
+    tmp_path: Path,
+    script: Script,
+    fake_embeddings: FakeEmbeddings,
+    db: asyncpg.Connection,
+) -> None:
+    """`--name`: each pair's person first says their name, and the guards know it as "I"."""
+    trip = memory("The Lisbon trip is with Maya.", ["maya"], ["travel"])
+    hers = memory("Hannah is going to Lisbon with Maya.", ["maya", "hannah"], ["travel"])
+    script.close_to(trip["text"], hers["text"], 0.8)
+    pairs = tmp_path / "pairs.jsonl"
+    row = {"existing": trip, "new": hers, "same": True, "kind": "reword"}
+    pairs.write_bytes(orjson.dumps(row) + b"\n")
+    unnamed = await run_eval(pairs, tmp_path / "a.json", dsn, fake_embeddings)
+    assert (unnamed["merged"], unnamed["missed"]) == (0, 1)
+    assert unnamed["details"][0]["conflict"].startswith("subject: people")
+    named = await run_eval(pairs, tmp_path / "b.json", dsn, fake_embeddings, "--name", "Hannah")
+    assert (named["merged"], named["missed"], named["recall"]) == (1, 0, 1.0)
+    assert named["details"][0]["conflict"] is None and named["details"][0]["tier"] == "shared"
+    assert await db.fetchval("SELECT count(*) FROM cards") == 0

@@ -226,3 +226,43 @@ async def test_past_the_queue_bound_pairs_are_left_unjudged(
     rows = await keeper.store.get(PERSON, [m.id for m in stored])
     assert [rows[m.id].status for m in stored] == ["active"] * 3
     assert rows[stored[2].id].recognition is None  # never asked
+
+
+@pytest.mark.parametrize(
+    ("existing", "new"),
+    [
+        (TOM, TEETOTAL),
+        (
+            MemoryDraft("Ma grand-mère est décédée.", "fact", (), ("famille",)),
+            MemoryDraft("Mamie nous a quittés.", "fact", (), ("famille",)),
+        ),
+    ],
+)
+async def test_with_the_local_models_the_band_reaches_the_judge(
+    local_keeper: MemoryKeeper,
+    fake: FakeAnalysis,
+    db: asyncpg.Connection,
+    existing: MemoryDraft,
+    new: MemoryDraft,
+) -> None:
+    """The embedding model in use puts a paraphrase that shares no word in the band, below
+    its tiers: stored at once, then merged on the judge's word."""
+    analysis = AnalysisModel(fake.url, "fake-analysis", timeout=5.0)
+    local_keeper.same_memory = judge = SameMemoryJudge(analysis, local_keeper)
+    fake.queue(pairs_answer("same"), task="same-memory")
+    try:
+        first = await local_keeper.remember(PERSON, existing)
+        second = await local_keeper.remember(PERSON, new)
+        assert second.created and second.reason == ""  # no tier took it, no guard stopped it
+        await judge.drain()
+    finally:
+        await analysis.close()
+    (asked,) = fake.tasks("same-memory")
+    assert asked.lines[0] == f"M1: {existing.text}" and asked.lines[2] == f"M2: {new.text}"
+    status = await db.fetchval("SELECT status FROM cards WHERE id = $1", second.memory.id)
+    assert status == "muted"
+    trace = await db.fetchrow("SELECT decided_by, new_id FROM reinforcements")
+    assert tuple(trace) == ("judge", second.memory.id)
+    assert (await local_keeper.store.get(PERSON, [first.memory.id]))[
+        first.memory.id
+    ].mention_count == 2

@@ -596,3 +596,31 @@ def test_ending_the_conversation_starts_a_new_one(
     expect(said(page, "a first conversation")).to_have_count(0)
     assert stored(page, "conversation") not in (first, None)
     turn(page, "a second one", 'You said "a second one". (0 earlier turns in view.)')
+
+
+def test_a_wrong_merge_is_split_back_out(browser: Browser, server: Served, tabs: list[Tab]) -> None:
+    """A memory said again lists each time; one split out is a memory of its own, as said."""
+    page = open_tab(browser, tabs, server.base + "/").page
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    device = {"X-Stillhere-Device": str(stored(page, "device"))}
+    owen = {"text": "Owen lives in Bristol", "people": ["owen"], "themes": ["family"]}
+    again = {"text": "owen lives in bristol!", "people": ["owen"], "themes": ["family"]}
+    _, created = server.call("POST", "/v1/memories", owen, device)
+    status, reinforced = server.call("POST", "/v1/memories", again, device)
+    assert (status, reinforced["result"]) == (200, "reinforced"), reinforced
+    page.get_by_role("button", name="Memories").click()
+    found = page.get_by_role("list", name="Memories found")
+    expect(found.get_by_role("checkbox")).to_have_count(1)
+    page.get_by_role("button", name="Said again: Owen lives in Bristol").click()
+    dialog = page.get_by_role("dialog", name="Said again")
+    dialog.get_by_role("button", name="Split out: owen lives in bristol!").click()
+    expect(page.get_by_text("Split out as a memory of its own.")).to_be_visible()
+    expect(found.get_by_role("checkbox")).to_have_count(2)
+    expect(found).to_contain_text("owen lives in bristol!")
+    _, former = server.call("GET", f"/v1/memories/{created['memory']['id']}", headers=device)
+    assert former["memory"]["mention_count"] == 1
+    [mention] = former["mentions"]
+    assert mention["split_into"] is not None
+    _, split = server.call("GET", f"/v1/memories/{mention['split_into']}", headers=device)
+    assert (split["memory"]["text"], split["memory"]["people"]) == (again["text"], ["owen"])
+    expect(page.get_by_role("button", name="Said again: Owen lives in Bristol")).to_have_count(0)

@@ -2,10 +2,11 @@
 
 Each labelled pair runs through the real path, in a person of its own: the existing memory
 is remembered, then the new one is, with the configured embedder and thresholds, against a
-real PostgreSQL. The new memory is "merged" when remembering it reinforced the existing one
-instead of creating a card. Against the labels this gives precision (merges that were
-right), recall (restatements that were caught), false merges and missed restatements,
-overall and per kind of pair.
+real PostgreSQL (each memory waits for its fingerprint, as long as `--embed-timeout`; with
+`--name`, the person first says their name). The new memory is "merged" when remembering
+it reinforced the existing one instead of creating a card. Against the labels this gives
+precision (merges that were right), recall (restatements that were caught), false merges
+and missed restatements, overall and per kind of pair.
 
 The thresholds are only bets until measured, so the command also reports what every
 (high, low) pair would have given on the same fingerprints (the rule is a pure function
@@ -32,6 +33,7 @@ import numpy as np
 from actors.memory.guards import guard
 from actors.memory.keeper import MemoryKeeper, Remembered
 from actors.memory.language import english
+from actors.memory.owner import own_names
 from actors.memory.recognition import (
     Thresholds,
     Wording,
@@ -203,12 +205,22 @@ def best_pair(grid: list[dict[str, Any]], target: float) -> tuple[dict[str, Any]
     return max(grid, key=lambda row: (row["precision"] or 0.0, row["recall"] or 0.0)), False
 
 
-async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
-    """Each pair through the real path, in a fresh person."""
+def naming(name: str | None) -> MemoryDraft | None:
+    """The memory in which a person told their name, for `--name`."""
+    return MemoryDraft(f"My name is {name}.", "fact", (), ("name",)) if name else None
+
+
+async def run_pairs(
+    keeper: MemoryKeeper, pairs: list[Pair], named: MemoryDraft | None = None
+) -> list[Outcome]:
+    """Each pair through the real path, in a fresh person (who first said `named`)."""
     run = uuid.uuid4().hex[:8]
+    me = own_names([named.text]) if named else frozenset()
     outcomes = []
     for number, pair in enumerate(pairs):
         person = f"eval-{run}-{number}"
+        if named is not None:
+            await keeper.remember(person, named)
         first = await keeper.remember(person, pair.existing)
         second = await keeper.remember(person, pair.new)
         if not (first.fingerprinted and second.fingerprinted):
@@ -216,7 +228,7 @@ async def run_pairs(keeper: MemoryKeeper, pairs: list[Pair]) -> list[Outcome]:
         merged, path = await _settled(keeper, person, first.memory.id, second)
         vectors = await keeper.fingerprint([pair.existing.text, pair.new.text])
         judged = keeper.judge.judge(pair.existing.text, vectors[0], pair.new.text, vectors[1])
-        disagreement = guard(pair.existing, pair.new)
+        disagreement = guard(pair.existing, pair.new, me)
         words = wording(pair.new, pair.existing)
         outcomes.append(
             Outcome(
@@ -283,6 +295,11 @@ def add_parser(commands: Any) -> None:
         default=0.95,
         help="the precision the best threshold pair must reach (default 0.95)",
     )
+    dedup.add_argument(
+        "--name",
+        help="the name of the person the pairs are about: each pair's person first says "
+        "it ('My name is NAME.'), so recognition knows it as theirs (actors.memory.owner)",
+    )
     add_analysis_options(
         dedup,
         "an OpenAI-compatible analysis model to judge the uncertain band (the same-memory "
@@ -305,10 +322,14 @@ async def run(args: argparse.Namespace) -> int:
         keeper_on(dsn, args) as keeper,
         analysis_model(args) as analysis,
     ):
+        # The figures are of recognition, not of a busy machine: each memory waits for its
+        # fingerprint (a server stores it without one past `--fingerprint-wait`, and the
+        # model's first load can take longer than that).
+        keeper.fingerprint_wait = args.embed_timeout
         if analysis is not None:
             keeper.same_memory = SameMemoryJudge(analysis, keeper)
         try:
-            outcomes = await run_pairs(keeper, pairs)
+            outcomes = await run_pairs(keeper, pairs, naming(args.name))
         except EmbeddingError as failure:
             print(f"the embedder failed, no figures: {failure}")
             return 1

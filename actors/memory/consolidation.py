@@ -75,6 +75,7 @@ async def consolidate(keeper: MemoryKeeper, person: str) -> list[Merge]:
         for link in await store.links(person, memories)
         if link.kind in ("distinct", "contradicts")
     }
+    me = await keeper.own_names(person)
     edges: dict[UUID, dict[UUID, tuple[float, str]]] = {}
     for a, b, _ in pairs:
         first, second = memories.get(a), memories.get(b)
@@ -86,7 +87,7 @@ async def consolidate(keeper: MemoryKeeper, person: str) -> list[Merge]:
             continue  # re-fingerprinted meanwhile: the next pass sees it
         judged = keeper.judge.judge(first.text, vectors[a], second.text, vectors[b])
         # Decided as recognition decides a new memory: tiers, the guards, the one-word swap.
-        match = recognise(first.draft, [Candidate(second, judged)]).match
+        match = recognise(first.draft, [Candidate(second, judged)], me).match
         if match is None:
             continue
         edges.setdefault(a, {})[b] = (match.score, match.tier)
@@ -100,7 +101,7 @@ async def consolidate(keeper: MemoryKeeper, person: str) -> list[Merge]:
         near = sorted(edges[reference.id].items(), key=lambda item: -item[1][0])
         for other, (score, found) in near:
             member = memories[other]
-            if other in taken or any(guard(member.draft, g.draft) for g, _, _ in group):
+            if other in taken or any(guard(member.draft, g.draft, me) for g, _, _ in group):
                 continue
             group.append((member, score, found))
         if not group:

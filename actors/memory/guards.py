@@ -91,10 +91,13 @@ def _words_with_case(text: str) -> list[tuple[str, bool]]:
     return [(plain(w), w[0].isupper()) for w in _WORD.findall(text)]
 
 
-def _relations(draft: MemoryDraft, other: MemoryDraft) -> dict[str, bool]:
+def _relations(
+    draft: MemoryDraft, other: MemoryDraft, me: frozenset[str] = frozenset()
+) -> dict[str, bool]:
     """The relations `draft` brings in, each with whether it names a person already there:
     "my brother Owen" (named), "my daughter" (not), "Owen's son" (never: Owen is the owner).
-    A "my R" in a memory about named people whom `other` names too may be one of them."""
+    A "my R" in a memory about named people whom `other` names too may be one of them. The
+    person's own name (`me`) owns as "my" does: "Ines, Hannah's colleague"."""
     words = _words_with_case(draft.text)
     people = {plain(p) for p in draft.people}
     others = {w for w, _ in _words_with_case(other.text)} & people
@@ -104,8 +107,15 @@ def _relations(draft: MemoryDraft, other: MemoryDraft) -> dict[str, bool]:
         if relation is None:
             continue
         before = words[i - 1][0] if i else ""
+        after = words[i + 1 : i + 3]
+        if (before.endswith("'s") and before[:-2] in me) or (
+            len(after) == 2 and after[0][0] == "de" and after[1][0] in me
+        ):
+            before = "my"  # "Hannah's colleague", "la collègue de Hannah": hers
         owned_by_name = before.endswith("'s") and words[i - 1][1]
-        chained = word.endswith("'s")  # "my sister's boss": the sister is another person
+        # "my sister's boss", "le chat de la voisine": the sister, the neighbour, is another
+        # person, whoever owns them.
+        chained = word.endswith("'s") or _owns_before(words, i)
         # "Owen's son" is another person, unless named after ("Owen's wife Nadia").
         steps = (1,) if owned_by_name else (1, -1)
         named = not chained and _names_someone(words, i, people, steps)
@@ -119,6 +129,19 @@ def _relations(draft: MemoryDraft, other: MemoryDraft) -> dict[str, bool]:
         named = partnered.group(1)[:1].isupper()  # "married to Owen"
         found["partner"] = found.get("partner", False) or named
     return found
+
+
+_OF_THE = frozenset({"du", "des", "de la"})
+
+
+def _owns_before(words: list[tuple[str, bool]], at: int) -> bool:
+    """A French relation that owns the one before it: "le chat de la voisine", "le fils
+    du voisin"."""
+    small = [w for w, _ in words[max(0, at - 3) : at]]
+    for n in (1, 2):
+        if len(small) > n and " ".join(small[-n:]) in _OF_THE and _kin(small[-n - 1]):
+            return True
+    return False
 
 
 def _names_someone(
@@ -154,9 +177,9 @@ def _mentions(draft: MemoryDraft) -> set[str]:
     return found
 
 
-def _subject(draft: MemoryDraft) -> str | None:
-    """`self` for a memory told in the first person, a name for one that opens with a
-    person it is about (one of its people), else None (not told)."""
+def _subject(draft: MemoryDraft, me: frozenset[str]) -> str | None:
+    """`self` for a memory told in the first person or by the person's own name (`me`), a
+    name for one that opens with a person it is about (one of its people), else None."""
     words = _words_with_case(draft.text)
     if not words:
         return None
@@ -164,14 +187,17 @@ def _subject(draft: MemoryDraft) -> str | None:
     if first in _FIRST_PERSON or first.startswith(("i'", "j'")):
         return "self"
     if first in {plain(p) for p in draft.people} and not words[0][0].endswith("'s"):
-        return first
+        return "self" if first in me else first
     return None
 
 
-def subject_guard(a: MemoryDraft, b: MemoryDraft) -> Guarded | None:
+def subject_guard(
+    a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()
+) -> Guarded | None:
     """Another person's fact: a first-person memory against one about a named person it
-    does not mention, or a relation one brings in that the other does not mention."""
-    ours, theirs = _subject(a), _subject(b)
+    does not mention (the person's own names, `me`, are "I"), or a relation one brings in
+    that the other does not mention."""
+    ours, theirs = _subject(a, me), _subject(b, me)
     if ours and theirs and ours != theirs and "self" in (ours, theirs):
         named = theirs if ours == "self" else ours
         mine = a if ours == "self" else b
@@ -180,7 +206,7 @@ def subject_guard(a: MemoryDraft, b: MemoryDraft) -> Guarded | None:
     if _roles_exchanged(a, b):
         return Guarded("subject", "the roles exchanged", DISTINCT)
     for one, other in ((a, b), (b, a)):
-        extra = {r for r, named in _relations(one, other).items() if not named}
+        extra = {r for r, named in _relations(one, other, me).items() if not named}
         extra -= _mentions(other)
         if extra:
             return Guarded("subject", f"{', '.join(sorted(extra))} of someone else", DISTINCT)
@@ -352,15 +378,17 @@ def _carrying(words: list[str]) -> list[str]:
     return [w for w in words if w not in STOP_WORDS] or words
 
 
-def guard(existing: MemoryDraft, new: MemoryDraft) -> Guarded | None:
-    """The first guard that keeps `new` apart from `existing`, or None: they may be one."""
-    found = conflict(existing, new)
+def guard(
+    existing: MemoryDraft, new: MemoryDraft, me: frozenset[str] = frozenset()
+) -> Guarded | None:
+    """The first guard that keeps `new` apart from `existing`, or None: they may be one.
+    `me` are the person's own names (`actors.memory.owner`), if they gave one."""
+    found = conflict(existing, new, me)
     if found is not None:
         which = "subject" if found.kind in ("people", "relation", "roles") else "slot"
         which = "negation" if found.kind == "negation" else which
         return Guarded(which, str(found), CONTRADICTION)
-    for check in (subject_guard, negation_guard, opposite_guard, slot_guard):
-        guarded = check(existing, new)
-        if guarded is not None:
-            return guarded
-    return None
+    guarded = subject_guard(existing, new, me)
+    for check in (negation_guard, opposite_guard, slot_guard):
+        guarded = guarded or check(existing, new)
+    return guarded

@@ -26,7 +26,9 @@ from uuid import UUID
 import numpy as np
 
 from actors.clock import Clock
+from actors.jobs import Jobs
 from actors.memory.judging import Judge, judge_for
+from actors.memory.owner import NAMING_HINT, own_names
 from actors.memory.recognition import VERBATIM, Candidate, recognise, same_text
 from actors.memory.search import (
     CANDIDATES,
@@ -111,8 +113,9 @@ class MemoryKeeper:
     ) -> None:
         self.store = store
         self.fingerprint_wait = fingerprint_wait
-        # Fingerprints still being made for memories stored without them (cancelled on close).
-        self._late: set[asyncio.Task[None]] = set()
+        # Fingerprints still being made for memories stored without them (cancelled on close:
+        # the back-fill pass makes what they would have).
+        self._late = Jobs()
         self.embedder = embedder
         self.clock = clock
         self.model = embedder.name
@@ -150,8 +153,7 @@ class MemoryKeeper:
             self._index.drop(person)
 
     async def close(self) -> None:
-        for task in list(self._late):  # the back-fill pass makes what they would have
-            task.cancel()
+        await self._late.settle(0)
         if self.same_memory is not None:
             await self.same_memory.close()  # what is queued is stored already
         if self._index is not None:
@@ -218,9 +220,7 @@ class MemoryKeeper:
         if memory is None:
             pending.cancel()
             return
-        task = asyncio.ensure_future(self._fill(pending, memory))
-        self._late.add(task)
-        task.add_done_callback(self._late.discard)
+        self._late.start(self._fill(pending, memory), f"late fingerprint of memory {memory}")
 
     async def _fill(self, pending: Embedding, memory: UUID) -> None:
         try:
@@ -258,6 +258,9 @@ class MemoryKeeper:
                 [] if draft.type == SUMMARY else await self._candidates(person, draft, vector)
             )
             verdict = recognise(draft, candidates)
+            if verdict.stopped_by("subject"):  # maybe only for want of the person's name
+                me = await self.own_names(person)
+                verdict = recognise(draft, candidates, me) if me else verdict
             now = self.clock.now()
             contradicts = tuple(m for m, _ in verdict.contradicts)
             if verdict.match is not None:
@@ -318,6 +321,10 @@ class MemoryKeeper:
             )
         fingerprinted = vector is not None
         return Remembered(created, True, None, None, contradicts, fingerprinted, verdict.reason)
+
+    async def own_names(self, person: str) -> frozenset[str]:
+        """The names the person gave themself in their memories (`actors.memory.owner`)."""
+        return own_names(await self.store.saying(person, NAMING_HINT))
 
     async def _candidates(
         self, person: str, draft: MemoryDraft, vector: np.ndarray | None

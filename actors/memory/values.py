@@ -175,9 +175,12 @@ def _words(items: tuple[str, ...]) -> set[str]:
 
 
 def values(
-    draft: MemoryDraft, shared: frozenset[str] | set[str] = frozenset()
+    draft: MemoryDraft,
+    shared: frozenset[str] | set[str] = frozenset(),
+    me: frozenset[str] = frozenset(),
 ) -> dict[str, frozenset[str]]:
-    """The values `draft` states, by kind, leaving out the words of `shared`."""
+    """The values `draft` states, by kind, leaving out the words of `shared`. A relation
+    of the person's own (`me`: "Hannah's colleague") is theirs, as "my colleague" is."""
     text = unicodedata.normalize("NFKC", draft.text).replace(_CURLY, "'")
     found: dict[str, set[str]] = {}
 
@@ -263,7 +266,9 @@ def values(
             continue
         named = _NAME_AFTER.match(after) or _NAME_BEFORE.search(before)
         if named is None:
-            add("relation", relation)
+            # "Hannah's colleague", "la collègue de Hannah": hers, as "my colleague" is.
+            if not _owner(before if match.group(1) else after, me):
+                add("relation", relation)
         else:  # "Hannah's brother Owen": who Owen is to her, a value of its own
             add("named", f"{_fold(named.group(1))}={relation}")
     for match in _WORDS.finditer(text):
@@ -477,6 +482,18 @@ def _roles_swapped(a: str, b: str) -> tuple[str, str] | None:
     return _order(slots_a), _order(slots_b)
 
 
+_DE = re.compile(r"^\s*(?:de|d')\s*(" + _WORD + ")", re.IGNORECASE)
+
+
+def _owner(around: str, me: frozenset[str]) -> bool:
+    """Whether who owns a relation is one of the person's own names: the word before an
+    English "'s" (`around` is the text before it), or after a French "de" (the text after
+    the relation)."""
+    french = _DE.match(around)
+    words = [french.group(1)] if french else _WORDS.findall(_fold(around))[-1:]
+    return any(plain(w).removesuffix("'s") in me for w in words)
+
+
 def _order(slots: list[frozenset[str]]) -> str:
     return " > ".join(" & ".join(sorted(slot)) for slot in slots)
 
@@ -488,17 +505,19 @@ KINDS = (
 )  # fmt: skip
 
 
-def conflict(a: MemoryDraft, b: MemoryDraft) -> Conflict | None:
-    """How `a` and `b` disagree, or None if they state no differing values of one kind."""
+def conflict(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) -> Conflict | None:
+    """How `a` and `b` disagree, or None if they state no differing values of one kind.
+    `me` are the person's own names (`actors.memory.owner`): every memory of theirs is
+    about them, said or not."""
     people_a = frozenset(_fold(p) for p in a.people)
     people_b = frozenset(_fold(p) for p in b.people)
     if people_a and people_b and not people_a & people_b:
         return Conflict("people", people_a, people_b)
     # Someone one memory is about, whom the other does not even mention: another fact.
     for one, other in ((a, b), (b, a)):
-        mentioned = _words(other.people) | _words((other.text,))
+        mentioned = _words(other.people) | _words((other.text,)) | me
         if mentioned & _FIRST_PERSON:
-            continue  # "my brother": the owner is there, under a name the server never knows
+            continue  # "my brother": the owner is there, by a name the server may not know
         for person in one.people:
             if not _words((person,)) & mentioned:
                 return Conflict("people", frozenset(one.people), frozenset(other.people))
@@ -508,7 +527,7 @@ def conflict(a: MemoryDraft, b: MemoryDraft) -> Conflict | None:
     if _negation_flip(a.text, b.text):
         return Conflict("negation", frozenset({a.text}), frozenset({b.text}))
     shared = shared_subject(a, b)
-    ours, theirs = values(a, shared), values(b, shared)
+    ours, theirs = values(a, shared, me), values(b, shared, me)
     # Whose fact: a relation one memory states must at least be mentioned by the other.
     none: frozenset[str] = frozenset()
     relations = ours.get("relation", none), theirs.get("relation", none)

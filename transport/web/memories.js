@@ -1,7 +1,9 @@
 // The memories view: the person's memories found by search or filters, a page at a time;
 // a selection (checkboxes, shift-click ranges, everything matching) muted, unmuted or
-// forgotten in ONE request; a memory marked wrong with the one that corrects it; the
-// clean-up sheet (a dry run first, then a confirmation); rules; open threads.
+// forgotten in ONE request; a memory marked wrong with the one that corrects it; a memory
+// said again, each time listed and one split back out as a memory of its own (a wrong
+// merge undone); the clean-up sheet (a dry run first, then a confirmation); rules; open
+// threads.
 
 import { api } from "./api.js";
 import { $, confirmDialog, el } from "./dom.js";
@@ -106,6 +108,9 @@ export class Memories {
           "li",
           {},
           el("label", {}, box, el("span", {}, el("span", { text: memory.text }), " ", el("span", { class: "kind", text: `${memory.type} · ${memory.status}` }))),
+          memory.mention_count > 1
+            ? el("button", { type: "button", onclick: () => this.guard(() => this.mentions(memory)), "aria-label": `Said again: ${memory.text}` }, `Said ${memory.mention_count}×…`)
+            : null,
           el("button", { type: "button", onclick: () => this.correct(memory), "aria-label": `Mark wrong: ${memory.text}` }, "Wrong…"),
         );
       }),
@@ -190,6 +195,35 @@ export class Memories {
     if (dialog.returnValue !== "ok") return;
     await api("POST", `/v1/memories/${memory.id}/erroneous`, { corrected_by: $("correct-by").value });
     $("memory-note").textContent = "Marked as wrong; the right one is kept with it.";
+    await this.load();
+  }
+
+  /** Each time the memory was said again; one wrongly counted in it can be split out. */
+  async mentions(memory) {
+    const { mentions } = await api("GET", `/v1/memories/${memory.id}`);
+    $("mentions-of").textContent = memory.text;
+    $("mention-list").replaceChildren(
+      ...mentions.map((mention) =>
+        el(
+          "li",
+          {},
+          el("span", { text: mention.text }),
+          " ",
+          el("span", { class: "kind", text: mention.split_into ? "split out" : mention.decided_by }),
+          mention.split_into
+            ? null
+            : el("button", { type: "button", "aria-label": `Split out: ${mention.text}`, onclick: () => this.guard(() => this.split(memory, mention)) }, "Split out"),
+        ),
+      ),
+    );
+    if (mentions.length === 0) $("mention-list").append(el("li", { text: "Never said again." }));
+    $("mentions").showModal();
+  }
+
+  async split(memory, mention) {
+    await api("POST", `/v1/memories/${memory.id}/split`, { mention: mention.id });
+    $("mentions").close();
+    $("memory-note").textContent = "Split out as a memory of its own.";
     await this.load();
   }
 
