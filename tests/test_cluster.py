@@ -1,0 +1,271 @@
+"""`stillhere cluster`: real PostgreSQL, real node processes and Debian's HAProxy in front.
+
+Routes stick to one node and spread over all of them, a hello through HAProxy is welcomed
+on every node with the one shared secret, a node killed with SIGKILL is started again and
+served again, and SIGINT stops every process the cluster started."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import orjson
+import psutil
+import pytest
+
+from tests.test_db_command import gone
+from tests.test_restart import ROOT, STILLHERE
+from transport import haproxy
+from transport.identity import Identity
+
+try:
+    HAPROXY: str | None = haproxy.find()
+except haproxy.HAProxyMissing:
+    HAPROXY = None
+needs_haproxy = pytest.mark.skipif(
+    HAPROXY is None, reason="HAProxy is not installed (apt-get install haproxy)"
+)
+
+NODES = 2
+START_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 90.0
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive ports free on 127.0.0.1 (a node's and its admin's)."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = int(probe.getsockname()[1])
+        if first + count >= 65536:
+            continue
+        try:
+            held = []
+            for port in range(first, first + count):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise AssertionError("no run of free ports")
+
+
+@dataclass
+class Cluster:
+    proc: subprocess.Popen[bytes]
+    port: int
+    data: Path
+    log: Path
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def node(self, name: str) -> psutil.Process:
+        """The live process of node `name`."""
+        for child in psutil.Process(self.proc.pid).children():
+            with_name = f"--node-id {name} " in " ".join(child.cmdline()) + " "
+            if with_name and not gone(child):
+                return child
+        raise LookupError(name)
+
+    def everything(self) -> list[psutil.Process]:
+        """The cluster, its children and the postmaster with its own."""
+        top = psutil.Process(self.proc.pid)
+        pid = int((self.data / "pgdata" / "postmaster.pid").read_text().split()[0])
+        postmaster = psutil.Process(pid)
+        return [top, *top.children(recursive=True), postmaster, *postmaster.children()]
+
+
+def start_cluster(tmp: Path) -> Cluster:
+    port = free_ports(1 + 2 * NODES)
+    log = tmp / "cluster.log"
+    with log.open("wb") as output:
+        proc = subprocess.Popen(
+            [
+                str(STILLHERE),
+                "cluster",
+                "--nodes",
+                str(NODES),
+                "--port",
+                str(port),
+                "--data",
+                str(tmp / "data"),
+                "--stop-timeout",
+                "30s",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            cwd=ROOT,
+        )
+    cluster = Cluster(proc, port, tmp / "data", log)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while "cluster ready" not in cluster.output():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_cluster(cluster)
+            raise AssertionError(f"the cluster did not come up:\n{cluster.output()}")
+        time.sleep(0.2)
+    return cluster
+
+
+def stop_cluster(cluster: Cluster) -> int:
+    if cluster.proc.poll() is None:
+        cluster.proc.send_signal(signal.SIGINT)
+    try:
+        return cluster.proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        for process in cluster.everything():
+            process.kill()
+        raise
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if HAPROXY is None:
+        pytest.skip("HAProxy is not installed (apt-get install haproxy)")
+    running = start_cluster(tmp_path_factory.mktemp("cluster"))
+    yield running
+    stop_cluster(running)
+
+
+async def served_by(http: aiohttp.ClientSession, cluster: Cluster, route: str) -> str:
+    """Which node answered `/readyz?r=route` through HAProxy (200 only)."""
+    async with http.get(f"{cluster.base}/readyz", params={"r": route}) as answer:
+        assert answer.status == 200, await answer.text()
+        header = answer.headers["X-Served-By"]
+        body = orjson.loads(await answer.read())
+    if "node" in body:  # the node's own word, once /readyz carries it
+        assert body["node"] == header
+    return header
+
+
+async def routes_to_each_node(http: aiohttp.ClientSession, cluster: Cluster) -> dict[str, str]:
+    """A route that HAProxy sends to each node."""
+    found: dict[str, str] = {}
+    for _ in range(200):
+        route = uuid.uuid4().hex[:16]
+        found.setdefault(await served_by(http, cluster, route), route)
+        if len(found) == NODES:
+            return found
+    raise AssertionError(f"routes reached only {sorted(found)}")
+
+
+@needs_haproxy
+async def test_a_route_sticks_to_one_node_and_routes_spread_over_all(cluster: Cluster) -> None:
+    async with aiohttp.ClientSession() as http:
+        first = {}
+        for _ in range(40):
+            route = uuid.uuid4().hex[:16]
+            first[route] = await served_by(http, cluster, route)
+        for route, node in first.items():
+            assert await served_by(http, cluster, route) == node
+    assert set(first.values()) == {f"node-{i}" for i in range(1, NODES + 1)}
+
+
+@needs_haproxy
+async def test_a_hello_through_haproxy_is_welcomed_on_every_node_with_one_secret(
+    cluster: Cluster,
+) -> None:
+    """An account token made with the cluster's secret verifies on each node, and one
+    device key is the same person wherever it lands."""
+    token = Identity((cluster.data / "secret").read_text().strip()).issue("anna")
+    async with aiohttp.ClientSession() as http:
+        routes = await routes_to_each_node(http, cluster)
+        for node, route in routes.items():
+            for credential in ({"token": token}, {"device": "device-" + "1" * 32}):
+                url = f"ws://127.0.0.1:{cluster.port}/v1/ws?r={route}"
+                async with http.ws_connect(url) as ws:
+                    assert ws._response.headers["X-Served-By"] == node
+                    await ws.send_json({"type": "hello", "v": 1, **credential})
+                    welcome = await ws.receive_json(timeout=30)
+                    assert welcome["type"] == "welcome", (node, welcome)
+
+
+@needs_haproxy
+async def test_a_node_killed_is_started_again_and_served_again(cluster: Cluster) -> None:
+    async with aiohttp.ClientSession() as http:
+        route = (await routes_to_each_node(http, cluster))["node-1"]
+        killed = cluster.node("node-1")
+        killed.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert time.monotonic() < deadline, cluster.output()
+            try:
+                if await served_by(http, cluster, route) == "node-1":
+                    break
+            except AssertionError:
+                pass  # no node ready for an instant: HAProxy answers 503
+            await asyncio.sleep(0.2)
+        assert cluster.node("node-1").pid != killed.pid
+    assert "node-1 exited (signal SIGKILL); starting it again" in cluster.output()
+
+
+@needs_haproxy
+def test_sigint_stops_every_process_of_the_cluster(tmp_path: Path) -> None:
+    cluster = start_cluster(tmp_path)
+    processes = cluster.everything()
+    names = " ".join(p.name() for p in processes)
+    assert "haproxy" in names and "postgres" in names
+    assert stop_cluster(cluster) == 0
+    _, alive = psutil.wait_procs(processes, timeout=10)
+    assert [p for p in alive if not gone(p)] == []
+    out = cluster.output()
+    order = [out.index(f"node-{i} stopped") for i in range(1, NODES + 1)]
+    assert max(order) < out.index("haproxy stopped") < out.index("embedded PostgreSQL stopped")
+
+
+def refused(tmp_path: Path, *options: str) -> str:
+    """`stillhere cluster OPTIONS` exits 2 having started nothing; what it said."""
+    done = subprocess.run(
+        [str(STILLHERE), "cluster", "--data", str(tmp_path / "data"), *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2
+    assert not (tmp_path / "data").exists()
+    return done.stderr
+
+
+def test_a_missing_haproxy_is_a_clear_error_and_starts_nothing(tmp_path: Path) -> None:
+    said = refused(tmp_path, "--haproxy", str(tmp_path / "no-haproxy"))
+    assert "apt-get install haproxy" in said
+
+
+def test_options_the_cluster_sets_are_refused_after_the_separator(tmp_path: Path) -> None:
+    said = refused(tmp_path, "--", "--rehearsal-rate", "0", "--secret=visible", "--port", "1")
+    assert "the cluster sets --port, --secret itself" in said
+
+
+@needs_haproxy
+def test_the_deploy_config_and_a_filled_one_pass_haproxy_check(tmp_path: Path) -> None:
+    assert HAPROXY is not None
+    haproxy.check(HAPROXY, haproxy.TEMPLATE)
+    nodes = [haproxy.Backend(f"node-{i}", "127.0.0.1", 9000 + i) for i in range(1, 4)]
+    filled = haproxy.fill(haproxy.TEMPLATE.read_text(), "127.0.0.1:9000", nodes)
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(filled)
+    haproxy.check(HAPROXY, config)
+    assert "    bind 127.0.0.1:9000\n" in filled
+    assert "server node-3 127.0.0.1:9003\n" in filled
+    assert "192.0.2." not in filled  # the example's servers are gone
+    config.write_text(filled.replace("balance url_param r", "balance no-such-algorithm"))
+    with pytest.raises(haproxy.BadConfig, match="balance only supports"):
+        haproxy.check(HAPROXY, config)
