@@ -22,17 +22,9 @@ import psutil
 import pytest
 
 from tests.test_db_command import gone
+from tests.test_deploy import HAPROXY, needs_haproxy
 from tests.test_restart import ROOT, STILLHERE
-from transport import haproxy
 from transport.identity import Identity
-
-try:
-    HAPROXY: str | None = haproxy.find()
-except haproxy.HAProxyMissing:
-    HAPROXY = None
-needs_haproxy = pytest.mark.skipif(
-    HAPROXY is None, reason="HAProxy is not installed (apt-get install haproxy)"
-)
 
 NODES = 2
 START_TIMEOUT_S = 180.0
@@ -252,20 +244,3 @@ def test_a_missing_haproxy_is_a_clear_error_and_starts_nothing(tmp_path: Path) -
 def test_options_the_cluster_sets_are_refused_after_the_separator(tmp_path: Path) -> None:
     said = refused(tmp_path, "--", "--rehearsal-rate", "0", "--secret=visible", "--port", "1")
     assert "the cluster sets --port, --secret itself" in said
-
-
-@needs_haproxy
-def test_the_deploy_config_and_a_filled_one_pass_haproxy_check(tmp_path: Path) -> None:
-    assert HAPROXY is not None
-    haproxy.check(HAPROXY, haproxy.TEMPLATE)
-    nodes = [haproxy.Backend(f"node-{i}", "127.0.0.1", 9000 + i) for i in range(1, 4)]
-    filled = haproxy.fill(haproxy.TEMPLATE.read_text(), "127.0.0.1:9000", nodes)
-    config = tmp_path / "haproxy.cfg"
-    config.write_text(filled)
-    haproxy.check(HAPROXY, config)
-    assert "    bind 127.0.0.1:9000\n" in filled
-    assert "server node-3 127.0.0.1:9003\n" in filled
-    assert "192.0.2." not in filled  # the example's servers are gone
-    config.write_text(filled.replace("balance url_param r", "balance no-such-algorithm"))
-    with pytest.raises(haproxy.BadConfig, match="balance only supports"):
-        haproxy.check(HAPROXY, config)
