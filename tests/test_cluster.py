@@ -76,17 +76,20 @@ class Cluster:
                 return child
         raise LookupError(name)
 
+    def postmaster(self) -> psutil.Process:
+        pid = int((self.data / "pgdata" / "postmaster.pid").read_text().split()[0])
+        return psutil.Process(pid)
+
     def everything(self) -> list[psutil.Process]:
         """The cluster, its children and the postmaster with its own."""
         top = psutil.Process(self.proc.pid)
-        pid = int((self.data / "pgdata" / "postmaster.pid").read_text().split()[0])
-        postmaster = psutil.Process(pid)
+        postmaster = self.postmaster()
         return [top, *top.children(recursive=True), postmaster, *postmaster.children()]
 
 
-def start_cluster(tmp: Path) -> Cluster:
+def start_cluster(tmp: Path, log_name: str = "cluster.log") -> Cluster:
     port = free_ports(1 + 2 * NODES)
-    log = tmp / "cluster.log"
+    log = tmp / log_name
     with log.open("wb") as output:
         proc = subprocess.Popen(
             [
@@ -244,3 +247,25 @@ def test_a_missing_haproxy_is_a_clear_error_and_starts_nothing(tmp_path: Path) -
 def test_options_the_cluster_sets_are_refused_after_the_separator(tmp_path: Path) -> None:
     said = refused(tmp_path, "--", "--rehearsal-rate", "0", "--secret=visible", "--port", "1")
     assert "the cluster sets --port, --secret itself" in said
+
+
+@needs_haproxy
+def test_a_cluster_killed_leaves_no_node_and_the_next_one_adopts_its_postgresql(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL gives the cluster no time to stop anything: its nodes and HAProxy are told by
+    the kernel (SIGTERM) and exit; PostgreSQL, a daemon of its own, is left running, and the
+    next cluster on the same folder adopts it and stops it on its own clean stop."""
+    first = start_cluster(tmp_path, "first.log")
+    children = psutil.Process(first.proc.pid).children()
+    postmaster = first.postmaster()
+    first.proc.kill()
+    first.proc.wait(STOP_TIMEOUT_S)
+    _, alive = psutil.wait_procs(children, timeout=STOP_TIMEOUT_S)
+    assert [p for p in alive if not gone(p)] == []
+    assert postmaster.is_running()
+    second = start_cluster(tmp_path, "second.log")
+    assert second.postmaster().pid == postmaster.pid
+    assert stop_cluster(second) == 0
+    assert gone(postmaster)
+    assert "embedded PostgreSQL adopted" in second.output()
