@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -21,6 +20,7 @@ import orjson
 import psutil
 import pytest
 
+from bench.procs import free_ports
 from tests.test_db_command import gone
 from tests.test_deploy import HAPROXY, needs_haproxy
 from tests.test_restart import ROOT, STILLHERE
@@ -29,29 +29,6 @@ from transport.identity import Identity
 NODES = 2
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 90.0
-
-
-def free_ports(count: int) -> int:
-    """The first of `count` consecutive ports free on 127.0.0.1 (a node's and its admin's)."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = int(probe.getsockname()[1])
-        if first + count >= 65536:
-            continue
-        try:
-            held = []
-            for port in range(first, first + count):
-                sock = socket.socket()
-                held.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
-    raise AssertionError("no run of free ports")
 
 
 @dataclass
