@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -163,3 +164,27 @@ async def test_db_refuses_a_data_folder_in_use(tmp_path: Path) -> None:
             assert f"in use by process {first.proc.pid}" in stderr
         assert await query_one(first.dsn) == 1  # the first goes on
         assert await first.stop(signal.SIGTERM) == 0
+
+
+async def test_db_on_a_port_in_use_says_so_and_leaves_nothing_running(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with running_db(tmp_path / "db", "--port", str(port)) as db:
+            async with asyncio.timeout(60):
+                code = await db.proc.wait()
+            stderr = (await db.proc.stderr.read()).decode()  # type: ignore[union-attr]
+    assert code == 1
+    assert f"could not listen on 127.0.0.1:{port}" in stderr
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "db" / "pgdata" / "postmaster.pid").exists()
+
+
+async def test_db_host_without_port_is_refused(tmp_path: Path) -> None:
+    async with running_db(tmp_path / "db", "--host", "0.0.0.0") as db:
+        async with asyncio.timeout(60):
+            code = await db.proc.wait()
+        stderr = (await db.proc.stderr.read()).decode()  # type: ignore[union-attr]
+    assert code == 2 and "--host needs --port" in stderr
+    assert not (tmp_path / "db").exists()

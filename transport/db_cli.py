@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,6 @@ def add_parser(commands: Any) -> None:
     )
     db.add_argument(
         "--host",
-        default="127.0.0.1",
         help="with --port, the address to listen on (default 127.0.0.1: this machine only). "
         "Connections from this machine are trusted; a non-loopback address (0.0.0.0 for "
         "all) lets other machines in with the password kept in DATA/db-password "
@@ -63,6 +63,11 @@ def add_data_option(parser: argparse.ArgumentParser, holds: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start, print the DSN, wait for a stop signal, stop."""
+    if args.host is not None and args.port is None:
+        print(
+            "stillhere db: --host needs --port (without it: the unix socket only)", file=sys.stderr
+        )
+        return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # taken by sigtimedwait below
     try:
         postgres = EmbeddedPostgres(args.data, alone=True)
@@ -72,8 +77,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         dsn = postgres.dsn
         if args.port is not None:
-            remote = not is_loopback(args.host)
-            dsn = postgres.listen(args.host, args.port, remote=remote)
+            host = args.host or "127.0.0.1"
+            remote = not is_loopback(host)
+            try:
+                dsn = postgres.listen(host, args.port, remote=remote)
+            except subprocess.CalledProcessError:
+                print(
+                    f"stillhere db: PostgreSQL could not listen on {host}:{args.port} (in use? "
+                    f"not an address of this machine?): see {postgres.pgdata / 'log'}",
+                    file=sys.stderr,
+                )
+                return 1
             if remote:
                 log.info(
                     "other machines connect with the password in %s (add it to the DSN, "
