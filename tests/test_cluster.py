@@ -154,19 +154,27 @@ async def test_a_route_sticks_to_one_node_and_routes_spread_over_all(cluster: Cl
 async def test_a_hello_through_haproxy_is_welcomed_on_every_node_with_one_secret(
     cluster: Cluster,
 ) -> None:
-    """An account token made with the cluster's secret verifies on each node, and one
-    device key is the same person wherever it lands."""
+    """An account token made with the cluster's secret verifies on each node, and each
+    credential is one person wherever it lands: the second node takes up the conversation
+    the first one started, and answers a say in it."""
     token = Identity((cluster.data / "secret").read_text().strip()).issue("anna")
     async with aiohttp.ClientSession() as http:
         routes = await routes_to_each_node(http, cluster)
-        for node, route in routes.items():
-            for credential in ({"token": token}, {"device": "device-" + "1" * 32}):
+        for credential in ({"token": token}, {"device": "device-" + uuid.uuid4().hex}):
+            conversations = set()
+            for node, route in routes.items():
                 url = f"ws://127.0.0.1:{cluster.port}/v1/ws?r={route}"
                 async with http.ws_connect(url) as ws:
                     assert ws._response.headers["X-Served-By"] == node
                     await ws.send_json({"type": "hello", "v": 1, **credential})
                     welcome = await ws.receive_json(timeout=30)
                     assert welcome["type"] == "welcome", (node, welcome)
+                    conversations.add(welcome["conversation"])
+                    await ws.send_json({"type": "say", "id": node, "text": f"Hello {node}"})
+                    async with asyncio.timeout(30):
+                        while (await ws.receive_json())["type"] != "reply.end":
+                            pass
+            assert len(conversations) == 1, credential
 
 
 @needs_haproxy
