@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench import procs
+from bench import flap_cluster, procs
 from bench.flap_db import Stored, stateless_stored, stillhere_stored
 from bench.flap_metrics import server_buckets, server_figures
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
 from bench.flap_throughput import Throughput
-from bench.flap_throughput import measure as measure_throughput
+from bench.flap_throughput import in_turn as throughput_in_turn
 from bench.phones_gc import MODES as PHONES_GC_MODES
 from bench.phones_gc import PhonesCollector
 from bench.procs import write_json
@@ -149,6 +149,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="flapping time for each baseline (default: --duration)",
     )
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        help="instead of the flapping run: the throughput phase through `stillhere cluster` "
+        "with N nodes against 1 node, side by side (bench/flap_cluster.py; needs haproxy)",
+    )
     parser.add_argument("--throughput-phones", type=int, default=50, help="M (default 50)")
     parser.add_argument("--throughput-says", type=int, default=150, help="K (default 150)")
     parser.add_argument(
@@ -205,6 +212,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         )
     if not 0 <= args.backoff_jitter <= 1:
         parser.error("--backoff-jitter is between 0 and 1")
+    if args.cluster and args.cluster < 2:
+        parser.error("--cluster compares N nodes with one: N is at least 2")
 
 
 # -- figures --------------------------------------------------------------------------------
@@ -600,20 +609,11 @@ async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
                 label: stack.enter_context(procs.RssSampler(server, interval=0.5))
                 for label, server in servers.items()
             }
-            rounds: dict[str, list[Throughput]] = {label: [] for label in servers}
-            for n in range(args.throughput_rounds):
-                for label, server in servers.items():
-                    print(f"throughput: {label}, round {n + 1} ...", file=sys.stderr)
-                    rounds[label].append(
-                        await measure_throughput(
-                            server.base_url,
-                            args.throughput_phones,
-                            args.throughput_says,
-                            timeout=600.0,
-                            warmup=args.throughput_warmup if n == 0 else 0,
-                            readings=partial(throughput_readings, server),
-                        )
-                    )
+            targets = {
+                label: (server.base_url, partial(throughput_readings, server))
+                for label, server in servers.items()
+            }
+            rounds = await throughput_in_turn(targets, args)
         return {label: _throughput_figures(rounds[label], rss[label]) for label in servers}
     finally:
         loop = asyncio.get_running_loop()
@@ -991,6 +991,8 @@ async def run(args: argparse.Namespace) -> int:
     # the whole run; while the phones flap, `--phones-gc off` (the default) holds their
     # collector off altogether (bench/phones_gc.py says why).
     tune_collector(PHONES_GC_THRESHOLDS)
+    if args.cluster:
+        return await _cluster(args)
     try:
         report = await measure(args)
     except (procs.ServerError, BenchFailed, TimeoutError) as failed:
@@ -1013,6 +1015,20 @@ async def run(args: argparse.Namespace) -> int:
         plot(args.plot, report, resume_points)
         print(f"plot written to {args.plot}")
     return 1 if found else 0
+
+
+async def _cluster(args: argparse.Namespace) -> int:
+    """`--cluster N`: bench/flap_cluster.py in a tmp dir (removed after); 2 if it could
+    not finish."""
+    root = Path(tempfile.mkdtemp(prefix="stillhere-flap-cluster-"))
+    try:
+        async with asyncio.timeout(args.timeout):
+            return await flap_cluster.run(args, root)
+    except (procs.ServerError, TimeoutError) as failed:
+        print(f"flap bench failed: {type(failed).__name__}: {failed}", file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

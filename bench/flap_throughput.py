@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -126,3 +127,28 @@ async def measure(
         finally:
             await asyncio.gather(*(ws.close() for ws in links), return_exceptions=True)
     return out
+
+
+async def in_turn(
+    targets: dict[str, tuple[str, Callable[[], dict[str, float]]]],
+    args: Any,
+    what: str = "throughput",
+) -> dict[str, list[Throughput]]:
+    """Each target (label: base URL and its readings) timed in turn, round after round
+    (`args.throughput_rounds`, `_phones`, `_says`; `_warmup` says in the first round only),
+    so that each round finds the machine as the others did."""
+    rounds: dict[str, list[Throughput]] = {label: [] for label in targets}
+    for n in range(args.throughput_rounds):
+        for label, (base_url, readings) in targets.items():
+            print(f"{what}: {label}, round {n + 1} ...", file=sys.stderr)
+            rounds[label].append(
+                await measure(
+                    base_url,
+                    args.throughput_phones,
+                    args.throughput_says,
+                    timeout=600.0,
+                    warmup=args.throughput_warmup if n == 0 else 0,
+                    readings=readings,
+                )
+            )
+    return rounds

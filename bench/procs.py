@@ -38,7 +38,9 @@ __all__ = [
     "RssSampler",
     "Server",
     "ServerError",
+    "clean_env",
     "finish",
+    "free_ports",
     "log_problems",
     "log_tail",
     "main_thread_sched_s",
@@ -98,6 +100,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive ports free on 127.0.0.1 (a cluster's: HAProxy's,
+    then its nodes', then their admin APIs')."""
+    for _ in range(200):
+        first = free_port()
+        if first + count > 65536:
+            continue
+        held: list[socket.socket] = []
+        try:
+            for port in range(first, first + count):
+                held.append(socket.socket())
+                held[-1].bind((HOST, port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise ServerError(f"no {count} consecutive free ports")
+
+
 def stillhere_command() -> str:
     beside = Path(sys.executable).parent / "stillhere"
     found = str(beside) if beside.exists() else shutil.which("stillhere")
@@ -136,7 +159,7 @@ def log_problems(path: Path) -> list[str]:
     return []
 
 
-def _clean_env() -> dict[str, str]:
+def clean_env() -> dict[str, str]:
     # Only the command line configures a server: no STILLHERE_* from the environment.
     return {k: v for k, v in os.environ.items() if not k.startswith("STILLHERE_")}
 
@@ -181,7 +204,7 @@ def start(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_clean_env(),
+            env=clean_env(),
             start_new_session=True,  # a Ctrl-C on the bench reaches it via `finally` only
         )
     return Server(name, proc, port, data_dir, log_path)

@@ -9,12 +9,17 @@ with `kill -9` never lets go: its entry is dropped here when the next process op
 folder, so a server restarted after a crash adopts the PostgreSQL still running and stops
 it on its own clean stop. What was done is logged as it was: started or adopted, stopped or
 left running for whom.
+
+`listen` makes it reachable over TCP as well, for `stillhere db --port` (nodes of a cluster
+on this machine or others): loopback connections are trusted as the socket is, others
+need the password kept in the data folder.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import warnings
@@ -28,6 +33,14 @@ log = logging.getLogger("stillhere.storage")
 # PostgreSQL's startup after a crash writes a new WAL segment (16 MiB, as the wheel's initdb
 # makes them): with less free space than that it would only fail again.
 WAL_SEGMENT_BYTES = 16 << 20
+
+# Appended once to pg_hba.conf when PostgreSQL listens beyond loopback: initdb's own lines
+# (trust, from the socket and loopback only) come first and still match there.
+REMOTE_HBA = (
+    "# stillhere db: connections from other machines need the password\n"
+    "host all all 0.0.0.0/0 scram-sha-256\n"
+    "host all all ::/0 scram-sha-256\n"
+)
 
 
 class InUse(Exception):
@@ -97,6 +110,69 @@ class EmbeddedPostgres:
             how = "adopted" if self.adopted else "started"
             log.info("embedded PostgreSQL stopped (postmaster %d, %s by this process)", pid, how)
 
+    def listen(self, host: str, port: int, *, remote: bool) -> str:
+        """Restart PostgreSQL listening on `host:port` too; the TCP DSN (without password).
+
+        `remote` (`host` is not a loopback address): the `postgres` role gets the password
+        of `password_file()` (made once) and pg_hba.conf asks for it from other addresses
+        (scram-sha-256; no TLS)."""
+        if remote:
+            self._allow_remote()
+        socket_dir = self._server.get_postmaster_info().socket_dir
+        options = f'-h "{host}" -p {port} -k "{socket_dir}"'
+        with self._wheel.PostgresServer._lock:
+            self._wheel.pg_ctl(
+                ["-w", "-m", "fast", "-l", str(self.pgdata / "log"), "-o", options, "restart"],
+                pgdata=self.pgdata,
+                user=self.system_user,
+                timeout=60,
+            )
+            self._server.ensure_postgres_running()  # reads the new postmaster's pid
+        if remote:
+            self._set_password(socket_dir, port)
+        shown = f"[{host}]" if ":" in host else host
+        log.info("embedded PostgreSQL listening on %s:%d (%s)", shown, port, self.pgdata)
+        return f"postgresql://postgres@{shown}:{port}/postgres"
+
+    def password_file(self) -> Path:
+        """The password other machines connect with, beside pgdata (mode 0600)."""
+        return self.pgdata.parent / "db-password"
+
+    def _allow_remote(self) -> None:
+        hba = self.pgdata / "pg_hba.conf"
+        if REMOTE_HBA not in hba.read_text():
+            with hba.open("a") as lines:
+                lines.write(REMOTE_HBA)
+        path = self.password_file()
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(32) + "\n")
+
+    def _set_password(self, socket_dir: Path, port: int) -> None:
+        """The role's password, set over the (trusted) socket; only its hash is stored."""
+        password = self.password_file().read_text().strip()
+        statement = f"ALTER ROLE postgres PASSWORD '{password}'"  # url-safe: no quote in it
+        subprocess.run(
+            [
+                str(self._wheel.POSTGRES_BIN_PATH / "psql"),
+                "-q",
+                "-h",
+                str(socket_dir),
+                "-p",
+                str(port),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ],
+            input=statement.encode(),
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+
     def revive(self) -> bool:
         """Start PostgreSQL again if it stopped on its own, once its disk has room for it;
         False if a start was tried and failed.
@@ -126,6 +202,10 @@ class EmbeddedPostgres:
             self._server.get_pid(),
         )
         return True
+
+    def running(self) -> bool:
+        """Whether its postmaster is alive."""
+        return self._postmaster() is not None
 
     def _live_handles(self) -> list[int]:
         """Other processes using this PostgreSQL that are alive; the dead are forgotten.

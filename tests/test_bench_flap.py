@@ -15,6 +15,7 @@ import pytest
 
 from bench import flap, flap_plot, procs
 from bench.flap_metrics import bounded_percentiles
+from bench.flap_throughput import measure as measure_throughput
 
 
 @pytest.mark.timeout(110)
@@ -159,7 +160,7 @@ async def test_a_timed_round_reports_each_sides_cpu_per_turn_and_the_loops_time(
         with procs.RssSampler(server) as rss:
             # 300 turns: enough PostgreSQL work (about 0.3 ms a turn) that the kernel's
             # 10 ms CPU ticks surely see some of it.
-            timed = await flap.measure_throughput(
+            timed = await measure_throughput(
                 server.base_url,
                 6,
                 50,

@@ -68,7 +68,7 @@ async def start_admin(server: Server) -> web.AppRunner | None:
         await runner.cleanup()
         raise
     server.admin_port = runner.addresses[0][1]  # its URL is in the line `serve` logs
-    if not _is_loopback(settings.admin_host):
+    if not is_loopback(settings.admin_host):
         log.warning(
             "the admin API listens beyond loopback (%s, --admin-remote on): "
             "it shows what people said",
@@ -84,14 +84,14 @@ class AdminExposed(ValueError):
 def check_admin_host(settings: Settings) -> None:
     """Refuse a non-loopback admin address unless `--admin-remote on` says it is meant: the
     admin API shows what people said, so exposing it takes two deliberate options."""
-    if settings.admin_token and not settings.admin_remote and not _is_loopback(settings.admin_host):
+    if settings.admin_token and not settings.admin_remote and not is_loopback(settings.admin_host):
         raise AdminExposed(
             f"--admin-host {settings.admin_host} is not a loopback address; the admin API "
             "shows what people said: add --admin-remote on to listen there anyway"
         )
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:

@@ -1,4 +1,5 @@
-"""The `stillhere` command: `serve`, `token`, `revoke`, `inspect`, `memory`, `eval` and `bench`."""
+"""The `stillhere` command: `serve`, `db`, `cluster`, `token`, `revoke`, `inspect`, `memory`,
+`eval` and `bench`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from functools import partial
 from bench import crash, flap, fuzz, soak
 from providers.event_loop import run as run_on_loop
 from storage.embedded import InUse
-from transport import eval_dedup, eval_search, eval_turns, memory_cli, revoke_cli
+from transport import (
+    cluster_cli,
+    db_cli,
+    eval_dedup,
+    eval_search,
+    eval_turns,
+    memory_cli,
+    revoke_cli,
+)
 from transport.admin import AdminExposed, check_admin_host
 from transport.app import build_app, log_listening, runner_options
 from transport.config import add_options, longer_than_zero, settings_from
@@ -27,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the conversation server")
     add_options(serve)
+    db_cli.add_parser(commands)  # db
+    cluster_cli.add_parser(commands)  # cluster
     token = commands.add_parser("token", help="print a signed account token")
     token.add_argument("account")
     add_secret_options(token)
@@ -61,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "inspect":
         return run_inspect(args)
+    if args.command in ("db", "cluster"):
+        setup_logging("text")
+        return int(args.run(args))
     if args.command in ("memory", "eval", "bench", "revoke"):
         setup_logging("text")
         # bench flap's phones run on the loop its servers do; the other commands on asyncio's

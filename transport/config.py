@@ -27,7 +27,7 @@ from providers.event_loop import LOOPS
 from providers.gil import DEFAULT_S as SWITCH_INTERVAL_DEFAULT
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"needs a whole number of at least 1, not {text!r}")
@@ -205,7 +205,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
         _on_off,
         "on or off: match each say to the message it answers, note loose ends (off: none)",
     ),
-    ("reply-candidates", _positive, "assistant messages a say may be matched to, at most"),
+    ("reply-candidates", positive, "assistant messages a say may be matched to, at most"),
     ("reply-horizon", longer_than_zero, "assistant messages older than this are no candidates"),
     ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
     ("rehearsal-rate", float, "rehearsal model: words per second (0: no pause)"),
@@ -231,7 +231,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
         longer_than_zero,
         "longest a say waits for PostgreSQL; past it the say is answered unavailable",
     ),
-    ("max-reply-chars", _positive, "a reply longer than this is cut, ending with error too_long"),
+    ("max-reply-chars", positive, "a reply longer than this is cut, ending with error too_long"),
     ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
     (
         "allowed-origins",
@@ -285,7 +285,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
     ),
     (
         "compute-threads",
-        _positive,
+        positive,
         "threads numpy and faiss may each use (more only slows the loop)",
     ),
 ]
@@ -302,10 +302,10 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
     ("max-id-chars", int, "longest say id accepted"),
     ("frames-per-s", float, "sustained client frames per second per link"),
     ("frame-burst", int, "client frames allowed in a burst per link"),
-    ("link-buffer", _positive, "bytes held for a link whose phone stopped reading, at most"),
+    ("link-buffer", positive, "bytes held for a link whose phone stopped reading, at most"),
     ("hello-timeout", longer_than_zero, "time from connecting to a successful hello"),
     ("max-links-per-address", _at_least_zero, "open links from one IP address (0: no limit)"),
-    ("max-links-per-person", _positive, "open links of one person; more close the oldest"),
+    ("max-links-per-person", positive, "open links of one person; more close the oldest"),
     (
         "http-idle-timeout",
         longer_than_zero,

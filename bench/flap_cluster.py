@@ -1,0 +1,164 @@
+"""`stillhere bench flap --cluster N`: what N nodes behind HAProxy give against one node.
+
+Two `stillhere cluster`s run at once on this machine, one with a single node and one with
+N, each with its own embedded PostgreSQL and HAProxy, so the two differ only in the number
+of nodes. The fixed throughput phase (bench/flap_throughput.py: M phones, K says each,
+zero-latency rehearsal model) goes through each one's HAProxy in turn, round after round,
+so each round finds the machine as the other did. Per cluster: turns/s (the median round)
+and the CPU milliseconds per turn of the nodes, HAProxy, PostgreSQL and the phones (this
+process); and how many cores the phones used, to tell whether they, not the nodes, set the
+pace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import subprocess
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench import procs
+from bench.flap_throughput import Throughput, in_turn
+
+# The nodes' options in the throughput phase, as bench flap gives its single server: a
+# zero-latency model, and the per-link frame limit out of the way.
+NODE_OPTIONS = ["--rehearsal-latency", "0s", "--rehearsal-rate", "0"]
+NODE_OPTIONS += ["--frames-per-s", "100000", "--frame-burst", "100000"]
+# The phones used this share of a core or more: they may be what limits turns/s.
+PHONES_BOUND_CORES = 0.9
+SIDES = ("nodes", "haproxy", "postgres", "bench")
+
+
+def start(root: Path, nodes: int, event_loop: str) -> procs.Server:
+    """`stillhere cluster --nodes NODES` in `root`, on free ports, not yet ready."""
+    root.mkdir(parents=True, exist_ok=True)
+    port = procs.free_ports(1 + 2 * nodes)
+    command = [procs.stillhere_command(), "cluster", "--nodes", str(nodes), "--port", str(port)]
+    command += ["--data", str(root / "data"), "--", *NODE_OPTIONS, "--event-loop", event_loop]
+    log_path = root / "cluster.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            command,
+            cwd=procs.PROJECT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=procs.clean_env(),
+            start_new_session=True,
+        )
+    return procs.Server(f"cluster-{nodes}", proc, port, root / "data", log_path)
+
+
+async def wait_ready(cluster: procs.Server, nodes: int) -> None:
+    """Until HAProxy and every node behind it accept a WebSocket."""
+    await procs.wait_ready(cluster)
+    for i in range(1, nodes + 1):
+        node = procs.Server(f"node-{i}", cluster.proc, cluster.port + i, None, cluster.log_path)
+        await procs.wait_ready(node)
+
+
+def readings(cluster: procs.Server) -> dict[str, float]:
+    """CPU seconds so far of the nodes, HAProxy, PostgreSQL and this process (the phones)."""
+    out = dict.fromkeys(SIDES, 0.0)
+    out["bench"] = _cpu_s(psutil.Process())
+    with contextlib.suppress(psutil.Error, OSError, ValueError):
+        for child in cluster.ps().children():
+            side = "haproxy" if child.name() == "haproxy" else "nodes"
+            out[side] += _cpu_s(child)
+        assert cluster.pgdata is not None
+        pid = int((cluster.pgdata / "postmaster.pid").read_text().split()[0])
+        postmaster = psutil.Process(pid)
+        out["postgres"] = _cpu_s(postmaster) + sum(_cpu_s(c) for c in postmaster.children())
+    return out
+
+
+def _cpu_s(process: psutil.Process) -> float:
+    with contextlib.suppress(psutil.Error):
+        times = process.cpu_times()
+        return float(times.user + times.system)
+    return 0.0
+
+
+def figures(rounds: list[Throughput]) -> dict[str, Any]:
+    """Turns/s (the median round), CPU ms per turn of each side, the phones' cores."""
+    timed = [r for r in rounds if r.turns and r.seconds > 0]
+
+    def median(values: list[float], digits: int) -> float | None:
+        return round(sorted(values)[len(values) // 2], digits) if values else None
+
+    phones_cores = median([r.readings_s["bench"] / r.seconds for r in timed], 2)
+    return {
+        "turns_per_s": median([r.turns / r.seconds for r in timed], 1),
+        "rounds_turns_per_s": [round(r.turns_per_s or 0.0, 1) for r in rounds],
+        "cpu_ms_per_turn": {
+            side: median([r.readings_s[side] / r.turns * 1000 for r in timed], 3) for side in SIDES
+        },
+        "phones_cores": phones_cores,
+        "phones_bound": phones_cores is not None and phones_cores >= PHONES_BOUND_CORES,
+        "errors": sum(sum(r.errors.values()) for r in rounds),
+    }
+
+
+async def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Both clusters started at once, timed in turn; the report."""
+    sizes = {"1 node": 1, f"{args.cluster} nodes": args.cluster}
+    clusters = {label: start(root / f"n{n}", n, args.event_loop) for label, n in sizes.items()}
+    try:
+        for label, cluster in clusters.items():
+            await wait_ready(cluster, sizes[label])
+        targets = {
+            label: (cluster.base_url, partial(readings, cluster))
+            for label, cluster in clusters.items()
+        }
+        rounds = await in_turn(targets, args, "cluster throughput")
+    finally:
+        loop = asyncio.get_running_loop()
+        for cluster in clusters.values():
+            await loop.run_in_executor(None, procs.stop, cluster)
+    report: dict[str, Any] = {
+        "cluster": args.cluster,
+        "phones": args.throughput_phones,
+        "says": args.throughput_says,
+        "rounds": args.throughput_rounds,
+        "cores": psutil.cpu_count(),
+        "by_nodes": {label: figures(rounds[label]) for label in clusters},
+    }
+    one, many = (report["by_nodes"][label]["turns_per_s"] for label in clusters)
+    report["turns_ratio"] = round(many / one, 2) if one and many else None
+    return report
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [
+        f"cluster throughput: {report['phones']} phones x {report['says']} says, "
+        f"{report['rounds']} rounds, through HAProxy, on {report['cores']} cores",
+        f"{'':<10}{'turns/s':>9}  {'CPU ms per turn: nodes':>22}{'haproxy':>9}"
+        f"{'postgres':>10}{'phones':>8}  {'phones cores':>12}",
+    ]
+    for label, got in report["by_nodes"].items():
+        cpu = got["cpu_ms_per_turn"]
+        bound = " (phones-bound)" if got["phones_bound"] else ""
+        lines.append(
+            f"{label:<10}{got['turns_per_s']!s:>9}  {cpu['nodes']!s:>22}{cpu['haproxy']!s:>9}"
+            f"{cpu['postgres']!s:>10}{cpu['bench']!s:>8}  {got['phones_cores']!s:>12}{bound}"
+        )
+    lines.append(f"{report['cluster']} nodes / 1 node, turns/s: {report['turns_ratio']}")
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace, root: Path) -> int:
+    """The cluster comparison, printed (and written to --json); 1 if a turn failed."""
+    started = time.perf_counter()
+    report = await measure(args, root)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    print(table(report))
+    if args.json is not None:
+        procs.write_json(report, args.json)
+        print(f"report written to {args.json}")
+    return 1 if any(got["errors"] for got in report["by_nodes"].values()) else 0

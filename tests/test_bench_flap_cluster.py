@@ -1,0 +1,41 @@
+"""`stillhere bench flap --cluster N`, small: two real clusters (1 node and 2) behind
+Debian's HAProxy, every turn answered, every side's CPU read. No timing is asserted: the
+figures are the bench's to report (bench/README.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import flap, flap_cluster
+from tests.test_deploy import needs_haproxy
+
+
+@needs_haproxy
+@pytest.mark.timeout(300)
+async def test_the_cluster_bench_times_one_node_and_two_through_haproxy(tmp_path: Path) -> None:
+    args = flap.parse_args(
+        [
+            "--cluster", "2", "--throughput-phones", "10", "--throughput-says", "10",
+            "--throughput-rounds", "2", "--throughput-warmup", "1", "--event-loop", "asyncio",
+        ]
+    )  # fmt: skip
+    report = await flap_cluster.measure(args, tmp_path)
+
+    assert list(report["by_nodes"]) == ["1 node", "2 nodes"]
+    for label, got in report["by_nodes"].items():
+        assert got["errors"] == 0, label
+        assert len(got["rounds_turns_per_s"]) == 2 and got["turns_per_s"] > 0, label
+        for side in ("nodes", "postgres", "bench"):  # (HAProxy's may be under a clock tick)
+            assert got["cpu_ms_per_turn"][side] > 0, (label, side)
+    assert report["turns_ratio"] > 0
+    assert "2 nodes / 1 node, turns/s:" in flap_cluster.table(report)
+    for cluster in ("n1", "n2"):  # each stopped cleanly, its PostgreSQL with it
+        log = (tmp_path / cluster / "cluster.log").read_text()
+        assert "cluster stopped" in log and "embedded PostgreSQL stopped" in log
+
+
+def test_the_cluster_bench_needs_two_nodes_or_more() -> None:
+    with pytest.raises(SystemExit):
+        flap.parse_args(["--cluster", "1"])
