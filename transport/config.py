@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,7 +252,7 @@ _OPTIONS: list[tuple[str, object, str]] = [
         parse_duration,
         "longest a memory being stored waits for its fingerprint; later, it is filled in after",
     ),
-    ("node-id", str, "this node's name among the nodes sharing --db (none: host name:port)"),
+    ("node-id", str, "this node's name among the nodes sharing --db (none: host name:port-random)"),
     (
         "lease",
         longer_than_zero,
@@ -368,8 +369,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def node_name(settings: Settings) -> str:
-    """This node's name: `--node-id`, else the host name and port, unique on most setups."""
-    return settings.node_id or f"{socket.gethostname()}:{settings.port}"
+    """This node's name: `--node-id`, else the host name and port with a suffix drawn at
+    start-up, so that servers sharing a port setting (tests, benches in one process) never
+    collide; a node that restarts under a new name still gets its people back at once, as
+    its old name's lock went with its old process."""
+    return settings.node_id or f"{socket.gethostname()}:{settings.port}-{secrets.token_hex(3)}"
 
 
 def collector_pace(settings: Settings) -> Pace:
