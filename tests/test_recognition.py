@@ -13,6 +13,7 @@ from actors.memory.setup import parse_thresholds
 from actors.memory.values import conflict, values
 from storage.records import MemoryDraft
 from storage.store import Store
+from tests.conftest import own
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import MODEL, Script
 
@@ -227,7 +228,7 @@ async def test_the_store_is_the_first_migration_plus_memory(dsn: str) -> None:
     store = await Store.open(dsn)
     try:
         now = datetime(2026, 5, 19, tzinfo=UTC)
-        conversation = await store.create_conversation(PERSON, now)
+        conversation = await store.create_conversation(PERSON, now, await own(store, PERSON))
         conn = await asyncpg.connect(dsn)
         card = uuid4()
         await conn.execute(
