@@ -80,12 +80,7 @@ class Ownership:
         epoch. Raises NotOwned if they are still held after the lease (a node that holds
         without renewing loses them by then)."""
         deadline = time.monotonic() + self.lease_s + RETRY_S
-        while True:
-            sent = time.monotonic()
-            epoch = await owners.take(self._pool, person, self.node, self.lease_s)
-            if epoch is not None:
-                self.held[person] = Hold(epoch, sent + SURE_FRACTION * self.lease_s)
-                return epoch
+        while (epoch := await self.try_take(person)) is None:
             if time.monotonic() > deadline:
                 raise NotOwned(person)
             released = self._released[person] = asyncio.Event()
@@ -93,6 +88,7 @@ class Ownership:
             # The lease may also run out meanwhile, which nobody announces: take again.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(released.wait(), RETRY_S)
+        return epoch
 
     async def try_take(self, person: str) -> int | None:
         """Own `person` if nobody else does (no handoff asked); the epoch, or None."""
@@ -134,7 +130,10 @@ class Ownership:
         """Renew the leases every third of their length, until cancelled."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
-            await self.renew()
+            try:
+                await self.renew()
+            except Exception:  # the next round tries again: a dead loop would lose everyone
+                log.exception("renewing the leases failed")
 
     async def renew(self) -> None:
         holds = dict(self.held)

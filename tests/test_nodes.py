@@ -32,6 +32,14 @@ async def owner(db: asyncpg.Connection, harness: Harness, phone: Phone) -> str |
     return await db.fetchval("SELECT node FROM owners WHERE person = $1", harness.person(phone))
 
 
+async def taken_by_another_node(db: asyncpg.Connection, person: str) -> None:
+    """Another node took the person while the one running them did not know (as after a
+    pause of that node): a new owner and epoch, behind its back."""
+    await db.execute(
+        "UPDATE owners SET node = 'b', epoch = nextval('owner_epochs') WHERE person = $1", person
+    )
+
+
 async def closed_with(phone: Phone) -> int | None:
     assert phone.ws is not None
     await eventually(lambda: phone.ws is not None and phone.ws.closed)
@@ -109,10 +117,7 @@ async def test_a_node_that_lost_a_person_writes_nothing_more_and_closes_their_li
     person = a.person(phone)
     turns_before = await db.fetch("SELECT * FROM turns ORDER BY id")
     events_before = await db.fetch("SELECT * FROM events ORDER BY seq")
-    # Another node took the person while `a` did not know (as after a pause of `a`).
-    await db.execute(
-        "UPDATE owners SET node = 'b', epoch = nextval('owner_epochs') WHERE person = $1", person
-    )
+    await taken_by_another_node(db, person)
 
     await phone.send({"type": "say", "id": "s2", "text": "after"})
 
@@ -132,10 +137,7 @@ async def test_a_lease_taken_by_another_node_is_noticed_at_the_next_renewal(
     try:
         phone = await a.phone()
         person = a.person(phone)
-        await db.execute(
-            "UPDATE owners SET node = 'b', epoch = nextval('owner_epochs') WHERE person = $1",
-            person,
-        )
+        await taken_by_another_node(db, person)
         assert (await phone.expect("bye"))["reason"] == "moved"  # no write needed to notice
         assert await closed_with(phone) == 4001
         await eventually(lambda: a.server.directory.get(person) is None)
