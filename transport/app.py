@@ -228,21 +228,23 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
             async with (
                 paced_collector(collector_pace(settings)),
                 loop_lag_probe(rt.metrics.loop_lag_seconds.observe),
-                in_background(_tick(supervisor, settings.sweep_interval)),
                 in_background(notices.keep(listening)),
                 in_background(ownership.keep()),
                 in_background(_revive(embedded)),
             ):
                 try:  # inside: a busy admin port still cleans up
-                    admin = await start_admin(app[SERVER_KEY])
-                    log.info(
-                        "stillhere ready as node %s, model: %s, analysis: %s",
-                        ownership.node,
-                        model.label,
-                        analysis.label,
-                    )
-                    yield
-                finally:  # while the node still holds its people and hears other nodes
+                    async with in_background(_tick(supervisor, settings.sweep_interval)):
+                        admin = await start_admin(app[SERVER_KEY])
+                        log.info(
+                            "stillhere ready as node %s, model: %s, analysis: %s",
+                            ownership.node,
+                            model.label,
+                            analysis.label,
+                        )
+                        yield
+                # The sweeps' ticks have stopped, not yet the node's hold on its people and
+                # its ear for other nodes: the conversations are handed over meanwhile.
+                finally:
                     if admin is not None:
                         await admin.cleanup()
                     await stop_actors([supervisor])
