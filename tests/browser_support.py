@@ -53,6 +53,7 @@ class Served:
     base: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    dsn: str  # its database, for what a test does beside it (another node's notice)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -84,7 +85,7 @@ def serve(dsn: str, data_dir: Path, log_path: Path, options: list[str]) -> Serve
             stderr=log,
             cwd=ROOT,
         )
-    served = Served(f"http://127.0.0.1:{port}", process, log_path)
+    served = Served(f"http://127.0.0.1:{port}", process, log_path, dsn)
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -98,12 +99,12 @@ def serve(dsn: str, data_dir: Path, log_path: Path, options: list[str]) -> Serve
     raise AssertionError(f"the server did not start in {START_TIMEOUT} s:\n{served.log()}")
 
 
-def _admin(admin_dsn: str, statement: str) -> None:
-    """One statement on the server's admin database, on a thread of its own: Playwright's
-    sync API keeps an event loop running on the test's thread."""
+def run_sql(dsn: str, statement: str) -> None:
+    """One statement on a database, on a thread of its own: Playwright's sync API keeps an
+    event loop running on the test's thread."""
 
     async def run() -> None:
-        admin = await asyncpg.connect(admin_dsn)
+        admin = await asyncpg.connect(dsn)
         try:
             await admin.execute(statement)
         finally:
@@ -118,7 +119,7 @@ def serving(postgres: str, folder: Path, options: list[str]) -> Iterator[Served]
     """`stillhere serve OPTIONS` on a database of its own, for as long as the block lasts
     (a module's tests share it: each test is another person)."""
     name = "b_" + uuid.uuid4().hex[:12]
-    _admin(postgres, f"CREATE DATABASE {name}")
+    run_sql(postgres, f"CREATE DATABASE {name}")
     try:
         served = serve(
             _with_database(postgres, name), folder / "data", folder / "serve.log", options
@@ -133,7 +134,7 @@ def serving(postgres: str, folder: Path, options: list[str]) -> Iterator[Served]
                 served.process.kill()
                 served.process.wait()
     finally:
-        _admin(postgres, f"DROP DATABASE {name} WITH (FORCE)")
+        run_sql(postgres, f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="module")

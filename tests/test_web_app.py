@@ -20,6 +20,7 @@ from tests.browser_support import (
     browser,
     elsewhere,
     open_tab,
+    run_sql,
     server,
     tabs,
 )
@@ -144,7 +145,7 @@ class OutOfReach:
         self.on = False
         self.sockets: list[WebSocketRoute] = []
         tab.cut = re.compile(r"/v1/")
-        tab.page.route_web_socket(re.compile(r"/v1/ws$"), self._websocket)
+        tab.page.route_web_socket(re.compile(r"/v1/ws(\?.*)?$"), self._websocket)
         tab.page.route(tab.cut, lambda route: route.abort() if self.on else route.fallback())
 
     def _websocket(self, route: WebSocketRoute) -> None:
@@ -225,7 +226,7 @@ def test_the_event_stream_carries_the_talk_when_websocket_cannot(
 ) -> None:
     tab = open_tab(browser, tabs, "")
     page = tab.page
-    page.route_web_socket(re.compile(r"/v1/ws$"), lambda route: route.close())
+    page.route_web_socket(re.compile(r"/v1/ws(\?.*)?$"), lambda route: route.close())
     streams: list[str] = []
     page.on("request", lambda r: streams.append(r.url) if "/v1/events" in r.url else None)
     page.goto(server.base + "/")
@@ -624,3 +625,29 @@ def test_a_wrong_merge_is_split_back_out(browser: Browser, server: Served, tabs:
     _, split = server.call("GET", f"/v1/memories/{mention['split_into']}", headers=device)
     assert (split["memory"]["text"], split["memory"]["people"]) == (again["text"], ["owen"])
     expect(page.get_by_role("button", name="Said again: Owen lives in Bristol")).to_have_count(0)
+
+
+def test_a_conversation_moved_to_another_node_comes_back_at_once_by_its_route(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    """Another node asks for the person (as its hello would): this one closes the page's
+    link with `bye` `moved`; the page reconnects at once, with its route, and goes on."""
+    page = open_tab(browser, tabs, server.base + "/").page
+    turn(page, "before the move", 'You said "before the move"')
+    route = stored(page, "route")
+    assert isinstance(route, str) and route
+    record_states(page)
+    sockets: list[str] = []
+    page.on("websocket", lambda ws: sockets.append(ws.url))
+    person = Identity(SECRET).person(device=str(stored(page, "device")))
+    run_sql(
+        server.dsn,
+        "SELECT pg_notify('stillhere_handoff', node || ' ' || person) FROM owners "
+        f"WHERE person = '{person}'",
+    )
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    page.wait_for_function("window.dotStates.at(-1) === 'up' && window.dotStates.length > 2")
+    assert states(page) == ["up", "connecting", "up"]  # at once: no backoff's wait between
+    turn(page, "after the move", 'You said "after the move"')
+    assert sockets and all(f"r={route}" in url for url in sockets)
+    expect(page.get_by_text("The conversation ended after a long pause.")).to_have_count(0)

@@ -2,7 +2,7 @@
 // small interface (client/links.py does the same in Python): `open*` resolves with the
 // link once the welcome came, then `start()` delivers the frames that follow, in order.
 
-import { authHeaders, credentials } from "./store.js";
+import { authHeaders, credentials, read } from "./store.js";
 
 const OPEN_TIMEOUT_MS = 10000;
 const READ_TIMEOUT_MS = 45000; // the server comments every 15 s on an event stream
@@ -106,8 +106,17 @@ class WebSocketLink extends Link {
   }
 }
 
+/** `path` with the person's routing key (the last welcome's `route`) as `r`: a load balancer
+ * hashing on it sends the page to the node that has the conversation (docs/protocol.md). */
+function routed(path) {
+  const url = new URL(path, location.href);
+  const route = read("route", null);
+  if (route) url.searchParams.set("r", route);
+  return url;
+}
+
 function socketUrl() {
-  const url = new URL("/v1/ws", location.href);
+  const url = routed("/v1/ws");
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
   return url.href;
 }
@@ -175,7 +184,7 @@ export class Transient extends Error {}
 async function post(path, body) {
   let response;
   try {
-    response = await fetch(path, {
+    response = await fetch(routed(path), {
       method: "POST",
       headers: { ...authHeaders(), "Content-Type": "application/json" },
       body: JSON.stringify(body),
@@ -236,11 +245,11 @@ class EventStreamLink extends Link {
 export async function openEventStream(hello, handlers) {
   const controller = new AbortController();
   const timer = setTimeout(() => controller.abort(), OPEN_TIMEOUT_MS);
-  const query = new URLSearchParams();
-  if (hello.conversation) query.set("conversation", hello.conversation);
-  if (Number.isInteger(hello.last_seq)) query.set("last_seq", String(hello.last_seq));
+  const url = routed("/v1/events");
+  if (hello.conversation) url.searchParams.set("conversation", hello.conversation);
+  if (Number.isInteger(hello.last_seq)) url.searchParams.set("last_seq", String(hello.last_seq));
   try {
-    const response = await fetch(`/v1/events?${query}`, {
+    const response = await fetch(url, {
       headers: { ...authHeaders(), Accept: "text/event-stream" },
       signal: controller.signal,
       cache: "no-store",

@@ -50,6 +50,7 @@ function onEvent(frame) {
       else if (frame.code === "unauthorized") note(`Not accepted: ${frame.message}`);
       break;
     case "bye":
+      if (frame.reason === "moved") break; // carried on elsewhere: the page reconnects at once
       note(frame.reason === "leave" ? "You ended the conversation." : "The conversation ended after a long pause.");
       break;
   }

@@ -24,6 +24,7 @@ export class Phone {
     // A fresh page has only what welcome.history holds: it asks for everything after the
     // last whole reply it saw, so a reply cut by the reload comes back from its start.
     this.lastSeq = read("turn_seq", 0);
+    this.moved = false; // the last link ended with `bye` `moved`: reconnect at once
     this.outbox = read("outbox", []);
     this.link = null;
     this.sticky = null; // "sse" once WebSocket failed where the event stream worked
@@ -100,6 +101,10 @@ export class Phone {
       }
       if (upAt !== null && Date.now() - upAt >= HOLD_MS) attempt = 0;
       if (!navigator.onLine) continue;
+      if (this.moved) {
+        this.moved = false; // the server moved us (another node, or it stops): at once
+        continue;
+      }
       const delay = delayMs(attempt++);
       this.onState("waiting", Date.now() + delay);
       await this.sleep(delay);
@@ -167,6 +172,7 @@ export class Phone {
   // -- frames ----------------------------------------------------------------------------
 
   onWelcome(welcome, link) {
+    if (typeof welcome.route === "string") write("route", welcome.route);
     const fresh = welcome.conversation !== this.conversation;
     if (fresh) {
       this.conversation = welcome.conversation;
@@ -193,7 +199,10 @@ export class Phone {
         write("turn_seq", seq);
       }
     } else if (type === "error") this.onError(frame, link);
-    else if (type !== "pong") this.onEvent(frame, link);
+    else if (type !== "pong") {
+      if (type === "bye") this.moved = frame.reason === "moved";
+      this.onEvent(frame, link);
+    }
   }
 
   acked(frame, link) {
