@@ -224,12 +224,14 @@ class Tap:
         return frame
 
 
-async def open_stream(store: Store, buffer_size: int) -> tuple[ConversationStream, Tap]:
+async def open_stream(
+    store: Store, buffer_size: int, sure: Callable[[], bool] = lambda: True
+) -> tuple[ConversationStream, Tap]:
     person = "person-" + uuid.uuid4().hex
     epoch = await own(store, person)
     conversation = await store.create_conversation(person, datetime.now(UTC), epoch)
     stream = await ConversationStream.open(
-        store, conversation, person, epoch=epoch, sure=lambda: True, buffer_size=buffer_size
+        store, conversation, person, epoch=epoch, sure=sure, buffer_size=buffer_size
     )
     return stream, Tap(stream)
 
@@ -375,3 +377,23 @@ async def test_a_hello_with_last_seq_confirms_what_came_before(store: Gated) -> 
     assert stream.buffered == len(emit.sent) - 7
     assert link.frames[1:] == emit.sent[7:]
     await stream.close()
+
+
+async def test_events_of_an_unsure_lease_are_held_back_then_sent_in_order(store: Gated) -> None:
+    """While the node cannot be sure it still owns the person, nothing reaches a link;
+    once the lease is confirmed, what was held goes out in order, before anything new."""
+    lease = {"sure": True}
+    stream, emit = await open_stream(store, 100, lambda: lease["sure"])
+    link, _ = await attach(stream, None)
+    emit("ack", id="s1")
+    lease["sure"] = False
+    held = [emit("reply.start", reply="r"), emit("reply.delta", reply="r", text="Two")]
+    assert link.frames[1:] == emit.sent[:1]  # the ack only
+
+    stream.catch_up()  # still unsure: nothing yet
+    assert link.frames[1:] == emit.sent[:1]
+    lease["sure"] = True
+    stream.catch_up()
+    after = emit("reply.end", reply="r", text="Two")
+    assert link.frames[1:] == [emit.sent[0], *held, after]
+    await settle(stream)
