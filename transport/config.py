@@ -40,6 +40,14 @@ def _at_least_zero(text: str) -> int:
     return value
 
 
+def _rate(text: str) -> float:
+    """A rate per second: a finite number of at least 0 (0: no limit)."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"needs a number of at least 0, not {text!r}")
+    return value
+
+
 def _gc_thresholds(text: str) -> tuple[int, int, int]:
     try:
         return parse_thresholds(text)
@@ -107,6 +115,10 @@ class Limits:
     link_buffer: int = 1024 * 1024
     hello_timeout: float = 10.0  # from connecting to a successful hello (4408)
     max_links_per_address: int = 0  # open links from one IP address; 0: no limit
+    # New links one IP address may open, sustained per second and at once: a hello flood
+    # from one address costs a refused request each past them. 0: no limit.
+    links_per_s_per_address: float = 0.0
+    link_burst_per_address: int = 20
     max_links_per_person: int = 8  # over it, the person's oldest link is closed (4429)
     # A connection that has not sent a whole request this long after it opened, or after
     # its last answer, is closed (aiohttp's keep-alive timeout): a slow client cannot hold
@@ -304,6 +316,12 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
     ("link-buffer", _positive, "bytes held for a link whose phone stopped reading, at most"),
     ("hello-timeout", longer_than_zero, "time from connecting to a successful hello"),
     ("max-links-per-address", _at_least_zero, "open links from one IP address (0: no limit)"),
+    (
+        "links-per-s-per-address",
+        _rate,
+        "new links one IP address may open per second, sustained (0: no limit)",
+    ),
+    ("link-burst-per-address", _positive, "new links one IP address may open at once"),
     ("max-links-per-person", _positive, "open links of one person; more close the oldest"),
     (
         "http-idle-timeout",
