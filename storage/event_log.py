@@ -19,7 +19,7 @@ import asyncpg
 import orjson
 
 from storage.group_commit import GroupCommit
-from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
+from storage.pool import STORAGE_FULL, UNAVAILABLE, DiskSpace, storage_fault
 from storage.records import ReplyMatch, Turn
 
 log = logging.getLogger("stillhere.events")
@@ -72,9 +72,10 @@ class _Batch:
 
 
 class EventLog(GroupCommit[_Batch]):
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, space: DiskSpace) -> None:
         super().__init__()
         self._pool = pool
+        self._space = space
         self._events: list[_Entry] = []
         self._replies: list[ReplyRow] = []
         self._batch: asyncio.Future[bool] | None = None
@@ -127,6 +128,7 @@ class EventLog(GroupCommit[_Batch]):
                 [r.follow_on for r in replies],
             )
         except (*UNAVAILABLE, STORAGE_FULL) as failure:
+            self._space.note(failure)
             log.warning(
                 "%d stream events and %d replies could not be written: PostgreSQL %s",
                 len(events),
@@ -139,6 +141,7 @@ class EventLog(GroupCommit[_Batch]):
                 "%d stream events and %d replies could not be written", len(events), len(replies)
             )
             return False
+        self._space.note(None)
         return True
 
 

@@ -15,6 +15,7 @@ from uuid import UUID
 import asyncpg
 
 from storage.group_commit import GroupCommit
+from storage.pool import DiskSpace
 
 # Each say's row, in the order given: `live` is false when its conversation has ended (then
 # nothing is stored); a null `id` with `live` true means the say was stored before (its id
@@ -74,9 +75,10 @@ class _Say:
 
 
 class SayLog(GroupCommit[list[_Say]]):
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, space: DiskSpace) -> None:
         super().__init__()
         self._pool = pool
+        self._space = space
         self._queue: list[_Say] = []
 
     def add(
@@ -109,10 +111,12 @@ class SayLog(GroupCommit[list[_Say]]):
             if len(rows) != len(batch):
                 raise RuntimeError(f"{len(rows)} rows back for {len(batch)} says")
         except Exception as error:  # each say's caller says what it cost
+            self._space.note(error)
             for say in batch:
                 if not say.stored.done():
                     say.stored.set_exception(error)
             return
+        self._space.note(None)
         for say, row in zip(batch, rows, strict=True):
             if not say.stored.done():
                 say.stored.set_result(row)

@@ -135,6 +135,13 @@ async def call(harness: Harness, device: str, method: str, path: str, body: Any 
         return response.status, orjson.loads(await response.read())
 
 
+async def readiness(harness: Harness) -> tuple[int, str]:
+    """`/readyz`'s status, and its `status` (ready) or `code` (not)."""
+    async with harness.http.get(harness.url("/readyz")) as response:
+        answer = await response.json()
+        return response.status, answer.get("code", answer.get("status"))
+
+
 async def alive(harness: Harness) -> bool:
     async with harness.http.get(harness.url("/healthz")) as response:
         return response.status == 200
@@ -165,10 +172,12 @@ async def test_a_table_that_cannot_grow_refuses_with_codes_and_recovers_when_spa
         posted.append(await call(served, phone.device, "POST", "/v1/say", said))
         if posted[-1][0] != 200:
             break
+    ready_while_full = await readiness(served)
     await served.sweep()  # answered, whatever it could do
     healthy_while_full = await alive(served)
 
     filler.delete()
+    ready_once_space_returned = await readiness(served)  # before any other write
     resent = await say_answer(phone, refused["id"], "resent once space returned")
     reposted = await call(served, phone.device, "POST", "/v1/say", {"id": said["id"], "text": "hi"})
     swept = await served.sweep()
@@ -184,6 +193,8 @@ async def test_a_table_that_cannot_grow_refuses_with_codes_and_recovers_when_spa
     for status, answer in (rule, memory, posted[-1]):
         assert (status, answer["type"], answer["code"]) == (503, "error", "storage_full")
     assert healthy_while_full
+    assert ready_while_full == (503, "storage_full")
+    assert ready_once_space_returned == (200, "ready")
     assert resent["type"] == "ack"
     assert reposted[0] == 200 and swept is not None  # the supervisor's sweep goes on
     assert (rule_after[0], memory_after[0]) == (201, 201), (rule_after, memory_after)

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
 from transport.protocol import error_frame
+from transport.server import SERVER_KEY
 
 log = logging.getLogger("stillhere.http")
 
@@ -53,6 +54,7 @@ def json_errors(not_found_hint: str) -> Any:
         except (*UNAVAILABLE, STORAGE_FULL) as failure:
             code, what = storage_fault(failure)
             log.warning("%s %s: PostgreSQL %s", request.method, request.path, what)
+            request.app[SERVER_KEY].runtime.store.space.note(failure)
             return error_response(503, code, _STORAGE_MESSAGES[code])
         except Exception:
             log.exception("unexpected failure answering %s %s", request.method, request.path)
