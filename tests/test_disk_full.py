@@ -30,7 +30,7 @@ from actors.clock import ManualClock
 from tests.conftest import Harness, Phone, eventually
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import MODEL
-from tests.test_db_faults import Postgres, numbered, stored_says
+from tests.test_db_faults import Postgres, acked_in_the_end, numbered, say_answer, stored_says
 
 DISK_MB = 64  # room for a fresh cluster (about 40 MB with its first WAL segment) and a bit
 SAY_TRIES = 300  # says until one needs a page the full disk cannot give
@@ -99,16 +99,6 @@ class Filler:
         self.path.unlink()
 
 
-async def say_answer(phone: Phone, id_: str, text: str) -> dict[str, Any]:
-    """The say's ack or its error, whichever it gets."""
-    await phone.send({"type": "say", "id": id_, "text": text})
-    async with asyncio.timeout(30):
-        while True:
-            frame = await phone._inbox.get()
-            if frame["type"] in ("ack", "error") and frame.get("id") == id_:
-                return frame
-
-
 async def begun(harness: Harness) -> Phone:
     """A phone whose first say (`s0`) is stored, answered and its reply recorded."""
     phone = await harness.phone()
@@ -116,13 +106,6 @@ async def begun(harness: Harness) -> Phone:
     await phone.reply()
     await harness.recorded()
     return phone
-
-
-async def acked_in_the_end(phone: Phone, id_: str) -> None:
-    """Resend the say, as a client's outbox does, until it is acked."""
-    async with asyncio.timeout(30):
-        while (await say_answer(phone, id_, f"resent as {id_}"))["type"] != "ack":
-            await asyncio.sleep(0.2)
 
 
 async def call(harness: Harness, device: str, method: str, path: str, body: Any = None) -> Any:
