@@ -52,21 +52,26 @@ class EventStreamLink(QueuedLink):
         super().__init__(request.transport, buffer_limit)
         self._response = response
 
-    def write_now(self, frames: list[Frame]) -> bool:
+    def encode(self, frame: Frame) -> bytes:
+        return event_block(frame)
+
+    def write_now(self, frames: list[bytes]) -> bool:
         """The blocks as one HTTP chunk, straight into the transport: the same bytes
         `response.write` puts there, without its coroutine and its guard (needed only by a
         write that waits, and this one never does)."""
         response, transport = self._response, self._ready_transport()
         if transport is None or not (response.is_connected() and response.chunked):
             return False
-        payload = event_blocks(frames)
+        payload = b"".join(frames)
         transport.write(b"%x\r\n%s\r\n" % (len(payload), payload))
         return True
 
-    async def write(self, frames: list[Frame]) -> None:
+    async def write(self, frames: list[bytes]) -> None:
+        payload = b"".join(frames)
+        self._in_socket(len(payload))  # `response.write` puts it there before any wait
         try:
             async with asyncio.timeout(SEND_TIMEOUT_S):
-                await self._response.write(event_blocks(frames))
+                await self._response.write(payload)
         except ConnectionResetError:
             self._response.stop_streaming()
             raise
@@ -82,10 +87,6 @@ class EventStreamLink(QueuedLink):
     def closing_bytes(self, code: int) -> bytes:
         """The chunked body's last chunk: an event stream has no close code."""
         return b"0\r\n\r\n" if self._response.chunked else b""
-
-
-def event_blocks(frames: list[Frame]) -> bytes:
-    return b"".join(map(event_block, frames))
 
 
 def event_block(frame: Frame) -> bytes:
