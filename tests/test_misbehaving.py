@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import Harness, eventually
 from tests.test_link import TEXT, _stall, _unstall, phone_and_link
-from transport import protocol, sse
+from transport import protocol, server
 from transport.config import Limits
 
 LIMIT = 256 * 1024
@@ -108,7 +108,7 @@ async def _refused(harness: Harness, path: str) -> tuple[int, str]:
 async def test_links_over_the_limit_of_an_address_are_refused_with_a_code(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sse, "REFUSAL_DELAY_S", 0.01)
+    monkeypatch.setattr(server, "REFUSAL_DELAY_S", 0.01)
     await harness.start(limits=Limits(max_links_per_address=2))
     first, second = await harness.phone(), await harness.phone()
     for path in ("/v1/ws", "/v1/events"):
@@ -128,7 +128,7 @@ async def test_links_over_the_limit_of_an_address_are_refused_with_a_code(
 async def test_an_address_opening_links_too_fast_is_refused_with_a_code(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sse, "REFUSAL_DELAY_S", 0.01)
+    monkeypatch.setattr(server, "REFUSAL_DELAY_S", 0.01)
     clock = _Clock()
     monkeypatch.setattr(protocol, "time", clock)
     limits = Limits(links_per_s_per_address=2.0, link_burst_per_address=3)

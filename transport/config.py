@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from actors.clock import parse_duration
 from actors.follow_on import MODES as FOLLOW_ON_MODES
 from actors.memory.keeper import DEFAULT_FINGERPRINT_WAIT_S
-from actors.persona import PersonaError, load_persona
+from actors.persona import Persona, PersonaError, load_persona
 from actors.runtime import (
     DEFAULT_DELTA_WINDOW_S,
     DEFAULT_INTERRUPT_WORDS,
@@ -74,13 +74,13 @@ def _on_off(text: str) -> bool:
     return text == "on"
 
 
-def _persona_file(text: str) -> Path:
-    """A persona file, read once here so that a bad one stops the start with its reason."""
+def _persona_file(text: str) -> Persona:
+    """The persona in a file, read here and only here: a bad one stops the start with its
+    reason."""
     try:
-        load_persona(Path(text))
+        return load_persona(Path(text))
     except PersonaError as wrong:
         raise argparse.ArgumentTypeError(str(wrong)) from None
-    return Path(text)
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -152,7 +152,7 @@ class Settings:
     rehearsal_rate: float = 0.0
     delta_window: float = DEFAULT_DELTA_WINDOW_S
     echo_guard: bool = True
-    persona: Path | None = None  # None: the default persona (actors/persona.py)
+    persona: Persona | None = None  # from --persona's file; None: the default (actors/persona.py)
     follow_ons: str = "auto"
     follow_on_seed: int | None = None  # None: seeded by the system
     resume_window: float = 30 * 60

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections import Counter
@@ -16,6 +17,7 @@ from actors.directory import Directory
 from actors.runtime import Runtime
 from actors.supervisor import Supervisor
 from transport.config import Settings
+from transport.errors import error_response
 from transport.identity import Identity
 from transport.link import QueuedLink
 from transport.protocol import CLOSE_REVOKED, KeyedRates, error_frame
@@ -45,6 +47,9 @@ class Server:
 log = logging.getLogger("stillhere.server")
 
 SERVER_KEY = web.AppKey("stillhere.server", Server)
+
+
+REFUSAL_DELAY_S = 1.0  # before a link over an address's limits is refused
 
 
 class TooManyLinks(Exception):
@@ -78,6 +83,14 @@ def address_slot(server: Server, request: web.Request) -> Iterator[None]:
         counts[address] -= 1
         if not counts[address]:
             del counts[address]
+
+
+async def refuse_link(refused: TooManyLinks) -> web.Response:
+    """429 `too_many_links`, after REFUSAL_DELAY_S: a flood that reconnects as soon as it is
+    refused then costs the server a connection per loop and second, not as many as it can
+    send; the wait itself costs a sleeping coroutine."""
+    await asyncio.sleep(REFUSAL_DELAY_S)
+    return error_response(429, "too_many_links", str(refused))
 
 
 async def close_links(app: web.Application) -> None:

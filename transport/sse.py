@@ -16,22 +16,21 @@ import orjson
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
+from transport.errors import error_response
 from transport.identity import Unauthorized
 from transport.link import Frame, QueuedLink
 from transport.protocol import (
     ProtocolError,
     check_conversation,
-    error_frame,
     rate_limited,
     validate,
 )
-from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot
+from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot, refuse_link
 from transport.session import Session
 
 log = logging.getLogger("stillhere.sse")
 
 SEND_TIMEOUT_S = EventSourceResponse.DEFAULT_SEND_TIMEOUT or 120.0
-REFUSAL_DELAY_S = 1.0  # before a link over an address's limit is refused
 
 
 class EventStreamLink(QueuedLink):
@@ -115,22 +114,6 @@ def credentials(request: web.Request, body: dict[str, Any] | None = None) -> dic
     }
 
 
-def json_error(
-    status: int, code: str, message: str, id_: str | None = None, **extra: Any
-) -> web.Response:
-    """An `error` object as an HTTP answer; `extra` fields say more (e.g. which `ids`)."""
-    frame = {**error_frame(code, message, id_), **extra}
-    return web.json_response(frame, status=status, dumps=dumps)
-
-
-async def refuse_link(refused: TooManyLinks) -> web.Response:
-    """429 `too_many_links`, after REFUSAL_DELAY_S: a flood that reconnects as soon as it is
-    refused then costs the server a connection per loop and second, not as many as it can
-    send; the wait itself costs a sleeping coroutine."""
-    await asyncio.sleep(REFUSAL_DELAY_S)
-    return json_error(429, "too_many_links", str(refused))
-
-
 def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -149,7 +132,7 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
     try:
         last_seq = _last_seq(request)
     except ProtocolError as bad:
-        return json_error(400, bad.code, bad.message)
+        return error_response(400, bad.code, bad.message)
     hello: dict[str, Any] = {
         "type": "hello",
         "v": 1,
@@ -163,7 +146,7 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
             return await _stream(server, request, hello)
     except Unauthorized as refused:
         log.info("refused an event stream: %s", refused)
-        return json_error(refused.status, refused.code, str(refused))
+        return error_response(refused.status, refused.code, str(refused))
     except TooManyLinks as refused:
         return await refuse_link(refused)
 
@@ -237,12 +220,12 @@ async def _post(request: web.Request, kind: str) -> web.Response:
             raise rate_limited()
         answer = await _perform(server, person, kind, frame)
     except orjson.JSONDecodeError:
-        return json_error(400, "bad_json", "the body must be one JSON object")
+        return error_response(400, "bad_json", "the body must be one JSON object")
     except Unauthorized as refused:
-        return json_error(refused.status, refused.code, str(refused))
+        return error_response(refused.status, refused.code, str(refused))
     except ProtocolError as bad:
         status = _STATUS.get(bad.code, 400)
-        return json_error(status, bad.code, bad.message, bad.id or id_)
+        return error_response(status, bad.code, bad.message, bad.id or id_)
     return web.json_response(answer, dumps=dumps)
 
 

@@ -21,9 +21,8 @@ from transport.protocol import (
     error_frame,
     rate_limited,
 )
-from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot
+from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot, refuse_link
 from transport.session import Session
-from transport.sse import refuse_link
 
 log = logging.getLogger("stillhere.ws")
 
