@@ -9,9 +9,9 @@ actor by message, so the actor keeps every decision and never waits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID, uuid4
@@ -494,30 +494,23 @@ async def _call_unechoed(
     return await _call_once(rt, [*messages, ChatMessage("system", NO_REPEAT)], writer)
 
 
-async def _closed(events: AsyncIterator[object]) -> None:
-    """Close a model stream left mid-way, so its connection goes back now, not at GC."""
-    close = getattr(events, "aclose", None)
-    if close is not None:
-        await close()
-
-
 async def _call_once(
     rt: Runtime, messages: list[ChatMessage], writer: ReplyWriter
 ) -> list[ToolCall]:
     before, cuts = writer.received, len(writer.guard.cuts)
     calls: list[ToolCall] = []
     cap = rt.settings.max_reply_chars
-    events = rt.model.stream(messages, TOOLS)
+    # A stream left mid-way is closed on the way out: its connection goes back now, not at GC.
     try:
-        async for event in events:
-            if isinstance(event, TextDelta):
-                writer.write(event.text)
-                if writer.model_chars > cap:  # an endless reply: cut, the stream closed
-                    raise ModelError("too_long", f"the reply passed {cap} characters")
-            else:
-                calls.append(event)
+        async with contextlib.aclosing(rt.model.stream(messages, TOOLS)) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    writer.write(event.text)
+                    if writer.model_chars > cap:  # an endless reply: cut, the stream closed
+                        raise ModelError("too_long", f"the reply passed {cap} characters")
+                else:
+                    calls.append(event)
     except ModelError:
-        await _closed(events)
         writer.guard.drop()  # what it held of a failed call never goes out
         raise
     writer.end_of_text()

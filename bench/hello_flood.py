@@ -1,18 +1,20 @@
 """`python -m bench.hello_flood`: do well-behaved phones still resume while one address
 floods the server with hellos?
 
-One stillhere server (rehearsal model, `--max-links-per-address` as given). N well-behaved
-bare WebSocket phones, each from an address of its own (127.0.1.1, ...), each start a
-conversation; once all have, each resumes its own R times:
-close the link, connect again and say hello naming the conversation, timed from the
-connect to the welcome. They do it twice: alone (the baseline), then while a flooder on
-another address (127.0.0.2, loopback's /8 routes every address) opens links as fast as F
-concurrent loops can, each with a hello of a new device (a new person, the costliest
-hello there is) and a close. The report gives resume p50/p95/p99 in both phases, the
-p99's ratio to the baseline, and the flood's hellos answered and links refused per
-second.
+Two stillhere servers one after the other (rehearsal model): `off`, with no per-address
+limit, and `on`, with `--max-links-per-address`, `--links-per-s-per-address` and
+`--link-burst-per-address` as given. Against each, N well-behaved bare WebSocket phones,
+each from an address of its own (127.0.1.1, ...), each start a conversation; once all
+have, each resumes its own R times: close the link, connect again and say hello naming
+the conversation, timed from the connect to the welcome. They do it twice: alone (the
+baseline), then while a flooder on another address (127.0.0.2, loopback's /8 routes every
+address) opens links as fast as F concurrent loops can, each with a hello of a new device
+(a new person, the costliest hello there is) and a close. The report gives, for each
+server, resume p50/p95/p99 in both phases, the p99's ratio to the baseline, and the
+flood's hellos answered and links refused per second.
 
-    python -m bench.hello_flood --phones 200 --resumes 10 --flooders 64 --address-limit 16
+    python -m bench.hello_flood --phones 200 --resumes 10 --flooders 64 \
+        --address-limit 16 --address-rate 5 --address-burst 20
 """
 
 from __future__ import annotations
@@ -50,7 +52,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--address-limit",
         type=int,
         default=16,
-        help="the server's --max-links-per-address (16; 0: none)",
+        help="the `on` server's --max-links-per-address (16; 0: none)",
+    )
+    parser.add_argument(
+        "--address-rate",
+        type=float,
+        default=5.0,
+        help="the `on` server's --links-per-s-per-address (5; 0: none)",
+    )
+    parser.add_argument(
+        "--address-burst",
+        type=int,
+        default=20,
+        help="the `on` server's --link-burst-per-address (20)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--event-loop", choices=LOOPS, default="uvloop")
@@ -171,26 +185,30 @@ async def _phase(
     return figures
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="stillhere-hello-flood-"))
-    extra = ["--max-links-per-address", str(args.address_limit)]
+def _limits(args: argparse.Namespace) -> list[str]:
+    """The `on` server's per-address options."""
+    return [
+        *("--max-links-per-address", str(args.address_limit)),
+        *("--links-per-s-per-address", f"{args.address_rate:g}"),
+        *("--link-burst-per-address", str(args.address_burst)),
+    ]
+
+
+async def _server(args: argparse.Namespace, root: Path, extra: list[str]) -> dict[str, Any]:
+    """One server's two phases: the resumes alone, then under the flood."""
     server = procs.start(
         "stillhere", root, latency=0.0, rate=0.0, event_loop=args.event_loop, extra=extra
     )
     try:
         await procs.wait_ready(server)
-        print("hello flood: resumes alone ...", file=sys.stderr)
+        print(f"hello flood {root.name}: resumes alone ...", file=sys.stderr)
         alone = await _phase(server, args, None)
-        print("hello flood: resumes under the flood ...", file=sys.stderr)
+        print(f"hello flood {root.name}: resumes under the flood ...", file=sys.stderr)
         flooded = await _phase(server, args, Flood())
     finally:
         stopped = await asyncio.get_running_loop().run_in_executor(None, procs.stop, server)
-        shutil.rmtree(root, ignore_errors=True)
     return {
-        "phones": args.phones,
-        "resumes": args.resumes,
-        "flooders": args.flooders,
-        "address_limit": args.address_limit,
+        "options": extra,
         "alone": alone,
         "flooded": flooded,
         "p99_over_baseline": ratio(flooded["resume_ms"]["p99"], alone["resume_ms"]["p99"]),
@@ -198,25 +216,51 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="stillhere-hello-flood-"))
+    try:
+        off = await _server(args, root / "off", [])
+        on = await _server(args, root / "on", _limits(args))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "phones": args.phones,
+        "resumes": args.resumes,
+        "flooders": args.flooders,
+        "off": off,
+        "on": on,
+        "flooded_p99_on_over_off": ratio(
+            on["flooded"]["resume_ms"]["p99"], off["flooded"]["resume_ms"]["p99"]
+        ),
+    }
+
+
 def table(result: dict[str, Any]) -> str:
     rows = []
-    for name in ("alone", "flooded"):
-        p = result[name]["resume_ms"]
-        rows.append(
-            f"  {name:<9}{p['p50']!s:>9}{p['p95']!s:>9}{p['p99']!s:>9}{p['n']:>7}"
-            f"{result[name]['errors']:>8}"
-        )
-    flooded = result["flooded"]
+    for limits in ("off", "on"):
+        for phase in ("alone", "flooded"):
+            figures = result[limits][phase]
+            p = figures["resume_ms"]
+            flood = (
+                f"{figures['flood_hellos_per_s']:>10}{figures['flood_refused_per_s']:>10}"
+                if phase == "flooded"
+                else ""
+            )
+            rows.append(
+                f"  {limits:<7}{phase:<9}{p['p50']!s:>9}{p['p95']!s:>9}{p['p99']!s:>9}"
+                f"{p['n']:>7}{figures['errors']:>8}{flood}"
+            )
     return "\n".join(
         [
             f"stillhere hello flood: {result['phones']} phones x {result['resumes']} resumes; "
-            f"{result['flooders']} flood loops from {FLOOD_ADDRESS}, "
-            f"--max-links-per-address {result['address_limit']}",
-            f"  {'phase':<9}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'n':>7}{'errors':>8}",
+            f"{result['flooders']} flood loops from {FLOOD_ADDRESS}; "
+            f"limits on: {' '.join(result['on']['options'])}",
+            f"  {'limits':<7}{'phase':<9}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'n':>7}"
+            f"{'errors':>8}{'hellos/s':>10}{'refused/s':>10}",
             *rows,
-            f"  p99 over baseline: {result['p99_over_baseline']}; flood: "
-            f"{flooded.get('flood_hellos_per_s')} hellos/s answered, "
-            f"{flooded.get('flood_refused_per_s')} links/s refused",
+            f"  p99 over baseline: off {result['off']['p99_over_baseline']}, "
+            f"on {result['on']['p99_over_baseline']}; flooded p99 on over off: "
+            f"{result['flooded_p99_on_over_off']}",
         ]
     )
 

@@ -7,7 +7,7 @@ complete, because a half-parsed tool call cannot be executed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,6 +67,6 @@ class ChatModel(Protocol):
 
     def stream(
         self, messages: list[ChatMessage], tools: list[ToolSpec]
-    ) -> AsyncIterator[ChatEvent]: ...
+    ) -> AsyncGenerator[ChatEvent, None]: ...
 
     async def close(self) -> None: ...

@@ -8,7 +8,7 @@ local model has stalled.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ class OpenAIChat:
 
     async def stream(
         self, messages: list[ChatMessage], tools: list[ToolSpec]
-    ) -> AsyncIterator[ChatEvent]:
+    ) -> AsyncGenerator[ChatEvent, None]:
         body: dict[str, Any] = {
             "model": self._model,
             "stream": True,

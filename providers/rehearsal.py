@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -334,7 +334,7 @@ class RehearsalModel:
 
     async def stream(
         self, messages: list[ChatMessage], tools: list[ToolSpec]
-    ) -> AsyncIterator[ChatEvent]:
+    ) -> AsyncGenerator[ChatEvent, None]:
         answer = _answer(messages, tools)
         if self.latency > 0:
             await asyncio.sleep(self.latency)

@@ -21,7 +21,7 @@ import orjson
 
 from storage.group_commit import GroupCommit
 from storage.owners import FENCE
-from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
+from storage.pool import STORAGE_FULL, UNAVAILABLE, DiskSpace, storage_fault
 from storage.records import ReplyMatch, Turn
 
 log = logging.getLogger("stillhere.events")
@@ -86,9 +86,12 @@ class _Batch:
 
 
 class EventLog(GroupCommit[_Batch]):
-    def __init__(self, pool: asyncpg.Pool, fenced: Callable[[str, int], None]) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, space: DiskSpace, fenced: Callable[[str, int], None]
+    ) -> None:
         super().__init__()
         self._pool = pool
+        self._space = space
         self._fenced = fenced  # told of each person a write was refused for
         self._events: list[_Entry] = []
         self._replies: list[ReplyRow] = []
@@ -151,6 +154,7 @@ class EventLog(GroupCommit[_Batch]):
                 [r.epoch for r in replies],
             )
         except (*UNAVAILABLE, STORAGE_FULL) as failure:
+            self._space.note(failure)
             log.warning(
                 "%d stream events and %d replies could not be written: PostgreSQL %s",
                 len(events),
@@ -163,6 +167,7 @@ class EventLog(GroupCommit[_Batch]):
                 "%d stream events and %d replies could not be written", len(events), len(replies)
             )
             return False
+        self._space.note(None)
         kept = {(r["person"], r["epoch"]) for r in owned}
         for person, epoch in claims - kept:
             log.warning("writes for person %s refused: another node owns them", person[:8])

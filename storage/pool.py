@@ -38,6 +38,22 @@ def storage_fault(failure: Exception) -> tuple[str, str]:
     return "unavailable", f"unavailable ({failure})"
 
 
+class DiskSpace:
+    """Whether PostgreSQL's disk is full as the server's writes last found it: the last
+    write failed for lack of space and none has succeeded since. A failure of another kind
+    says nothing about space and changes nothing. `/readyz` answers `storage_full` meanwhile."""
+
+    def __init__(self) -> None:
+        self.full = False
+
+    def note(self, failure: BaseException | None) -> None:
+        """After a write: None if it went through, else what refused it."""
+        if failure is None:
+            self.full = False
+        elif isinstance(failure, STORAGE_FULL):
+            self.full = True
+
+
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Nothing to undo: see the module docstring."""
 

@@ -16,6 +16,7 @@ import asyncpg
 
 from storage.group_commit import GroupCommit
 from storage.owners import FENCE
+from storage.pool import DiskSpace
 
 # Each say's row, in the order given: `owned` is false when the say's epoch is no longer its
 # person's (storage/owners.py), `live` when its conversation has ended or is not owned (then
@@ -81,9 +82,10 @@ class _Say:
 
 
 class SayLog(GroupCommit[list[_Say]]):
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, space: DiskSpace) -> None:
         super().__init__()
         self._pool = pool
+        self._space = space
         self._queue: list[_Say] = []
 
     def add(
@@ -124,10 +126,12 @@ class SayLog(GroupCommit[list[_Say]]):
             if len(rows) != len(batch):
                 raise RuntimeError(f"{len(rows)} rows back for {len(batch)} says")
         except Exception as error:  # each say's caller says what it cost
+            self._space.note(error)
             for say in batch:
                 if not say.stored.done():
                     say.stored.set_exception(error)
             return
+        self._space.note(None)
         for say, row in zip(batch, rows, strict=True):
             if not say.stored.done():
                 say.stored.set_result(row)

@@ -21,7 +21,7 @@ from storage.loose_ends import LooseEndStore
 from storage.migrate import migrate
 from storage.moods import MoodStore
 from storage.owners import Fenced, fence_one
-from storage.pool import open_pool
+from storage.pool import STORAGE_FULL, DiskSpace, open_pool
 from storage.records import (
     LAST_FIRST,
     TALK_ORDER,
@@ -38,6 +38,9 @@ from storage.say_log import SayLog
 # A stored say's row, with the seq its first ack had. The ack was sent after the say was
 # stored, so it is the first event of its id after the say's place (`records.say_place`);
 # a row from before places has none, and its conversation is read from the start.
+# A sort of 50,000 rows: past a work_mem of 64 kB, it writes some 1 MB of temporary files.
+_SPILL = "SELECT count(*) FROM (SELECT g FROM generate_series(1, 50000) g ORDER BY g DESC) s"
+
 _FIRST_ACK = """
 SELECT t.*, (
     SELECT e.seq FROM events e
@@ -95,11 +98,14 @@ def _card(row: asyncpg.Record) -> Card:
 class Store:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
+        self.space = DiskSpace()  # whether the writes last found PostgreSQL's disk full
         self.context = ContextReads(pool)  # what a turn's context is assembled from
         # Told of each person a write was refused for: this node no longer owns them.
         self.on_fenced: Callable[[str, int], None] = lambda person, epoch: None
-        self.events = EventLog(pool, lambda person, epoch: self.on_fenced(person, epoch))
-        self.says = SayLog(pool)  # says, group-committed
+        self.events = EventLog(
+            pool, self.space, lambda person, epoch: self.on_fenced(person, epoch)
+        )
+        self.says = SayLog(pool, self.space)  # says, group-committed
         self.rules = RuleStore(pool)  # personal rules, edited over HTTP
         self.loose_ends = LooseEndStore(pool)  # what exchanges left unaddressed
         self.moods = MoodStore(pool)  # the assistant's fondness for each person
@@ -126,6 +132,24 @@ class Store:
     async def ping(self) -> None:
         """One trivial query: PostgreSQL is reachable (the caller bounds the wait)."""
         await self._pool.fetchval("SELECT 1")
+
+    async def disk_full(self) -> bool:
+        """Whether PostgreSQL's disk is full: the last write failed for lack of space, none
+        has succeeded since, and a write of this check's own fails too. That write (a sort
+        spilled to temporary files, some 1 MB, in PostgreSQL's data folder unless
+        `temp_tablespaces` says otherwise) lets a server nobody writes through, taken out of
+        service for its full disk, see the space return."""
+        if not self.space.full:
+            return False
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                await conn.execute("SET LOCAL work_mem = '64kB'")
+                await conn.fetchval(_SPILL)
+        except STORAGE_FULL as failure:
+            self.space.note(failure)
+            return True
+        self.space.note(None)
+        return False
 
     # -- conversations ------------------------------------------------------------------
 

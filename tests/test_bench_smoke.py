@@ -127,15 +127,23 @@ def test_slow_readers(tmp_path: Path) -> None:
     assert "held_over_baseline" in report and report["server_stop"]["log_problems"] == 0
 
 
-@pytest.mark.timeout(100)
+@pytest.mark.timeout(180)
 def test_hello_flood(tmp_path: Path) -> None:
-    args = ["--phones", "4", "--resumes", "2", "--flooders", "3", "--address-limit", "2"]
+    args = ["--phones", "4", "--resumes", "2", "--flooders", "3"]
+    args += ["--address-limit", "2", "--address-rate", "1", "--address-burst", "2"]
     report = run_bench("hello_flood", args, tmp_path, {0})
 
-    for phase in ("alone", "flooded"):
-        assert report[phase]["errors"] == 0, report[phase]
-        assert set(report[phase]["resume_ms"]) >= PERCENTILES
-        assert report[phase]["resume_ms"]["n"] == 8
-    flooded = report["flooded"]
-    assert flooded["flood_hellos_per_s"] > 0 and flooded["flood_refused_per_s"] > 0
-    assert report["p99_over_baseline"] is not None
+    for limits in ("off", "on"):
+        for phase in ("alone", "flooded"):
+            assert report[limits][phase]["errors"] == 0, report[limits][phase]
+            assert set(report[limits][phase]["resume_ms"]) >= PERCENTILES
+            assert report[limits][phase]["resume_ms"]["n"] == 8
+        assert report[limits]["p99_over_baseline"] is not None
+        assert report[limits]["server_stop"]["log_problems"] == 0
+    assert report["off"]["options"] == []
+    assert "--links-per-s-per-address" in report["on"]["options"]
+    off, on = report["off"]["flooded"], report["on"]["flooded"]
+    assert off["flood_hellos_per_s"] > 0 and off["flood_refused_per_s"] == 0
+    assert on["flood_hellos_per_s"] > 0 and on["flood_refused_per_s"] > 0
+    assert on["flood_hellos_per_s"] < off["flood_hellos_per_s"]
+    assert report["flooded_p99_on_over_off"] is not None

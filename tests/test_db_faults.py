@@ -1,32 +1,39 @@
-"""PostgreSQL paused (SIGSTOP) and killed mid-conversation, on a PostgreSQL of the test's own:
-says meanwhile are answered `unavailable`, none is acked unstored, the pool comes back by
-itself, seq never repeats, and the conversation goes on."""
+"""PostgreSQL paused (SIGSTOP) and killed mid-conversation: says meanwhile are answered
+`unavailable`, none is acked unstored, the pool comes back by itself, seq never repeats, and
+the conversation goes on. Twice: a server on a PostgreSQL of the test's own (`--db`), which
+the test starts again; and `stillhere serve` in a subprocess, as it runs by default, on the
+embedded PostgreSQL it started in its data folder and starts again by itself."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Iterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import asyncpg
 import psutil
 import pytest
 
 from actors.clock import ManualClock
+from bench import procs
+from bench.flap_db import dsn_of
 from client import Phone as ReferencePhone
 from storage.embedded import EmbeddedPostgres
-from tests.conftest import Harness, Phone
+from tests.conftest import Harness, Phone, eventually
 
 
-class Postgres:
-    """A PostgreSQL of this test's own, whose processes the test can stop, kill, restart."""
+class PostgresProcesses:
+    """The processes of the PostgreSQL running on `pgdata`, which the test can pause,
+    continue and kill."""
 
-    def __init__(self, folder: Path) -> None:
-        self.embedded = EmbeddedPostgres(folder)
-        self.dsn = self.embedded.dsn
-        self.pgdata = self.embedded.pgdata
+    def __init__(self, pgdata: Path, dsn: str) -> None:
+        self.pgdata = pgdata
+        self.dsn = dsn
 
     def processes(self) -> list[psutil.Process]:
         postmaster = psutil.Process(int((self.pgdata / "postmaster.pid").read_text().split()[0]))
@@ -41,6 +48,14 @@ class Postgres:
         for process in processes:
             process.kill()
         psutil.wait_procs(processes, timeout=10)
+
+
+class Postgres(PostgresProcesses):
+    """A PostgreSQL of this test's own, which the test also starts again and stops."""
+
+    def __init__(self, folder: Path) -> None:
+        self.embedded = EmbeddedPostgres(folder)
+        super().__init__(self.embedded.pgdata, self.embedded.dsn)
 
     def restart(self) -> None:
         """As the embedded wheel starts it: unix socket only, in the data folder."""
@@ -85,6 +100,52 @@ async def served(postgres: Postgres, clock: ManualClock, tmp_path: Path) -> Asyn
     await harness.http.close()
 
 
+@dataclass
+class Served:
+    """A `stillhere serve` subprocess as a test's Phone reaches it (`http`, `url`)."""
+
+    server: procs.Server
+    http: aiohttp.ClientSession
+
+    def url(self, path: str) -> str:
+        return self.server.base_url + path
+
+
+@pytest.fixture
+async def serving(tmp_path: Path) -> AsyncIterator[tuple[Served, PostgresProcesses]]:
+    """`stillhere serve` with no `--db`: it starts its own embedded PostgreSQL, in its data
+    folder. Whatever the test did, that PostgreSQL runs again (continued) at its end."""
+    loop = asyncio.get_running_loop()
+    extra = ["--store-timeout", "0.5s"]
+    server = procs.start("stillhere", tmp_path, latency=0.0, rate=0.0, extra=extra)
+    try:
+        await procs.wait_ready(server)
+        assert server.pgdata is not None
+        postgres = PostgresProcesses(server.pgdata, dsn_of(server.pgdata))
+        async with aiohttp.ClientSession() as http:
+            yield Served(server, http), postgres
+        postgres.signal(signal.SIGCONT)
+    finally:
+        await loop.run_in_executor(None, procs.stop, server)
+
+
+async def say_answer(phone: Phone, id_: str, text: str) -> dict[str, Any]:
+    """The say's ack or its error, whichever it gets."""
+    await phone.send({"type": "say", "id": id_, "text": text})
+    async with asyncio.timeout(30):
+        while True:
+            frame = await phone._inbox.get()
+            if frame["type"] in ("ack", "error") and frame.get("id") == id_:
+                return frame
+
+
+async def acked_in_the_end(phone: Phone, id_: str) -> None:
+    """Resend the say, as a client's outbox does, until it is acked."""
+    async with asyncio.timeout(30):
+        while (await say_answer(phone, id_, f"resent as {id_}"))["type"] != "ack":
+            await asyncio.sleep(0.2)
+
+
 async def refused_say(phone: Phone, id_: str) -> dict[str, Any]:
     await phone.send({"type": "say", "id": id_, "text": f"said as {id_}"})
     return await phone.expect("error", lambda f: f.get("id") == id_, timeout=30)
@@ -103,44 +164,98 @@ async def stored_says(dsn: str) -> list[str]:
     return [r["client_id"] for r in rows]
 
 
-async def test_postgresql_paused_then_killed_and_restarted_mid_conversation(
-    served: Harness, postgres: Postgres, continued: None
-) -> None:
-    loop = asyncio.get_running_loop()
-    phone = await served.phone()
+async def recorded(dsn: str, replies: int) -> None:
+    """Until PostgreSQL holds `replies` replies: a `reply.end` goes out beside its reply's
+    write, not after it."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with asyncio.timeout(10):
+            while await conn.fetchval("SELECT count(*) FROM turns WHERE role = 'assistant'") < (
+                replies
+            ):
+                await asyncio.sleep(0.02)
+    finally:
+        await conn.close()
+
+
+async def readiness(served: Harness | Served) -> int:
+    async with served.http.get(served.url("/readyz")) as response:
+        return response.status
+
+
+async def paused_then_killed(
+    served: Harness | Served,
+    postgres: PostgresProcesses,
+    started_again: Callable[[], Awaitable[None]],
+) -> Phone:
+    """A conversation through its PostgreSQL paused, then killed and `started_again`:
+    says meanwhile refused `unavailable`, each resent one acked once PostgreSQL is back (no
+    server restart), none acked unstored, seq never repeating."""
+    phone = Phone(served, "device-" + uuid.uuid4().hex)  # type: ignore[arg-type]
+    await phone.connect()
     await phone.say("before anything went wrong", "s1")
     await phone.reply()
-    await served.recorded()
+    await recorded(postgres.dsn, 1)
 
     postgres.signal(signal.SIGSTOP)  # paused: connections open, nothing answers
     paused = await refused_say(phone, "s2")
-    async with served.http.get(served.url("/readyz")) as response:
-        assert response.status == 503  # within its bound, though PostgreSQL is paused
+    not_ready_while_paused = await readiness(served)  # within its bound, though paused
     postgres.signal(signal.SIGCONT)
-    await phone.say("said as s2", "s2")  # the outbox resends it with its id: acked now
+    await acked_in_the_end(phone, "s2")  # the outbox resends it with its id: acked now
     await phone.reply()
 
-    await served.recorded()
-    await loop.run_in_executor(None, postgres.kill)
+    await recorded(postgres.dsn, 2)
+    await asyncio.get_running_loop().run_in_executor(None, postgres.kill)
     killed = await refused_say(phone, "s3")
-    failed_sweep = await served.sweep()
-    await loop.run_in_executor(None, postgres.restart)
-    await phone.say("said as s3", "s3")  # no server restart: the pool reconnects
+    await started_again()
+    await acked_in_the_end(phone, "s3")  # no server restart: the pool reconnects
     await phone.reply()
     await phone.say("and after", "s4")
     await phone.reply()
 
     assert (paused["code"], killed["code"]) == ("unavailable", "unavailable")
+    assert not_ready_while_paused == 503
     acked = [f["id"] for f in phone.frames if f["type"] == "ack"]
     assert acked == ["s1", "s2", "s3", "s4"]  # each acked once, each stored once
     assert await stored_says(postgres.dsn) == acked
     seqs = numbered(phone)
     assert seqs == sorted(set(seqs))  # seq never repeats, never goes back
-    async with served.http.get(served.url("/readyz")) as response:
-        assert response.status == 200
+    assert await readiness(served) == 200
+    return phone
+
+
+async def test_postgresql_paused_then_killed_and_restarted_mid_conversation(
+    served: Harness, postgres: Postgres, continued: None
+) -> None:
+    loop = asyncio.get_running_loop()
+
+    async def started_again() -> None:
+        failed_sweeps.append(await served.sweep())
+        await loop.run_in_executor(None, postgres.restart)
+
+    failed_sweeps: list[dict[str, Any] | None] = []
+    await paused_then_killed(served, postgres, started_again)
+
     swept = await served.sweep()  # the supervisor's sweep and the memory pass resume
-    assert failed_sweep is None and swept is not None
+    assert failed_sweeps == [None] and swept is not None
     assert (swept["live"], swept["archived"], "memory" in swept) == (1, 0, True)
+
+
+async def test_embedded_postgresql_paused_then_killed_under_a_serve_process(
+    serving: tuple[Served, PostgresProcesses],
+) -> None:
+    """The server starts its embedded PostgreSQL again by itself once it is killed."""
+    served, postgres = serving
+    before = {p.pid for p in postgres.processes()}
+
+    async def started_again() -> None:
+        log = served.server.log_path
+        await eventually(lambda: "had stopped on its own; started again" in log.read_text(), 30)
+
+    await paused_then_killed(served, postgres, started_again)
+
+    assert before.isdisjoint(p.pid for p in postgres.processes())  # PostgreSQL started anew
+    assert served.server.proc.poll() is None  # the same server process throughout
 
 
 @pytest.mark.parametrize("transport", ["ws", "sse"])

@@ -30,7 +30,7 @@ from actors.clock import ManualClock
 from tests.conftest import Harness, Phone, eventually
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import MODEL
-from tests.test_db_faults import Postgres, numbered, stored_says
+from tests.test_db_faults import Postgres, acked_in_the_end, numbered, say_answer, stored_says
 
 DISK_MB = 64  # room for a fresh cluster (about 40 MB with its first WAL segment) and a bit
 SAY_TRIES = 300  # says until one needs a page the full disk cannot give
@@ -99,16 +99,6 @@ class Filler:
         self.path.unlink()
 
 
-async def say_answer(phone: Phone, id_: str, text: str) -> dict[str, Any]:
-    """The say's ack or its error, whichever it gets."""
-    await phone.send({"type": "say", "id": id_, "text": text})
-    async with asyncio.timeout(30):
-        while True:
-            frame = await phone._inbox.get()
-            if frame["type"] in ("ack", "error") and frame.get("id") == id_:
-                return frame
-
-
 async def begun(harness: Harness) -> Phone:
     """A phone whose first say (`s0`) is stored, answered and its reply recorded."""
     phone = await harness.phone()
@@ -116,13 +106,6 @@ async def begun(harness: Harness) -> Phone:
     await phone.reply()
     await harness.recorded()
     return phone
-
-
-async def acked_in_the_end(phone: Phone, id_: str) -> None:
-    """Resend the say, as a client's outbox does, until it is acked."""
-    async with asyncio.timeout(30):
-        while (await say_answer(phone, id_, f"resent as {id_}"))["type"] != "ack":
-            await asyncio.sleep(0.2)
 
 
 async def call(harness: Harness, device: str, method: str, path: str, body: Any = None) -> Any:
@@ -133,6 +116,13 @@ async def call(harness: Harness, device: str, method: str, path: str, body: Any 
         headers={"X-Stillhere-Device": device},
     ) as response:
         return response.status, orjson.loads(await response.read())
+
+
+async def readiness(harness: Harness) -> tuple[int, str]:
+    """`/readyz`'s status, and its `status` (ready) or `code` (not)."""
+    async with harness.http.get(harness.url("/readyz")) as response:
+        answer = await response.json()
+        return response.status, answer.get("code", answer.get("status"))
 
 
 async def alive(harness: Harness) -> bool:
@@ -165,10 +155,12 @@ async def test_a_table_that_cannot_grow_refuses_with_codes_and_recovers_when_spa
         posted.append(await call(served, phone.device, "POST", "/v1/say", said))
         if posted[-1][0] != 200:
             break
+    ready_while_full = await readiness(served)
     await served.sweep()  # answered, whatever it could do
     healthy_while_full = await alive(served)
 
     filler.delete()
+    ready_once_space_returned = await readiness(served)  # before any other write
     resent = await say_answer(phone, refused["id"], "resent once space returned")
     reposted = await call(served, phone.device, "POST", "/v1/say", {"id": said["id"], "text": "hi"})
     swept = await served.sweep()
@@ -184,6 +176,8 @@ async def test_a_table_that_cannot_grow_refuses_with_codes_and_recovers_when_spa
     for status, answer in (rule, memory, posted[-1]):
         assert (status, answer["type"], answer["code"]) == (503, "error", "storage_full")
     assert healthy_while_full
+    assert ready_while_full == (503, "storage_full")
+    assert ready_once_space_returned == (200, "ready")
     assert resent["type"] == "ack"
     assert reposted[0] == 200 and swept is not None  # the supervisor's sweep goes on
     assert (rule_after[0], memory_after[0]) == (201, 201), (rule_after, memory_after)

@@ -24,6 +24,7 @@ from tests.sse_client import SseClient
 from tests.test_admin import TOKEN, _get
 from tests.test_reply_matching import counters, turn
 from transport.cli import _parser, main
+from transport.config import settings_from
 
 BOOK = "ask me: did you finish that book?"
 
@@ -251,7 +252,7 @@ async def test_auto_draws_from_the_seeded_random(
     outcome the seeded random's first draw against it."""
     persona_file = tmp_path / "cold.toml"
     persona_file.write_text('name = "Cold"\nenergy = 0\ncuriosity = 0\nwarmth = 0\n')
-    await harness.start(follow_ons="auto", persona=persona_file, follow_on_seed=seed)
+    await harness.start(follow_ons="auto", persona=load_persona(persona_file), follow_on_seed=seed)
     phone = await harness.phone()
     await turn(phone, BOOK)
     await turn(phone, "ok thanks")
@@ -325,6 +326,14 @@ def test_a_bad_persona_file_is_refused_with_its_reason(
         _parser().parse_args(["serve", "--persona", str(path)])
     assert stopped.value.code == 2
     assert error in capsys.readouterr().err
+
+
+def test_a_persona_file_is_read_once_as_the_options_are(tmp_path: Path) -> None:
+    path = tmp_path / "ada.toml"
+    path.write_text('name = "Ada"\nwarmth = 0.25\n', encoding="utf-8")
+    args = _parser().parse_args(["serve", "--persona", str(path)])
+    path.unlink()  # nothing reads it again: the settings hold the persona itself
+    assert settings_from(args).persona == Persona("Ada", warmth=0.25)
 
 
 def test_follow_ons_takes_only_its_three_modes(capsys: pytest.CaptureFixture[str]) -> None:

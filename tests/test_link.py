@@ -10,6 +10,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 
@@ -19,7 +20,7 @@ from storage.store import Store
 from tests.conftest import Harness, Phone, eventually, own
 from tests.sse_client import SseClient
 from transport.config import Limits
-from transport.link import QueuedLink
+from transport.link import BACKLOG_BYTES, QueuedLink
 
 FRAMES = 60
 TEXT = "x" * 20_000  # 60 frames of 20 KB: far more than the socket's buffers hold
@@ -147,15 +148,18 @@ class ScriptedLink(QueuedLink):
         self.wire: list[int] = []
         self.writes = 0  # how many writes carried them
 
-    def write_now(self, frames: list[dict[str, Any]]) -> bool:
+    def encode(self, frame: dict[str, Any]) -> bytes:
+        return orjson.dumps(frame)
+
+    def write_now(self, frames: list[bytes]) -> bool:
         if self.keeping_up:
-            self.wire += [f["seq"] for f in frames]
+            self.wire += [orjson.loads(f)["seq"] for f in frames]
             self.writes += 1
         return self.keeping_up
 
-    async def write(self, frames: list[dict[str, Any]]) -> None:
+    async def write(self, frames: list[bytes]) -> None:
         await self.released.wait()
-        self.wire += [f["seq"] for f in frames]
+        self.wire += [orjson.loads(f)["seq"] for f in frames]
         self.writes += 1
 
     async def close(self, code: int) -> None:
@@ -236,7 +240,7 @@ class GoneLink(ScriptedLink):
 
     closes = 0
 
-    async def write(self, frames: list[dict[str, Any]]) -> None:
+    async def write(self, frames: list[bytes]) -> None:
         raise ConnectionError("reset by peer")
 
     async def close(self, code: int) -> None:
@@ -263,23 +267,103 @@ class RawLink(QueuedLink):
     kind = "raw"
     waited = 0
 
-    def write_now(self, frames: list[dict[str, Any]]) -> bool:
+    def encode(self, frame: dict[str, Any]) -> bytes:
+        return frame["bytes"]
+
+    def write_now(self, frames: list[bytes]) -> bool:
         transport = self._ready_transport()
         if transport is None:
             return False
-        transport.write(b"".join(f["bytes"] for f in frames))
+        transport.write(b"".join(frames))
         return True
 
-    async def write(self, frames: list[dict[str, Any]]) -> None:
+    async def write(self, frames: list[bytes]) -> None:
         self.waited += 1
         assert self.transport is not None
-        self.transport.write(b"".join(f["bytes"] for f in frames))  # type: ignore[attr-defined]
+        self._in_socket(sum(map(len, frames)))
+        self.transport.write(b"".join(frames))  # type: ignore[attr-defined]
 
     async def close(self, code: int) -> None:
         pass
 
     def closing_bytes(self, code: int) -> bytes:
         return b""
+
+
+class HeldTransport:
+    """A socket's transport whose phone reads only when the test says so: it holds all
+    that was written to it, less what the test lets the phone read."""
+
+    def __init__(self, held: int) -> None:
+        self.held = held
+
+    def write(self, data: bytes) -> None:
+        self.held += len(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self.held
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+class BehindLink(RawLink):
+    """A link whose phone is behind: frames of `{"size": n}` bytes go into a HeldTransport,
+    holding `held` bytes to begin with, and a write that must wait waits for `read` (set
+    once for each)."""
+
+    def __init__(self, held: int, limit: int) -> None:
+        self.socket = HeldTransport(held)
+        super().__init__(self.socket, limit)  # type: ignore[arg-type]
+        self.read = asyncio.Event()
+
+    def encode(self, frame: dict[str, Any]) -> bytes:
+        return b"x" * frame["size"]
+
+    async def write(self, frames: list[bytes]) -> None:
+        await super().write(frames)
+        await self.read.wait()
+        self.read.clear()
+
+
+LINK_LIMIT = 150_000
+BEHIND = BACKLOG_BYTES + 1000  # more than the socket may hold for a write at once
+
+
+async def test_a_batch_waiting_for_the_phone_is_counted_once() -> None:
+    """The writer's batch, in the socket's buffer while it waits for the phone, is counted
+    there only: a link holding just under its limit is not cut (it was counted twice)."""
+    link = BehindLink(BEHIND, LINK_LIMIT)
+    link.send({"size": 1_000})
+    await eventually(lambda: link.socket.held == BEHIND + 1_000)  # the writer waits
+    link.send({"size": 40_000})  # queued behind it
+    link.read.set()  # the first write ends; the phone has read nothing: the next one waits
+    await eventually(lambda: link.socket.held == BEHIND + 41_000)
+    link.send({"size": 10_000})  # 117,536 bytes held in all
+    assert (link.held(), link._dropped) == (BEHIND + 51_000, False)
+    link.socket.held = 20_000  # the phone reads
+    link.read.set()
+    await link.drain()
+    assert (link.socket.held, link._dropped) == (30_000, False)
+
+
+async def test_a_batch_written_straight_into_the_socket_is_counted_once() -> None:
+    """Once the phone has read, the writer's next batch goes straight into the socket's
+    buffer and is counted there only (it was counted twice: the link was cut)."""
+    link = BehindLink(BEHIND, LINK_LIMIT)
+    link.send({"size": 1_000})
+    await eventually(lambda: link.socket.held == BEHIND + 1_000)  # the writer waits
+    link.send({"size": 62_000})  # 129,536 held
+    link.socket.held = 30_000  # the phone reads: the next batch may go at once
+    link.read.set()
+    await link.drain()
+    assert (link.socket.held, link._dropped) == (92_000, False)
 
 
 @pytest.mark.parametrize("kind", ["uvloop", "asyncio"])

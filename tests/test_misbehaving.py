@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import Harness, eventually
 from tests.test_link import TEXT, _stall, _unstall, phone_and_link
-from transport import sse
+from transport import protocol, server
 from transport.config import Limits
 
 LIMIT = 256 * 1024
@@ -87,18 +87,32 @@ async def test_a_link_that_never_says_hello_or_says_it_too_slowly_is_closed(
     await phone.close()
 
 
+class _Clock:
+    """`time` for transport.protocol's token buckets: seconds pass when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+async def _refused(harness: Harness, path: str) -> tuple[int, str]:
+    """A link asked for on `path` (a WebSocket upgrade or an event stream): its status and
+    code, when it is refused."""
+    device = {"X-Stillhere-Device": "d" * 30}
+    async with harness.http.get(harness.url(path), headers=device) as response:
+        return response.status, (await response.json())["code"]
+
+
 async def test_links_over_the_limit_of_an_address_are_refused_with_a_code(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sse, "REFUSAL_DELAY_S", 0.01)
+    monkeypatch.setattr(server, "REFUSAL_DELAY_S", 0.01)
     await harness.start(limits=Limits(max_links_per_address=2))
     first, second = await harness.phone(), await harness.phone()
     for path in ("/v1/ws", "/v1/events"):
-        async with harness.http.get(
-            harness.url(path), headers={"X-Stillhere-Device": "d" * 30}
-        ) as response:
-            body = await response.json()
-            assert (response.status, body["code"]) == (429, "too_many_links")
+        assert await _refused(harness, path) == (429, "too_many_links")
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await harness.phone()
     assert refused.value.status == 429
@@ -108,6 +122,39 @@ async def test_links_over_the_limit_of_an_address_are_refused_with_a_code(
     await third.say("Made it")
     await third.reply()
     for phone in (second, third):
+        await phone.close()
+
+
+async def test_an_address_opening_links_too_fast_is_refused_with_a_code(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "REFUSAL_DELAY_S", 0.01)
+    clock = _Clock()
+    monkeypatch.setattr(protocol, "time", clock)
+    limits = Limits(links_per_s_per_address=2.0, link_burst_per_address=3)
+    await harness.start(limits=limits)
+    phones = [await harness.phone() for _ in range(2)]
+    await phones[0].close()  # a closed link does not give its opening back
+    async with harness.http.get(harness.url("/v1/events"), params={"device": "e" * 30}):
+        pass  # an event stream is a link too: the third of the burst
+    for path in ("/v1/ws", "/v1/events"):
+        assert await _refused(harness, path) == (429, "too_many_links")
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await harness.phone()
+    assert refused.value.status == 429
+    connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))  # another address
+    async with (
+        aiohttp.ClientSession(connector=connector) as elsewhere,
+        elsewhere.ws_connect(harness.url("/v1/ws")) as ws,
+    ):
+        await ws.send_json({"type": "hello", "v": 1, "device": "f" * 30})
+        assert (await ws.receive_json())["type"] == "welcome"
+    clock.now += 0.5  # one new link a half second
+    again = await harness.phone()
+    await again.say("Made it")
+    await again.reply()
+    assert await _refused(harness, "/v1/ws") == (429, "too_many_links")
+    for phone in (phones[1], again):
         await phone.close()
 
 

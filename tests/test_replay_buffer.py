@@ -176,7 +176,7 @@ class GatedLog(EventLog):
     """The real event log, its writes held while `gate` is closed."""
 
     def __init__(self, inner: EventLog, gate: asyncio.Event) -> None:
-        super().__init__(inner._pool, inner._fenced)
+        super().__init__(inner._pool, inner._space, inner._fenced)
         self.gate = gate
 
     async def _write(self, entries: Any) -> bool:

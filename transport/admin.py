@@ -34,11 +34,12 @@ from actors.messages import Attach, Snapshot
 from actors.runtime import ActorFailed, Reply
 from actors.supervisor import SweepHistory, Sweeps
 from storage.records import Turn
-from transport.admin_listing import InvalidField, actor_query
+from transport.admin_listing import actor_query
 from transport.admin_view import add_view, is_view_path
 from transport.config import Settings
 from transport.errors import error_response, json_errors
 from transport.logs import AccessLogger
+from transport.query import InvalidField
 from transport.server import SERVER_KEY, Server
 
 log = logging.getLogger("stillhere.admin")

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 from multidict import MultiDictProxy
 
+from transport.query import InvalidField, query_integer
+
 STATES = ("idle", "replying", "ending", "stopped", "unresponsive")
 # The sortable columns; `-` in front sorts the other way. Rows where the column is null (an
 # actor that did not answer) come first whichever way: they are the ones to look at.
@@ -35,10 +37,6 @@ class Row(Protocol):
     def conversation(self) -> str: ...
 
     def wire(self) -> dict[str, Any]: ...
-
-
-class InvalidField(ValueError):
-    """A query parameter out of its range: answered 400 `invalid_field` with this message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,15 +97,6 @@ def actor_query(query: MultiDictProxy[str]) -> ActorQuery:
     sort = query.get("sort", "idle")
     if sort.removeprefix("-") not in SORTS:
         raise InvalidField(f"sort must be one of {', '.join(SORTS)}, with - to reverse")
-    limit = _integer(query, "limit", 1, MAX_LIMIT)
-    offset = _integer(query, "offset", 0, MAX_OFFSET) or 0
+    limit = query_integer(query, "limit", 1, MAX_LIMIT)
+    offset = query_integer(query, "offset", 0, MAX_OFFSET) or 0
     return ActorQuery(text, states, sort.removeprefix("-"), sort.startswith("-"), limit, offset)
-
-
-def _integer(query: MultiDictProxy[str], name: str, low: int, high: int) -> int | None:
-    raw = query.get(name)
-    if raw is None:
-        return None
-    if not raw.isdecimal() or not low <= int(raw) <= high:
-        raise InvalidField(f"{name} must be an integer from {low} to {high}")
-    return int(raw)

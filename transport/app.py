@@ -18,7 +18,7 @@ from actors.memory.setup import close_keeper, make_embedder, open_keeper, warm
 from actors.metrics import Metrics
 from actors.ownership import Ownership
 from actors.persona import DEFAULT as DEFAULT_PERSONA
-from actors.persona import Persona, load_persona
+from actors.persona import Persona
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
 from providers.analysis import Analysis, AnalysisModel, FailureHook
@@ -36,7 +36,7 @@ from storage.notices import Notices
 from storage.store import Store
 from transport.admin import metrics_handler, start_admin
 from transport.config import Settings, collector_pace, node_name
-from transport.errors import json_errors
+from transport.errors import DISK_SPACE_KEY, json_errors
 from transport.health import add_routes as add_health_routes
 from transport.identity import Identity, load_or_create_secret
 from transport.logs import AccessLogger
@@ -79,8 +79,9 @@ def make_analysis(settings: Settings, on_failure: FailureHook) -> Analysis:
     return RehearsalAnalysis()
 
 
-def make_persona(settings: Settings) -> Persona:
-    persona = DEFAULT_PERSONA if settings.persona is None else load_persona(settings.persona)
+def announce_persona(settings: Settings) -> Persona:
+    """The persona `--persona` read (or the default), said in the log."""
+    persona = settings.persona or DEFAULT_PERSONA
     log.info(
         "persona %s: energy %.2f, curiosity %.2f, warmth %.2f; follow-ons %s",
         persona.name,
@@ -206,7 +207,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         metrics=metrics,
         memory=memory,
         analysis=analysis,
-        persona=make_persona(settings),
+        persona=announce_persona(settings),
         random=Random(settings.follow_on_seed),
     )
     notices = Notices(dsn)
@@ -219,6 +220,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
     listening = await notices.open()
     identity = Identity(secret, revocations.revoked)
     app[SERVER_KEY] = Server(settings, rt, identity, directory, supervisor)
+    app[DISK_SPACE_KEY] = store.space
     admin: web.AppRunner | None = None
     try:
         with (

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from actors.clock import parse_duration
 from actors.follow_on import MODES as FOLLOW_ON_MODES
 from actors.memory.keeper import DEFAULT_FINGERPRINT_WAIT_S
-from actors.persona import PersonaError, load_persona
+from actors.persona import Persona, PersonaError, load_persona
 from actors.runtime import (
     DEFAULT_DELTA_WINDOW_S,
     DEFAULT_INTERRUPT_WORDS,
@@ -39,6 +39,14 @@ def _at_least_zero(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"needs a whole number of at least 0, not {text!r}")
+    return value
+
+
+def _rate(text: str) -> float:
+    """A rate per second: a finite number of at least 0 (0: no limit)."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"needs a number of at least 0, not {text!r}")
     return value
 
 
@@ -68,13 +76,13 @@ def _on_off(text: str) -> bool:
     return text == "on"
 
 
-def _persona_file(text: str) -> Path:
-    """A persona file, read once here so that a bad one stops the start with its reason."""
+def _persona_file(text: str) -> Persona:
+    """The persona in a file, read here and only here: a bad one stops the start with its
+    reason."""
     try:
-        load_persona(Path(text))
+        return load_persona(Path(text))
     except PersonaError as wrong:
         raise argparse.ArgumentTypeError(str(wrong)) from None
-    return Path(text)
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -109,6 +117,10 @@ class Limits:
     link_buffer: int = 1024 * 1024
     hello_timeout: float = 10.0  # from connecting to a successful hello (4408)
     max_links_per_address: int = 0  # open links from one IP address; 0: no limit
+    # New links one IP address may open, sustained per second and at once: a hello flood
+    # from one address costs a refused request each past them. 0: no limit.
+    links_per_s_per_address: float = 0.0
+    link_burst_per_address: int = 20
     max_links_per_person: int = 8  # over it, the person's oldest link is closed (4429)
     # A connection that has not sent a whole request this long after it opened, or after
     # its last answer, is closed (aiohttp's keep-alive timeout): a slow client cannot hold
@@ -142,7 +154,7 @@ class Settings:
     rehearsal_rate: float = 0.0
     delta_window: float = DEFAULT_DELTA_WINDOW_S
     echo_guard: bool = True
-    persona: Path | None = None  # None: the default persona (actors/persona.py)
+    persona: Persona | None = None  # from --persona's file; None: the default (actors/persona.py)
     follow_ons: str = "auto"
     follow_on_seed: int | None = None  # None: seeded by the system
     resume_window: float = 30 * 60
@@ -306,6 +318,12 @@ _LIMIT_OPTIONS: list[tuple[str, object, str]] = [
     ("link-buffer", positive, "bytes held for a link whose phone stopped reading, at most"),
     ("hello-timeout", longer_than_zero, "time from connecting to a successful hello"),
     ("max-links-per-address", _at_least_zero, "open links from one IP address (0: no limit)"),
+    (
+        "links-per-s-per-address",
+        _rate,
+        "new links one IP address may open per second, sustained (0: no limit)",
+    ),
+    ("link-burst-per-address", positive, "new links one IP address may open at once"),
     ("max-links-per-person", positive, "open links of one person; more close the oldest"),
     (
         "http-idle-timeout",

@@ -15,12 +15,16 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
+from storage.pool import STORAGE_FULL, UNAVAILABLE, DiskSpace, storage_fault
 from transport.protocol import error_frame
 
 log = logging.getLogger("stillhere.http")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# Where a request refused for lack of disk space is noted (`Store.space`), once the store is
+# open: `/readyz` reads it.
+DISK_SPACE_KEY = web.AppKey("stillhere.disk_space", DiskSpace)
 
 # Statuses aiohttp raises itself, and the code each is answered with.
 _CODES = {
@@ -53,6 +57,9 @@ def json_errors(not_found_hint: str) -> Any:
         except (*UNAVAILABLE, STORAGE_FULL) as failure:
             code, what = storage_fault(failure)
             log.warning("%s %s: PostgreSQL %s", request.method, request.path, what)
+            space = request.app.get(DISK_SPACE_KEY)
+            if space is not None:
+                space.note(failure)
             return error_response(503, code, _STORAGE_MESSAGES[code])
         except Exception:
             log.exception("unexpected failure answering %s %s", request.method, request.path)
@@ -70,7 +77,7 @@ def _refusal(request: web.Request, refused: web.HTTPException, hint: str) -> web
             405,
             "method_not_allowed",
             f"{request.method} is not allowed on {request.path}: use {allowed}",
-            {"Allow": allowed},
+            headers={"Allow": allowed},
         )
     if isinstance(refused, web.HTTPNotFound):
         return error_response(404, "not_found", f"no endpoint {request.path}; {hint}")
@@ -80,11 +87,18 @@ def _refusal(request: web.Request, refused: web.HTTPException, hint: str) -> web
 
 
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    id_: str | None = None,
+    *,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
 ) -> web.Response:
-    """The protocol's `error` object as an HTTP answer."""
+    """The protocol's `error` object as an HTTP answer: `id_` the say's it refuses, if any;
+    `extra` fields say more (e.g. which `ids`)."""
     return web.Response(
-        body=orjson.dumps(error_frame(code, message)),
+        body=orjson.dumps({**error_frame(code, message, id_), **extra}),
         status=status,
         content_type="application/json",
         headers=headers,

@@ -3,9 +3,10 @@
 `/healthz` (liveness) answers from the event loop itself: an answer at all means the process
 and its loop are alive; restarting a server whose database is down would not help, so it
 does not look further. `/readyz` (readiness) says whether a request could be served now:
-PostgreSQL answers a trivial query within `READY_TIMEOUT_S`, and the chat model, the
-analysis model and the memory's embedder are in place. Neither needs credentials, and
-neither names a secret: the models are named by their labels, which carry no key.
+PostgreSQL answers a trivial query within `READY_TIMEOUT_S`, its disk has room for writes
+(`Store.disk_full`), and the chat model, the analysis model and the memory's embedder are
+in place. Neither needs credentials, and neither names a secret: the models are named by
+their labels, which carry no key.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ async def readyz_handler(request: web.Request) -> web.Response:
             "database_unreachable",
             f"PostgreSQL did not answer within {READY_TIMEOUT_S:g} s ({problem})",
         )
+    if await rt.store.disk_full():
+        log.warning("not ready: PostgreSQL's disk is full")
+        return error_response(503, "storage_full", "PostgreSQL's disk is full: writes fail")
     return web.json_response({"status": "ready", "database": "ok", "models": models}, dumps=dumps)
 
 

@@ -11,7 +11,8 @@ need one, and a link is a few objects fewer for every one it does not hold.
 
 A phone that stops reading while replies stream costs what its link holds for it: past
 `--link-buffer` bytes the link is cut off (close code 4503), the conversation and its
-other links untouched.
+other links untouched. A frame is encoded once, as it is sent, and its bytes are counted
+where they are: waiting in the link, or in the socket's buffer once written there.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import itertools
 import logging
 from abc import ABC, abstractmethod
 from typing import cast
-
-import orjson
 
 from actors.replay import Frame
 from transport.protocol import CLOSE_SLOW_READER
@@ -45,12 +44,14 @@ class QueuedLink(ABC):
     def __init__(self, transport: asyncio.BaseTransport | None, buffer_limit: int) -> None:
         self.name = f"{self.kind}-{next(_numbers)}"
         self.transport = transport  # the socket's, for the writes that need not wait
-        self._frames: list[Frame] = []  # waiting for the step's end or the writer, oldest first
+        # Encoded frames waiting for the step's end or the writer, oldest first.
+        self._frames: list[bytes] = []
         self._close_code: int | None = None  # set by `end`: close once the frames are out
         self._dropped = False  # a write found the link gone: later frames go nowhere
         self._writer: asyncio.Task[None] | None = None  # only while there is work for it
         # What a phone that is behind costs: the bytes of the frames queued for the writer
-        # and of the batch it is writing, beside the socket's buffer (`held`).
+        # and of the batch it is writing not yet in the socket's buffer, beside that buffer
+        # (`held`): a byte is counted in one place at a time.
         self._buffer_limit = buffer_limit
         self._queued_bytes = 0
         self._writing_bytes = 0
@@ -58,9 +59,10 @@ class QueuedLink(ABC):
     def send(self, frame: Frame) -> None:
         if self._close_code is not None or self._dropped:
             return
-        self._frames.append(frame)
+        encoded = self.encode(frame)
+        self._frames.append(encoded)
         if self._writer is not None:  # behind: what waits for the writer is counted
-            self._queued_bytes += len(orjson.dumps(frame))
+            self._queued_bytes += len(encoded)
         if self._over_limit():
             return
         if self._writer is None and len(self._frames) == 1:
@@ -140,9 +142,11 @@ class QueuedLink(ABC):
         try:
             while self._frames:
                 batch, self._frames = self._frames, []
-                self._writing_bytes, self._queued_bytes = self._queued_bytes, 0
+                # Frames queued before the writer began were not counted: they are now.
+                self._writing_bytes, self._queued_bytes = sum(map(len, batch)), 0
                 if not self.write_now(batch):
                     await self.write(batch)
+                self._writing_bytes = 0  # all in the socket's buffer, or read already
                 if self._over_limit():
                     return
         except (ConnectionError, RuntimeError) as gone:
@@ -165,14 +169,24 @@ class QueuedLink(ABC):
             return transport
         return None
 
-    @abstractmethod
-    def write_now(self, frames: list[Frame]) -> bool:
-        """Write `frames` at once if the link takes them without waiting (open, and the
-        phone keeping up); False leaves them to `write`."""
+    def _in_socket(self, size: int) -> None:
+        """`size` bytes of the batch being written went into the socket's buffer, where
+        `held` counts them: called by `write` as it hands them over."""
+        self._writing_bytes -= size
 
     @abstractmethod
-    async def write(self, frames: list[Frame]) -> None:
-        """Write `frames` in order, waiting for the phone if need be; raise
+    def encode(self, frame: Frame) -> bytes:
+        """The frame as `write_now` and `write` take it: encoded once, as it is sent."""
+
+    @abstractmethod
+    def write_now(self, frames: list[bytes]) -> bool:
+        """Write the encoded `frames` at once if the link takes them without waiting (open,
+        and the phone keeping up); False leaves them to `write`."""
+
+    @abstractmethod
+    async def write(self, frames: list[bytes]) -> None:
+        """Write the encoded `frames` in order, waiting for the phone if need be, telling
+        `_in_socket` what goes into the socket's buffer before each wait; raise
         ConnectionError when the link is gone."""
 
     @abstractmethod

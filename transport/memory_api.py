@@ -43,9 +43,11 @@ from storage.memories import (
 from storage.records import MEMORY_STATUSES, Memory, MemoryDraft
 from storage.text import text_fault
 from transport.config import Limits
+from transport.errors import error_response
 from transport.identity import Unauthorized
+from transport.query import InvalidField, query_integer
 from transport.server import SERVER_KEY, Server
-from transport.sse import credentials, dumps, json_error
+from transport.sse import credentials, dumps
 
 log = logging.getLogger("stillhere.memories")
 
@@ -124,11 +126,13 @@ def person_handler(act: PersonAct) -> Handler:
             person = server.identity.person(**credentials(request, body))
             status, answer = await act(request, server, person, body)
         except Unauthorized as refused:
-            return json_error(refused.status, refused.code, str(refused))
+            return error_response(refused.status, refused.code, str(refused))
         except UnknownMemories as missing:
             return refusal_response(unknown(missing.ids))
         except Refusal as refusal:
             return refusal_response(refusal)
+        except InvalidField as wrong:
+            return refusal_response(invalid(str(wrong)))
         return web.json_response(answer, status=status, dumps=dumps)
 
     return handle
@@ -150,7 +154,7 @@ def gesture(act: Callable[[Gesture], Awaitable[Answer]]) -> Handler:
 
 
 def refusal_response(refusal: Refusal) -> web.Response:
-    return json_error(refusal.status, refusal.code, refusal.message, **refusal.extra)
+    return error_response(refusal.status, refusal.code, refusal.message, **refusal.extra)
 
 
 async def read_body(request: web.Request) -> dict[str, Any]:
@@ -270,7 +274,7 @@ def _search_args(g: Gesture) -> tuple[str, int]:
         if len(g.request.query.getall("q", [])) > 1:
             raise invalid("give q once")
         q = g.request.query.get("q")
-        limit = _integer(g.request.query, "limit", SEARCH_LIMIT, 1, SEARCH_MAX)
+        limit = query_integer(g.request.query, "limit", 1, SEARCH_MAX) or SEARCH_LIMIT
     try:
         return query_text(q, "q"), query_limit(limit, SEARCH_MAX)
     except BadQuery as wrong:
@@ -291,8 +295,8 @@ def _listing(query: MultiDictProxy[str]) -> Listing:
         raise invalid(fault)
     if text is not None and len(text) > MAX_FILTER_CHARS:
         raise invalid(f"text must be at most {MAX_FILTER_CHARS} characters")
-    limit = _integer(query, "limit", LIST_LIMIT, 1, LIST_MAX)
-    offset = _integer(query, "offset", 0, 0, MAX_OFFSET)
+    limit = query_integer(query, "limit", 1, LIST_MAX) or LIST_LIMIT
+    offset = query_integer(query, "offset", 0, MAX_OFFSET) or 0
     after = _after(query["cursor"]) if "cursor" in query else None
     if after is not None and "offset" in query:
         raise invalid("give a cursor or an offset, not both")
@@ -303,15 +307,6 @@ def _words(query: MultiDictProxy[str], name: str) -> tuple[str, ...]:
     """`status=active,muted` and `status=active&status=muted` alike."""
     values = query.getall(name, [])
     return tuple(dict.fromkeys(w.strip() for v in values for w in v.split(",") if w.strip()))
-
-
-def _integer(query: MultiDictProxy[str], name: str, default: int, low: int, high: int) -> int:
-    raw = query.get(name)
-    if raw is None:
-        return default
-    if not raw.isdecimal() or not low <= int(raw) <= high:
-        raise invalid(f"{name} must be an integer from {low} to {high}")
-    return int(raw)
 
 
 def _cursor(last: Memory) -> str:

@@ -44,7 +44,7 @@ from providers.embedding import DEFAULT_TIMEOUT_S, EmbeddingError
 from storage.embedded import EmbeddedPostgres
 from storage.memories import UnknownMemories
 from storage.store import Store
-from transport.config import env_value
+from transport.config import Settings, env_value
 from transport.memory_api import SEARCH_LIMIT, SEARCH_MAX
 
 log = logging.getLogger("stillhere.memory")
@@ -109,12 +109,16 @@ def add_db_options(parser: argparse.ArgumentParser, *, scratch: bool) -> None:
         ),
     )
     if not scratch:
-        parser.add_argument(
-            "--data-dir",
-            type=Path,
-            default=Path(env_value("data-dir") or ".stillhere"),
-            help="the server's data folder",
-        )
+        add_data_dir_option(parser)
+
+
+def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(env_value("data-dir") or Settings().data_dir),
+        help="the server's data folder: its secret file and embedded PostgreSQL",
+    )
 
 
 @contextlib.asynccontextmanager

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from transport.sse import json_error
+from transport.errors import error_response
 
 log = logging.getLogger("stillhere.origin")
 
@@ -57,7 +57,7 @@ def origin_check(extra: frozenset[str]) -> Middleware:
         origin = request.headers.get("Origin")
         if origin is not None and guarded(request) and not allowed(origin, request.host, extra):
             log.info("refused %s %s from origin %.200s", request.method, request.path, origin)
-            return json_error(
+            return error_response(
                 403, "origin_refused", "requests from this web origin are not accepted"
             )
         return await handler(request)

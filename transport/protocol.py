@@ -113,12 +113,12 @@ def _check_say(frame: dict[str, Any], limits: Limits) -> None:
         )
 
 
-class RateLimiter:
-    """A token bucket per link: `frames_per_s` sustained, `frame_burst` at once."""
+class TokenBucket:
+    """`rate` sustained, `burst` at once."""
 
-    def __init__(self, limits: Limits) -> None:
-        self._rate = limits.frames_per_s
-        self._burst = float(limits.frame_burst)
+    def __init__(self, rate: float, burst: float) -> None:
+        self._rate = rate
+        self._burst = float(burst)
         self._tokens = self._burst
         self._at = time.monotonic()
 
@@ -132,19 +132,28 @@ class RateLimiter:
         return True
 
 
-class PersonRates:
-    """One token bucket per person, for requests with no link of their own (POSTs).
+class RateLimiter(TokenBucket):
+    """A token bucket per link: `frames_per_s` sustained, `frame_burst` at once."""
 
-    Bounded: the least recently seen persons are forgotten past `keep`."""
+    def __init__(self, limits: Limits) -> None:
+        super().__init__(limits.frames_per_s, limits.frame_burst)
 
-    def __init__(self, limits: Limits, keep: int = 10_000) -> None:
-        self._limits = limits
+
+class KeyedRates:
+    """One token bucket per key (a person, an address), `rate` sustained, `burst` at once.
+
+    Bounded: the least recently seen keys are forgotten past `keep` (one forgotten starts
+    again with a whole burst)."""
+
+    def __init__(self, rate: float, burst: float, keep: int = 10_000) -> None:
+        self._rate = rate
+        self._burst = burst
         self._keep = keep
-        self._buckets: dict[str, RateLimiter] = {}
+        self._buckets: dict[str, TokenBucket] = {}
 
-    def allow(self, person: str) -> bool:
-        bucket = self._buckets.pop(person, None) or RateLimiter(self._limits)
-        self._buckets[person] = bucket  # most recent last
+    def allow(self, key: str) -> bool:
+        bucket = self._buckets.pop(key, None) or TokenBucket(self._rate, self._burst)
+        self._buckets[key] = bucket  # most recent last
         if len(self._buckets) > self._keep:
             del self._buckets[next(iter(self._buckets))]
         return bucket.allow()

@@ -3,8 +3,8 @@
 The revocation is stored in PostgreSQL (`revocations`, by person key: no credential is
 written) and announced with NOTIFY in the same transaction; every running server listens
 (transport/revocations.py), refuses the person at its next hello or request and closes its
-live links at once. It works beside a running server, on its database (`--db`, or the
-embedded PostgreSQL of `--data-dir`).
+live links at once. It works beside a running server on its database (`--db`); the
+embedded PostgreSQL of `--data-dir` it opens only while no server uses it.
 
 An account is named as in its tokens (`sub`), and its key is made with the server's
 secret. A device is named by its person key, the one the admin API and `stillhere inspect`
@@ -16,27 +16,23 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 
 from storage import revocations
-from transport.config import Settings, env_value
+from transport.config import env_value
 from transport.identity import Identity, load_or_create_secret
-from transport.memory_cli import database
+from transport.memory_cli import add_data_dir_option, add_db_options, database
 
 log = logging.getLogger("stillhere.revoke")
 
 
-def add_secret_options(parser: argparse.ArgumentParser) -> None:
-    """The secret that signs tokens and keys persons: `--secret`, else the data dir's."""
-    parser.add_argument(
-        "--data-dir",
-        default=Path(env_value("data-dir") or Settings().data_dir),
-        type=Path,
-        help="the server's data folder: its secret file and embedded PostgreSQL",
-    )
+def add_secret_options(parser: argparse.ArgumentParser, *, data_dir: bool = True) -> None:
+    """The secret that signs tokens and keys persons: `--secret`, else the data dir's
+    (`--data-dir`, added here unless the parser has it already: `data_dir=False`)."""
+    if data_dir:
+        add_data_dir_option(parser)
     parser.add_argument("--secret", default=env_value("secret"), help="env STILLHERE_SECRET")
 
 
@@ -65,12 +61,8 @@ def add_parser(commands: Any) -> None:
     who.add_argument("account", nargs="?", help="the account, as in its tokens' `sub`")
     who.add_argument("--person", help="a person key (a device's), as the admin API shows it")
     revoke.add_argument("--lift", action="store_true", help="lift the revocation instead")
-    revoke.add_argument(
-        "--db",
-        default=env_value("db"),
-        help="PostgreSQL DSN (env STILLHERE_DB); without it, the embedded one of --data-dir",
-    )
-    add_secret_options(revoke)
+    add_db_options(revoke, scratch=False)
+    add_secret_options(revoke, data_dir=False)
     revoke.set_defaults(run=run)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections import Counter
@@ -16,9 +17,10 @@ from actors.directory import CLOSE_MOVED, MOVED, Directory
 from actors.runtime import Runtime
 from actors.supervisor import Supervisor
 from transport.config import Settings
+from transport.errors import error_response
 from transport.identity import Identity
 from transport.link import QueuedLink
-from transport.protocol import CLOSE_REVOKED, PersonRates, error_frame
+from transport.protocol import CLOSE_REVOKED, KeyedRates, error_frame
 
 
 @dataclass(slots=True)
@@ -31,10 +33,15 @@ class Server:
     links: WeakSet[QueuedLink] = field(default_factory=WeakSet)
     address_links: Counter[str] = field(default_factory=Counter)  # open links per IP address
     admin_port: int | None = None  # where the admin API listens, once started (if on)
-    post_rates: PersonRates = field(init=False)
+    post_rates: KeyedRates = field(init=False)  # POSTs, per person
+    address_rates: KeyedRates = field(init=False)  # new links, per IP address
 
     def __post_init__(self) -> None:
-        self.post_rates = PersonRates(self.settings.limits)
+        limits = self.settings.limits
+        self.post_rates = KeyedRates(limits.frames_per_s, limits.frame_burst)
+        self.address_rates = KeyedRates(
+            limits.links_per_s_per_address, limits.link_burst_per_address
+        )
 
 
 log = logging.getLogger("stillhere.server")
@@ -42,21 +49,33 @@ log = logging.getLogger("stillhere.server")
 SERVER_KEY = web.AppKey("stillhere.server", Server)
 
 
+REFUSAL_DELAY_S = 1.0  # before a link over an address's limits is refused
+
+
 class TooManyLinks(Exception):
-    """An address already has `--max-links-per-address` links open."""
+    """An address already has `--max-links-per-address` links open, or opened new ones
+    faster than `--links-per-s-per-address` allows."""
 
 
 @contextlib.contextmanager
 def address_slot(server: Server, request: web.Request) -> Iterator[None]:
     """Hold one of the links the request's address may have open for as long as the link
-    is; raise TooManyLinks when they are all taken (checked before any upgrade or stream,
-    so a flood from one address costs a refused request each)."""
+    is; raise TooManyLinks when they are all taken, or when the address opens links faster
+    than its rate (checked before any upgrade or stream, so a flood from one address costs
+    a refused request each)."""
     address = request.remote or ""
-    limit = server.settings.limits.max_links_per_address
+    limits = server.settings.limits
+    limit = limits.max_links_per_address
     counts = server.address_links
     if limit and counts[address] >= limit:
         log.info("refused a link from %s: %d links open from there", address, counts[address])
         raise TooManyLinks(f"this address has {limit} links open; close one first")
+    if limits.links_per_s_per_address and not server.address_rates.allow(address):
+        log.info("refused a link from %s: opening links too fast", address)
+        raise TooManyLinks(
+            f"this address opens links faster than {limits.links_per_s_per_address:g} a "
+            "second; wait before the next"
+        )
     counts[address] += 1
     try:
         yield
@@ -64,6 +83,14 @@ def address_slot(server: Server, request: web.Request) -> Iterator[None]:
         counts[address] -= 1
         if not counts[address]:
             del counts[address]
+
+
+async def refuse_link(refused: TooManyLinks) -> web.Response:
+    """429 `too_many_links`, after REFUSAL_DELAY_S: a flood that reconnects as soon as it is
+    refused then costs the server a connection per loop and second, not as many as it can
+    send; the wait itself costs a sleeping coroutine."""
+    await asyncio.sleep(REFUSAL_DELAY_S)
+    return error_response(429, "too_many_links", str(refused))
 
 
 async def close_links(app: web.Application) -> None:

@@ -16,22 +16,21 @@ import orjson
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
+from transport.errors import error_response
 from transport.identity import Unauthorized
 from transport.link import Frame, QueuedLink
 from transport.protocol import (
     ProtocolError,
     check_conversation,
-    error_frame,
     rate_limited,
     validate,
 )
-from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot
+from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot, refuse_link
 from transport.session import Session
 
 log = logging.getLogger("stillhere.sse")
 
 SEND_TIMEOUT_S = EventSourceResponse.DEFAULT_SEND_TIMEOUT or 120.0
-REFUSAL_DELAY_S = 1.0  # before a link over an address's limit is refused
 
 
 class EventStreamLink(QueuedLink):
@@ -52,21 +51,26 @@ class EventStreamLink(QueuedLink):
         super().__init__(request.transport, buffer_limit)
         self._response = response
 
-    def write_now(self, frames: list[Frame]) -> bool:
+    def encode(self, frame: Frame) -> bytes:
+        return event_block(frame)
+
+    def write_now(self, frames: list[bytes]) -> bool:
         """The blocks as one HTTP chunk, straight into the transport: the same bytes
         `response.write` puts there, without its coroutine and its guard (needed only by a
         write that waits, and this one never does)."""
         response, transport = self._response, self._ready_transport()
         if transport is None or not (response.is_connected() and response.chunked):
             return False
-        payload = event_blocks(frames)
+        payload = b"".join(frames)
         transport.write(b"%x\r\n%s\r\n" % (len(payload), payload))
         return True
 
-    async def write(self, frames: list[Frame]) -> None:
+    async def write(self, frames: list[bytes]) -> None:
+        payload = b"".join(frames)
+        self._in_socket(len(payload))  # `response.write` puts it there before any wait
         try:
             async with asyncio.timeout(SEND_TIMEOUT_S):
-                await self._response.write(event_blocks(frames))
+                await self._response.write(payload)
         except ConnectionResetError:
             self._response.stop_streaming()
             raise
@@ -82,10 +86,6 @@ class EventStreamLink(QueuedLink):
     def closing_bytes(self, code: int) -> bytes:
         """The chunked body's last chunk: an event stream has no close code."""
         return b"0\r\n\r\n" if self._response.chunked else b""
-
-
-def event_blocks(frames: list[Frame]) -> bytes:
-    return b"".join(map(event_block, frames))
 
 
 def event_block(frame: Frame) -> bytes:
@@ -114,22 +114,6 @@ def credentials(request: web.Request, body: dict[str, Any] | None = None) -> dic
     }
 
 
-def json_error(
-    status: int, code: str, message: str, id_: str | None = None, **extra: Any
-) -> web.Response:
-    """An `error` object as an HTTP answer; `extra` fields say more (e.g. which `ids`)."""
-    frame = {**error_frame(code, message, id_), **extra}
-    return web.json_response(frame, status=status, dumps=dumps)
-
-
-async def refuse_link(refused: TooManyLinks) -> web.Response:
-    """429 `too_many_links`, after REFUSAL_DELAY_S: a flood that reconnects as soon as it is
-    refused then costs the server a connection per loop and second, not as many as it can
-    send; the wait itself costs a sleeping coroutine."""
-    await asyncio.sleep(REFUSAL_DELAY_S)
-    return json_error(429, "too_many_links", str(refused))
-
-
 def dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -148,7 +132,7 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
     try:
         last_seq = _last_seq(request)
     except ProtocolError as bad:
-        return json_error(400, bad.code, bad.message)
+        return error_response(400, bad.code, bad.message)
     hello: dict[str, Any] = {
         "type": "hello",
         "v": 1,
@@ -162,7 +146,7 @@ async def events_handler(request: web.Request) -> web.StreamResponse:
             return await _stream(server, request, hello)
     except Unauthorized as refused:
         log.info("refused an event stream: %s", refused)
-        return json_error(refused.status, refused.code, str(refused))
+        return error_response(refused.status, refused.code, str(refused))
     except TooManyLinks as refused:
         return await refuse_link(refused)
 
@@ -236,12 +220,12 @@ async def _post(request: web.Request, kind: str) -> web.Response:
             raise rate_limited()
         answer = await _perform(server, person, kind, frame)
     except orjson.JSONDecodeError:
-        return json_error(400, "bad_json", "the body must be one JSON object")
+        return error_response(400, "bad_json", "the body must be one JSON object")
     except Unauthorized as refused:
-        return json_error(refused.status, refused.code, str(refused))
+        return error_response(refused.status, refused.code, str(refused))
     except ProtocolError as bad:
         status = _STATUS.get(bad.code, 400)
-        return json_error(status, bad.code, bad.message, bad.id or id_)
+        return error_response(status, bad.code, bad.message, bad.id or id_)
     return web.json_response(answer, dumps=dumps)
 
 

@@ -21,6 +21,8 @@ from aiohttp import web
 
 _HOST = re.compile(r"^[A-Za-z0-9.:\[\]-]+$")
 WEB_DIR = Path(__file__).resolve().parent / "web"
+# Modules the app and the live view share (`el.js`): each serves them beside its own files.
+SHARED_DIR = WEB_DIR.with_name("web_shared")
 ASSET_PREFIX = "/app/"
 TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -39,10 +41,10 @@ class StaticFile:
 
 
 def load(directory: Path) -> dict[str, StaticFile]:
-    """Every file of `directory` (not below it), by name; the app and the live view both
-    serve theirs so."""
+    """Every file of `directory` (not below it) and of SHARED_DIR, by name; the app and the
+    live view both serve theirs so."""
     files = {}
-    for path in sorted(directory.iterdir()):
+    for path in sorted([*directory.iterdir(), *SHARED_DIR.iterdir()]):
         if not path.is_file() or path.name.startswith("."):
             continue
         body = path.read_bytes()

@@ -22,9 +22,8 @@ from transport.protocol import (
     error_frame,
     rate_limited,
 )
-from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot
+from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot, refuse_link
 from transport.session import Session
-from transport.sse import refuse_link
 
 log = logging.getLogger("stillhere.ws")
 
@@ -41,18 +40,22 @@ class WebSocketLink(QueuedLink):
         super().__init__(transport, buffer_limit)
         self._ws = ws
 
-    def write_now(self, frames: list[Frame]) -> bool:
+    def encode(self, frame: Frame) -> bytes:
+        return orjson.dumps(frame)
+
+    def write_now(self, frames: list[bytes]) -> bool:
         transport = self._ready_transport()
         if self._ws.closed or transport is None:
             return False
-        transport.write(b"".join(text_frame(orjson.dumps(frame)) for frame in frames))
+        transport.write(b"".join(map(text_frame, frames)))
         return True
 
-    async def write(self, frames: list[Frame]) -> None:
-        for frame in frames:
+    async def write(self, frames: list[bytes]) -> None:
+        for payload in frames:
             if self._ws.closed:
                 raise ConnectionError("closed")
-            await self._ws.send_frame(orjson.dumps(frame), WSMsgType.TEXT)
+            self._in_socket(len(payload))  # send_frame writes it there before any wait
+            await self._ws.send_frame(payload, WSMsgType.TEXT)
 
     async def close(self, code: int) -> None:
         await self._ws.close(code=code, message=b"moved" if code == CLOSE_MOVED else b"")

@@ -10,7 +10,7 @@ export const PAGE = 100;
 const COLUMNS = [
   { title: "Person", sort: "person", cell: null },
   { title: "Conversation", sort: "conversation", cell: (r) => r.conversation.slice(0, 8) },
-  { title: "State", sort: "state", cell: (r) => el("span", { cls: `state state-${r.state}`, text: r.state }) },
+  { title: "State", sort: "state", cell: (r) => el("span", { class: `state state-${r.state}`, text: r.state }) },
   { title: "Idle", sort: "idle", cell: (r) => duration(r.idle_s), num: true },
   { title: "Age", sort: "age", cell: (r) => duration(r.age_s), num: true },
   { title: "Links", sort: "links", cell: (r) => r.links, num: true },
@@ -38,12 +38,12 @@ export class ActorTable {
     fill(
       this.head,
       COLUMNS.map((column) => {
-        const th = el("th", { cls: column.num ? "num" : "", attrs: { scope: "col" } });
+        const th = el("th", { class: column.num ? "num" : "", scope: "col" });
         if (!column.sort) {
           th.textContent = column.title;
           return th;
         }
-        const button = el("button", { text: column.title, attrs: { type: "button" } });
+        const button = el("button", { text: column.title, type: "button" });
         button.addEventListener("click", () => this.sortBy(column.sort));
         th.append(button);
         th.dataset.sort = column.sort;
@@ -97,8 +97,8 @@ export class ActorTable {
     }
     fill(this.body, page.actors.map((row) => this.#row(row)));
     if (!page.actors.length) {
-      const empty = el("td", { text: page.total ? "No actor matches the filter" : "No live actors", attrs: { colspan: COLUMNS.length } });
-      fill(this.body, [el("tr", {}, [empty])]);
+      const empty = el("td", { text: page.total ? "No actor matches the filter" : "No live actors", colspan: COLUMNS.length });
+      fill(this.body, [el("tr", {}, empty)]);
     }
     const first = page.count ? page.offset + 1 : 0;
     const last = page.offset + page.actors.length;
@@ -108,14 +108,14 @@ export class ActorTable {
   }
 
   #row(row) {
-    const open = el("button", { cls: "open", text: row.person.slice(0, 12), attrs: { type: "button", title: row.person } });
+    const open = el("button", { class: "open", text: row.person.slice(0, 12), type: "button", title: row.person });
     open.addEventListener("click", () => this.onOpen(row.person));
     const cells = COLUMNS.map((column, i) => {
-      const td = el("td", { cls: column.num ? "num" : "" });
+      const td = el("td", { class: column.num ? "num" : "" });
       td.append(i === 0 ? open : column.cell(row));
       return td;
     });
-    const tr = el("tr", { cls: row.person === this.selected ? "selected" : "" }, cells);
+    const tr = el("tr", { class: row.person === this.selected ? "selected" : "" }, ...cells);
     tr.dataset.person = row.person;
     return tr;
   }

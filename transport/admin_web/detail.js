@@ -45,10 +45,10 @@ export class ActorDetail {
     this.#fields(actor);
     fill($("detail-window"), turns(actor.window, "The window is empty"));
     fill($("detail-pending"), turns(actor.pending, "No message waiting"));
-    fill($("detail-cards"), (actor.cards || []).map((c) => el("li", {}, [el("span", { cls: "role", text: c.kind }), c.text])));
-    if (!actor.cards || !actor.cards.length) fill($("detail-cards"), [el("li", { cls: "muted", text: "No cards" })]);
+    fill($("detail-cards"), (actor.cards || []).map((c) => el("li", {}, el("span", { class: "role", text: c.kind }), c.text)));
+    if (!actor.cards || !actor.cards.length) fill($("detail-cards"), [el("li", { class: "muted", text: "No cards" })]);
     const traces = traced.turns.slice().reverse().map(trace);
-    fill($("detail-traces"), traces.length ? traces : [el("li", { cls: "muted", text: "No turn traced yet" })]);
+    fill($("detail-traces"), traces.length ? traces : [el("li", { class: "muted", text: "No turn traced yet" })]);
   }
 
   #fields(actor) {
@@ -71,14 +71,16 @@ export class ActorDetail {
 }
 
 function turns(list, empty) {
-  if (!list || !list.length) return [el("li", { cls: "muted", text: list ? empty : "The actor did not answer" })];
+  if (!list || !list.length) return [el("li", { class: "muted", text: list ? empty : "The actor did not answer" })];
   return list.map((t) =>
-    el("li", {}, [
-      el("span", { cls: "muted", text: `${clock(t.at)} ` }),
-      el("span", { cls: "role", text: t.role }),
+    el(
+      "li",
+      {},
+      el("span", { class: "muted", text: `${clock(t.at)} ` }),
+      el("span", { class: "role", text: t.role }),
       t.text,
-      t.interrupted ? el("span", { cls: "muted", text: " (cut off)" }) : "",
-    ]),
+      t.interrupted ? el("span", { class: "muted", text: " (cut off)" }) : "",
+    ),
   );
 }
 
@@ -99,8 +101,10 @@ function trace(t) {
   ];
   if (t.error) lines.push(`error ${t.error}`);
   const answering = t.answering.length ? `, answering ${t.answering.join(", ")}` : "";
-  return el("li", {}, [
+  return el(
+    "li",
+    {},
     el("strong", { text: `${clock(t.at)} reply ${t.reply.slice(0, 8)}${answering}` }),
-    el("p", { cls: "trace-lines", text: lines.join("\n") }),
-  ]);
+    el("p", { class: "trace-lines", text: lines.join("\n") }),
+  );
 }

@@ -1,14 +1,7 @@
-// Building the page's nodes: text always goes in as text (textContent), never as HTML.
+// Building the page's nodes: text always goes in as text (textContent), never as HTML
+// (`el`, shared with the person's web app).
 
-/** An element with a class, text and attributes, and the given children. */
-export function el(tag, { cls, text, attrs } = {}, children = []) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, value);
-  for (const child of children) node.append(child);
-  return node;
-}
+export { el } from "./el.js";
 
 /** Replace a node's children with these. */
 export function fill(node, children) {

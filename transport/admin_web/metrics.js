@@ -49,15 +49,15 @@ export class Charts {
   }
 
   #make(spec) {
-    const value = el("span", { cls: "value", text: "–" });
+    const value = el("span", { class: "value", text: "–" });
     const svg = document.createElementNS(SVG, "svg");
     svg.setAttribute("viewBox", `0 0 ${POINTS - 1} 100`);
     svg.setAttribute("preserveAspectRatio", "none");
     svg.setAttribute("aria-hidden", "true");
     const line = document.createElementNS(SVG, "polyline");
     svg.append(line);
-    const caption = el("figcaption", {}, [el("span", { text: spec.title }), value]);
-    const figure = el("figure", { cls: "chart", attrs: { "aria-label": spec.title } }, [caption, svg]);
+    const caption = el("figcaption", {}, el("span", { text: spec.title }), value);
+    const figure = el("figure", { class: "chart", "aria-label": spec.title }, caption, svg);
     return { spec, figure, value, line, points: [] };
   }
 

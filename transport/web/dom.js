@@ -1,18 +1,7 @@
 // Building the page from data. Text from the model or the person only ever becomes a text
-// node (textContent): never markup, whatever it contains.
+// node (textContent): never markup, whatever it contains (`el`, shared with the live view).
 
-export function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attrs)) {
-    if (value === false || value === null || value === undefined) continue;
-    if (name === "class") node.className = value;
-    else if (name === "text") node.textContent = value;
-    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
-    else node.setAttribute(name, value === true ? "" : value);
-  }
-  for (const child of children) if (child !== null && child !== undefined) node.append(child);
-  return node;
-}
+export { el } from "./el.js";
 
 export function $(id) {
   return document.getElementById(id);
