@@ -7,6 +7,7 @@ ownership and actors), on the test's database; phones speak to one node or the o
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -171,11 +172,17 @@ async def test_a_second_process_with_the_same_node_name_is_refused(
     nodes: list[Harness], dsn: str, clock: ManualClock, tmp_path: Path
 ) -> None:
     twin = Harness(dsn, clock, tmp_path / "twin")
+    supervisors = len(supervisor_threads())
     try:
         with pytest.raises(Exception, match="node 'a' already runs"):
             await twin.start(node_id="a")
     finally:
         await twin.http.close()
+    assert len(supervisor_threads()) == supervisors  # none left to keep the process alive
+
+
+def supervisor_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("Supervisor")]
 
 
 async def test_the_route_is_the_persons_and_reveals_nothing(nodes: list[Harness]) -> None:

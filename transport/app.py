@@ -210,19 +210,21 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         persona=announce_persona(settings),
         random=Random(settings.follow_on_seed),
     )
-    notices = Notices(dsn)
-    ownership = Ownership(store.pool, notices, node_name(settings), settings.lease)
-    directory = Directory(rt, ownership)
-    memory.on_withdrawn = directory.withdraw
-    supervisor = Supervisor.start(rt, directory)
-    secret = settings.secret or load_or_create_secret(settings.data_dir)
-    revocations = RevocationWatch(notices, partial(close_revoked, directory))
-    listening = await notices.open()
-    identity = Identity(secret, revocations.revoked)
-    app[SERVER_KEY] = Server(settings, rt, identity, directory, supervisor)
-    app[DISK_SPACE_KEY] = store.space
     admin: web.AppRunner | None = None
     try:
+        notices = Notices(dsn)
+        ownership = Ownership(store.pool, notices, node_name(settings), settings.lease)
+        directory = Directory(rt, ownership)
+        memory.on_withdrawn = directory.withdraw
+        secret = settings.secret or load_or_create_secret(settings.data_dir)
+        revocations = RevocationWatch(notices, partial(close_revoked, directory))
+        listening = await notices.open()
+        identity = Identity(secret, revocations.revoked)
+        # Started last: only the block below stops it, and a thread left running would
+        # keep the process from exiting after a start that failed.
+        supervisor = Supervisor.start(rt, directory)
+        app[SERVER_KEY] = Server(settings, rt, identity, directory, supervisor)
+        app[DISK_SPACE_KEY] = store.space
         with (
             switch_interval(settings.switch_interval),
             timed_collections(rt.metrics.observe_collection),
