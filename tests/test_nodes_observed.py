@@ -217,6 +217,9 @@ async def test_a_person_held_by_a_dead_node_is_taken_at_once(
         "INSERT INTO owners VALUES ($1, 'c', nextval('owner_epochs'), now() + interval '1 hour')",
         person,
     )
+    _, listing = await admin_get(b, "/admin/nodes")
+    unknown = {n["name"]: n for n in listing["nodes"]}["c"]  # in `owners`, never in `nodes`
+    assert (unknown["state"], unknown["people"], unknown["last_heartbeat"]) == ("unknown", 1, None)
     before = await counters(b)
     await phone.connect()
     after = await counters(b)
