@@ -22,8 +22,7 @@ GC_GENERATIONS = ("0", "1", "2")
 REPLY_MATCHING = ("no_candidate", "just_before", "asked")
 # Handoffs another node asked of this one, and those this one did (actors/directory.py).
 HANDOFF_STAGES = ("asked", "done")
-# After what a person was taken from another node (actors/ownership.py, TAKEOVERS; not
-# imported: metrics must not depend on the actors).
+# After what a person was taken from another node (actors/ownership.py, `takeover`).
 TAKEOVERS = ("handoff", "lease", "node_gone")
 
 

@@ -62,7 +62,7 @@ class Ownership:
         self.on_handoff: Callable[[str], None] = lambda person: None
         self.on_lost: Callable[[str], None] = lambda person: None
         self.on_sure: Callable[[str], None] = lambda person: None
-        # Set by the directory: a person was taken from another node, after what (TAKEOVERS).
+        # Set by the directory: a person was taken from another node, after what (`takeover`).
         self.on_takeover: Callable[[str], None] = lambda after: None
         self._pool = pool
         self._released: dict[str, asyncio.Event] = {}
@@ -200,14 +200,13 @@ class Ownership:
             released.set()
 
 
-TAKEOVERS = ("handoff", "lease", "node_gone")
-
-
 def takeover(taken: owners.Taken, node: str, *, asked: bool) -> str | None:
-    """After what `node` took a person from another node (one of TAKEOVERS), or None if
-    nobody else had them. A row of another node's is taken only once its lease ran out
-    (`lease`), or while its node's lock is free (`node_gone`: dead, or cut from
-    PostgreSQL); a handoff asked for leaves no row behind once done (`handoff`)."""
+    """After what `node` took a person from another node (actors/metrics.py, TAKEOVERS),
+    or None if nobody else had them. A row of another node's is taken only once its lease
+    ran out (`lease`), or while its node's lock is free (`node_gone`: dead, or cut from
+    PostgreSQL); a handoff asked for leaves no row behind once done (`handoff`). The row
+    is read from the take's snapshot: an owner that released the person just then, unasked
+    (it parked them), is counted as gone."""
     from_another = taken.previous not in (None, node)
     if from_another and taken.expired:
         return "lease"
