@@ -235,3 +235,15 @@ async def test_bad_listing_input_is_refused(
     assert status == 400 and body["code"] == "invalid_field"
     code, _, err = await inspect(capsys, "--people", "--admin-url", admin_url(a))
     assert code == 1 and "--people goes with --cluster" in err
+
+
+async def test_a_node_that_owns_no_one_still_renews_its_heartbeat(
+    nodes: list[Harness], db: asyncpg.Connection
+) -> None:
+    assert await db.fetchval("SELECT count(*) FROM owners WHERE node = 'b'") == 0
+    started = await db.fetchval("SELECT started_at FROM nodes WHERE name = 'b'")
+    await db.execute(
+        "UPDATE nodes SET last_heartbeat = now() - interval '1 minute' WHERE name = 'b'"
+    )
+    await eventually_beats(db, "b")
+    assert await db.fetchval("SELECT started_at FROM nodes WHERE name = 'b'") == started
