@@ -119,7 +119,9 @@ class Directory:
         ownership.on_handoff = self._asked_for
         ownership.on_lost = self._lost
         ownership.on_sure = self._sure_again
-        rt.store.on_fenced = ownership.fenced
+        ownership.on_takeover = lambda after: rt.metrics.takeovers.labels(after=after).inc()
+        rt.store.on_fenced = self._fenced
+        rt.metrics.node.info({"node": ownership.node})
         self._live: dict[str, LiveConversation] = {}
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background = Jobs()  # summaries, awaited by `stop_all`
@@ -332,6 +334,7 @@ class Directory:
 
     def _asked_for(self, person: str) -> None:
         """Another node has a hello for `person` (storage/owners.py, HANDOFF)."""
+        self._rt.metrics.handoffs.labels(stage="asked").inc()
         self._background.start(self.hand_over(person), "a handoff")
 
     async def hand_over(self, person: str, grace: float = HANDOFF_GRACE_S) -> None:
@@ -345,6 +348,7 @@ class Directory:
                 return
             live.stream.farewell(MOVED, CLOSE_MOVED)
             await self._park_within(live, grace)
+            self._rt.metrics.handoffs.labels(stage="done").inc()
             log.info("handed conversation %s over", str(live.id)[:8])
 
     async def _park_within(self, live: LiveConversation, grace: float) -> None:
@@ -358,6 +362,11 @@ class Directory:
                 await asyncio.sleep(0.05)
             live.tell(Interrupt())
         await self._stop(live)
+
+    def _fenced(self, person: str, epoch: int) -> None:
+        """A write for `person` was refused by the fence (storage/store.py, `on_fenced`)."""
+        self._rt.metrics.fenced_writes.inc()
+        self.ownership.fenced(person, epoch)
 
     def _lost(self, person: str) -> None:
         """Another node took `person` while this one ran their conversation: close their

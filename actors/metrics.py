@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 # The sources of actors/context.py (not imported: metrics must not depend on the pipeline).
 CONTEXT_SOURCES = ("conversations", "working", "recent", "sample", "rules")
@@ -20,6 +20,10 @@ HELLO_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 GC_GENERATIONS = ("0", "1", "2")
 # How a say was matched to what it answers (actors/replies.py): the first two skip the model.
 REPLY_MATCHING = ("no_candidate", "just_before", "asked")
+# Handoffs another node asked of this one, and those this one did (actors/directory.py).
+HANDOFF_STAGES = ("asked", "done")
+# After what a person was taken from another node (actors/ownership.py, `takeover`).
+TAKEOVERS = ("handoff", "lease", "node_gone")
 
 
 class Metrics:
@@ -118,7 +122,37 @@ class Metrics:
             "Events replayed to links that came back with a last_seq",
             registry=registry,
         )
+        # Several nodes on one PostgreSQL (docs/architecture.md, "Several nodes").
+        self.node = Info(
+            "stillhere_node",
+            "This server's node name among those sharing its database",
+            registry=registry,
+        )
+        self.handoffs = Counter(
+            "stillhere_handoffs",
+            "Handoffs of a person to another node: asked of this node, and done by it "
+            "(their links closed with moved, the conversation let go and released)",
+            ["stage"],
+            registry=registry,
+        )
+        self.takeovers = Counter(
+            "stillhere_takeovers",
+            "Persons this node took from another node, after a handoff, after the other "
+            "node's lease ran out, or with the other node gone",
+            ["after"],
+            registry=registry,
+        )
+        self.fenced_writes = Counter(
+            "stillhere_fenced_writes",
+            "Writes refused by the owner's fence: this node wrote for a person another "
+            "node had taken",
+            registry=registry,
+        )
         # Known label values start at 0, so a dashboard sees them before the first event.
+        for stage in HANDOFF_STAGES:
+            self.handoffs.labels(stage=stage)
+        for after in TAKEOVERS:
+            self.takeovers.labels(after=after)
         for outcome in ("resumed", "new"):
             self.hellos.labels(outcome=outcome)
             self.hello_seconds.labels(outcome=outcome)

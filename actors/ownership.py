@@ -7,6 +7,10 @@ every third of `lease_s`; a lease that another node found ended, or a write refu
 fence, means the person is lost: the directory closes their links (`moved`) and lets the
 conversation go without writing more.
 
+The node's row in `nodes` (storage/nodes.py), for operators, is written once its name is
+held and its heartbeat renewed with the leases; a takeover (a person taken from another
+node) is told to the directory, which counts it.
+
 A node also keeps, per person, until when it can be sure of its lease: the renewal's
 sending time plus the lease, less a margin for clocks that run apart. PostgreSQL dates the
 lease from a later instant, so no other node can take the person before then. While a
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from storage import owners
+from storage import nodes, owners
 from storage.notices import Notices
 from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
 
@@ -58,6 +62,8 @@ class Ownership:
         self.on_handoff: Callable[[str], None] = lambda person: None
         self.on_lost: Callable[[str], None] = lambda person: None
         self.on_sure: Callable[[str], None] = lambda person: None
+        # Set by the directory: a person was taken from another node, after what (`takeover`).
+        self.on_takeover: Callable[[str], None] = lambda after: None
         self._pool = pool
         self._released: dict[str, asyncio.Event] = {}
         self._connected_once = False
@@ -67,6 +73,8 @@ class Ownership:
 
     async def _hold_node(self, conn: asyncpg.Connection) -> None:
         if await owners.hold_node(conn, self.node):
+            if not self._connected_once:
+                await nodes.started(conn, self.node, self.lease_s)
             self._connected_once = True
             return
         if not self._connected_once:
@@ -80,9 +88,11 @@ class Ownership:
         epoch. Raises NotOwned if they are still held after the lease (a node that holds
         without renewing loses them by then)."""
         deadline = time.monotonic() + self.lease_s + RETRY_S
-        while (epoch := await self.try_take(person)) is None:
+        asked = False
+        while (epoch := await self.try_take(person, asked=asked)) is None:
             if time.monotonic() > deadline:
                 raise NotOwned(person)
+            asked = True
             released = self._released[person] = asyncio.Event()
             await owners.ask_handoff(self._pool, person)
             # The lease may also run out meanwhile, which nobody announces: take again.
@@ -90,13 +100,19 @@ class Ownership:
                 await asyncio.wait_for(released.wait(), RETRY_S)
         return epoch
 
-    async def try_take(self, person: str) -> int | None:
-        """Own `person` if nobody else does (no handoff asked); the epoch, or None."""
+    async def try_take(self, person: str, *, asked: bool = False) -> int | None:
+        """Own `person` if nobody else does (`asked`: a handoff was asked for them before);
+        the epoch, or None."""
         sent = time.monotonic()
-        epoch = await owners.take(self._pool, person, self.node, self.lease_s)
-        if epoch is not None:
-            self.held[person] = Hold(epoch, sent + SURE_FRACTION * self.lease_s)
-        return epoch
+        taken = await owners.take_over(self._pool, person, self.node, self.lease_s)
+        if taken is None:
+            return None
+        self.held[person] = Hold(taken.epoch, sent + SURE_FRACTION * self.lease_s)
+        after = takeover(taken, self.node, asked=asked)
+        if after is not None:
+            log.info("person %s taken from another node (%s)", person[:8], after)
+            self.on_takeover(after)
+        return taken.epoch
 
     async def release(self, person: str, epoch: int | None = None) -> None:
         """Give `person` up (what was taken under `epoch`; None: whatever this node holds),
@@ -127,13 +143,28 @@ class Ownership:
     # -- renewing -------------------------------------------------------------------------
 
     async def keep(self) -> None:
-        """Renew the leases every third of their length, until cancelled."""
+        """Renew the leases every third of their length, and the node's heartbeat after
+        them (never before: a slow heartbeat must not delay a lease), until cancelled."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
             try:
                 await self.renew()
+                await self._beat()
             except Exception:  # the next round tries again: a dead loop would lose everyone
                 log.exception("renewing the leases failed")
+
+    async def _beat(self) -> None:
+        with contextlib.suppress(*UNAVAILABLE, STORAGE_FULL):  # the leases' warning says so
+            await nodes.beat(self._pool, self.node)
+
+    async def stop(self) -> None:
+        """Mark the node stopped in `nodes`, once it has released its people."""
+        try:
+            await nodes.stopped(self._pool, self.node)
+        except (*UNAVAILABLE, STORAGE_FULL) as failure:
+            log.warning(
+                "node %s not marked stopped: PostgreSQL %s", self.node, storage_fault(failure)[1]
+            )
 
     async def renew(self) -> None:
         holds = dict(self.held)
@@ -167,3 +198,18 @@ class Ownership:
         released = self._released.pop(person, None)
         if released is not None:
             released.set()
+
+
+def takeover(taken: owners.Taken, node: str, *, asked: bool) -> str | None:
+    """After what `node` took a person from another node (actors/metrics.py, TAKEOVERS),
+    or None if nobody else had them. A row of another node's is taken only once its lease
+    ran out (`lease`), or while its node's lock is free (`node_gone`: dead, or cut from
+    PostgreSQL); a handoff asked for leaves no row behind once done (`handoff`). The row
+    is read from the take's snapshot: an owner that released the person just then, unasked
+    (it parked them), is counted as gone."""
+    from_another = taken.previous not in (None, node)
+    if from_another and taken.expired:
+        return "lease"
+    if asked:
+        return "handoff"
+    return "node_gone" if from_another else None

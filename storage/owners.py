@@ -12,6 +12,8 @@ take finds the epoch changed and writes nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import asyncpg
 
 HANDOFF = "stillhere_handoff"  # payload: "<owner node> <person>"; the owner hands over
@@ -40,15 +42,17 @@ _NODE_ALIVE = """
               AND l.classid = {classes}::oid AND l.objid = hashtext({node})::oid)
 """
 
-# Taken when free, expired, the node's own (an earlier run of it), or its node is gone.
+# Taken when free, expired, the node's own (an earlier run of it), or its node is gone. The
+# row as it was (read from the statement's snapshot) says whom the person was taken from.
 _TAKE = f"""
+WITH before AS (SELECT node, expires_at < now() AS expired FROM owners WHERE person = $1)
 INSERT INTO owners AS o (person, node, epoch, expires_at)
 VALUES ($1, $2, nextval('owner_epochs'), now() + $3 * interval '1 second')
 ON CONFLICT (person) DO UPDATE
 SET node = excluded.node, epoch = excluded.epoch, expires_at = excluded.expires_at
 WHERE o.node = excluded.node OR o.expires_at < now()
    OR NOT {_NODE_ALIVE.format(classes=NODE_LOCKS, node="o.node")}
-RETURNING epoch
+RETURNING epoch, (SELECT node FROM before) AS previous, (SELECT expired FROM before) AS expired
 """
 
 
@@ -60,9 +64,24 @@ async def hold_node(conn: asyncpg.Connection, node: str) -> bool:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Taken:
+    epoch: int
+    previous: str | None  # the node whose row it was, if there was one
+    expired: bool  # that row's lease had run out
+
+
+async def take_over(pool: asyncpg.Pool, person: str, node: str, lease_s: float) -> Taken | None:
+    """The new ownership if `node` now owns `person`, and whom from; None if another live
+    node does."""
+    row = await pool.fetchrow(_TAKE, person, node, lease_s)
+    return None if row is None else Taken(row["epoch"], row["previous"], bool(row["expired"]))
+
+
 async def take(pool: asyncpg.Pool, person: str, node: str, lease_s: float) -> int | None:
     """The new epoch if `node` now owns `person`; None if another live node does."""
-    return await pool.fetchval(_TAKE, person, node, lease_s)
+    taken = await take_over(pool, person, node, lease_s)
+    return None if taken is None else taken.epoch
 
 
 async def renew(pool: asyncpg.Pool, node: str, epochs: list[int], lease_s: float) -> set[int]:

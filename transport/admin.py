@@ -35,6 +35,7 @@ from actors.runtime import ActorFailed, Reply
 from actors.supervisor import SweepHistory, Sweeps
 from storage.records import Turn
 from transport.admin_listing import actor_query
+from transport.admin_nodes import iso, nodes_handler, owner, rounded, unknown_person
 from transport.admin_view import add_view, is_view_path
 from transport.config import Settings
 from transport.errors import error_response, json_errors
@@ -110,6 +111,7 @@ def build_admin_app(server: Server, token: str) -> web.Application:
     app.router.add_get("/admin/actors/{person}", actor_handler)
     app.router.add_get("/admin/actors/{person}/turns", turns_handler)
     app.router.add_get("/admin/sweeps", sweeps_handler)
+    app.router.add_get("/admin/nodes", nodes_handler)
     app.router.add_get("/admin/metrics", metrics_handler)
     add_view(app)
     return app
@@ -156,32 +158,30 @@ async def actors_handler(request: web.Request) -> web.Response:
 
 
 async def actor_handler(request: web.Request) -> web.Response:
-    """`GET /admin/actors/{person}`: one actor's whole state, by hashed person key."""
+    """`GET /admin/actors/{person}`: one actor's whole state, by hashed person key, and
+    which node owns the person (this one, unless it was just taken from it)."""
     server = request.app[SERVER_KEY]
-    live = server.directory.get(request.match_info["person"])
+    person = request.match_info["person"]
+    live = server.directory.get(person)
     if live is None:
-        return _unknown_person()
+        return await unknown_person(request, person)
     look = await _look(live)
     detail = _detail(live, look, server.runtime.clock.now())
     # The mood is the person's, kept in the database beside the conversation: read, not asked.
     detail["fondness"] = await server.runtime.store.moods.fondness(live.person)
+    detail["owner"] = await owner(request, person)
     return _json(detail)
 
 
 async def turns_handler(request: web.Request) -> web.Response:
     """`GET /admin/actors/{person}/turns`: the traces of the conversation's last turns,
     oldest first. They live on the loop side, beside the stream: no actor is asked."""
-    live = request.app[SERVER_KEY].directory.get(request.match_info["person"])
+    person = request.match_info["person"]
+    live = request.app[SERVER_KEY].directory.get(person)
     if live is None:
-        return _unknown_person()
+        return await unknown_person(request, person)
     traces = [trace.wire() for trace in live.stream.traces]
     return _json({"person": live.person, "conversation": str(live.id), "turns": traces})
-
-
-def _unknown_person() -> web.Response:
-    return error_response(
-        404, "unknown_person", "no live conversation for this person key (ended or parked?)"
-    )
 
 
 async def sweeps_handler(request: web.Request) -> web.Response:
@@ -281,9 +281,9 @@ class _Row:
             "person": self.person,
             "conversation": self.conversation,
             "state": self.state,
-            "age_s": _round(self.age_s),
+            "age_s": rounded(self.age_s),
             "last_activity": snap.last_activity.isoformat() if snap else None,
-            "idle_s": _round(self.idle_s),
+            "idle_s": rounded(self.idle_s),
             "links": self.links,
             "pending": self.pending,
             "window": self.window,
@@ -299,7 +299,7 @@ def _detail(live: LiveConversation, look: Snapshot | str, now: datetime) -> dict
         **_Row(live, look, now).wire(),
         "started_at": snap.started_at.isoformat() if snap else None,
         "speaker": snap.speaker if snap else None,
-        "speaker_at": _iso(snap.speaker_at) if snap else None,
+        "speaker_at": iso(snap.speaker_at) if snap else None,
         "during_reply": snap.during_reply if snap else None,
         "after_interrupt": snap.after_interrupt if snap else None,
         "window": [_turn(t) for t in snap.history] if snap else None,
@@ -315,14 +315,6 @@ def _detail(live: LiveConversation, look: Snapshot | str, now: datetime) -> dict
 
 def _turn(turn: Turn) -> dict[str, Any]:
     return {**turn.wire(), "interrupted": turn.interrupted, "client_id": turn.client_id}
-
-
-def _round(seconds: float | None) -> float | None:
-    return round(seconds, 3) if seconds is not None else None
-
-
-def _iso(at: datetime | None) -> str | None:
-    return at.isoformat() if at is not None else None
 
 
 def _json(value: Any, status: int = 200) -> web.Response:

@@ -253,6 +253,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
                         await admin.cleanup()
                     await stop_actors([supervisor])
                     await directory.stop_all(settings.drain_timeout)
+                    await ownership.stop()
     finally:
         await model.close()
         await close_keeper(memory)  # first: the same-memory judge's last batch asks analysis

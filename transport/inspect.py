@@ -1,9 +1,12 @@
-"""`stillhere inspect [PERSON] [--turns]`: the admin API, read by a person at a terminal.
+"""`stillhere inspect [PERSON] [--turns] [--cluster [--people]]`: the admin API, read by a
+person at a terminal.
 
-Without PERSON, a table of the live actors; with it, one actor's state; with `--turns`, the
-traces of its last turns. It talks to a
-running server's admin API over HTTP (the server must run with an admin token), so it sees
-exactly what the API shows and needs nothing else: no database, no data dir.
+Without PERSON, a table of the live actors; with it, one actor's state and which node owns
+the person (or, when another node runs them, which one); with `--turns`, the traces of its
+last turns; with `--cluster`, the nodes sharing the database, their state, last heartbeat
+and people. It talks to a running server's admin API over HTTP (the server must run with an
+admin token), so it sees exactly what the API shows and needs nothing else: no database,
+no data dir.
 """
 
 from __future__ import annotations
@@ -50,13 +53,29 @@ def add_inspect_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with PERSON: what the model was handed at each of the last turns, and its tools",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the nodes sharing the server's database: state, last heartbeat, people owned",
+    )
+    parser.add_argument(
+        "--people", action="store_true", help="with --cluster: list each node's people too"
+    )
 
 
 def run_inspect(args: argparse.Namespace) -> int:
     """The `inspect` command; 1 with a message on stderr when the API cannot answer."""
     try:
         print(
-            inspect(args.admin_url, args.admin_token, args.person, raw=args.json, turns=args.turns)
+            inspect(
+                args.admin_url,
+                args.admin_token,
+                args.person,
+                raw=args.json,
+                turns=args.turns,
+                cluster=args.cluster,
+                people=args.people,
+            )
         )
     except InspectError as error:
         print(f"stillhere inspect: {error}", file=sys.stderr)
@@ -69,13 +88,27 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def inspect(
-    url: str, token: str | None, person: str | None, *, raw: bool = False, turns: bool = False
+    url: str,
+    token: str | None,
+    person: str | None,
+    *,
+    raw: bool = False,
+    turns: bool = False,
+    cluster: bool = False,
+    people: bool = False,
 ) -> str:
     if not token:
         raise InspectError("no admin token: pass --admin-token or set STILLHERE_ADMIN_TOKEN")
     if turns and person is None:
         raise InspectError("--turns needs a PERSON: whose turns?")
+    if cluster and (person is not None or turns):
+        raise InspectError("--cluster lists the nodes: give it no PERSON and no --turns")
+    if people and not cluster:
+        raise InspectError("--people goes with --cluster")
     api = AdminClient(url, token)
+    if cluster:
+        listing = api.get("/admin/nodes?people=on" if people else "/admin/nodes")
+        return _pretty(listing) if raw else nodes_text(listing)
     if person is None:
         listing = api.get("/admin/actors")
         return _pretty(listing) if raw else actors_table(listing)
@@ -155,8 +188,14 @@ class AdminClient:
                 "check --admin-token or STILLHERE_ADMIN_TOKEN"
             )
         if code == "unknown_person":
-            person = path.rsplit("/", 1)[-1]
-            return f"no live conversation for person {person[:SHOWN_PERSON]} (ended or parked?)"
+            person = path.removesuffix("/turns").rsplit("/", 1)[-1][:SHOWN_PERSON]
+            held = body.get("owner")
+            if held and not held["this_node"]:
+                return (
+                    f"no live conversation for person {person} on this node: "
+                    f"node {held['node']} owns them ({_lease(held)}); ask its admin API"
+                )
+            return f"no live conversation for person {person} (ended or parked?)"
         if failed.code == 404:
             return (
                 f"{self.url}{path} not found (404): "
@@ -213,6 +252,7 @@ def actor_text(actor: dict[str, Any]) -> str:
         f"person         {actor['person']}",
         f"conversation   {actor['conversation']}",
         f"state          {actor['state']}",
+        f"owner          {_owner(actor.get('owner'))}",
     ]
     if actor["window"] is None:
         lines.append("               the actor did not answer: only its stream is shown")
@@ -232,6 +272,58 @@ def actor_text(actor: dict[str, Any]) -> str:
         _section("pending", "message", actor["pending"], _turn_line),
     ]
     return "\n".join(lines)
+
+
+def _owner(held: dict[str, Any] | None) -> str:
+    if held is None:
+        return "no node (released as it ends or parks)"
+    node = f"{held['node']} (this node)" if held["this_node"] else held["node"]
+    return f"node {node}, {_lease(held)}"
+
+
+def _lease(held: dict[str, Any]) -> str:
+    return f"epoch {held['epoch']}, lease until {when(held['lease_until'])}"
+
+
+_NODE_HEADER = ("NODE", "STATE", "PEOPLE", "STARTED", "LAST HEARTBEAT", "HOST", "PID")
+
+
+def nodes_text(listing: dict[str, Any]) -> str:
+    """The nodes, one line each (this one marked `*`), and under each its people if the
+    listing has them."""
+    rows = [_NODE_HEADER, *(_node_row(node, listing["node"]) for node in listing["nodes"])]
+    widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
+    lines = [_cells(rows[0], widths)]
+    for node, row in zip(listing["nodes"], rows[1:], strict=True):
+        lines.append(_cells(row, widths))
+        lines += [_owned_line(owned) for owned in node.get("persons", [])]
+    up = sum(node["state"] == "up" for node in listing["nodes"])
+    lines.append(f"{len(listing['nodes'])} nodes, {up} up; * this node")
+    return "\n".join(lines)
+
+
+def _cells(row: tuple[str, ...], widths: list[int]) -> str:
+    return "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+
+
+def _node_row(node: dict[str, Any], this: str) -> tuple[str, ...]:
+    heartbeat = when(node["last_heartbeat"])
+    if node["heartbeat_age_s"] is not None:
+        heartbeat += f" ({duration(node['heartbeat_age_s'])} ago)"
+    return (
+        node["name"] + (" *" if node["name"] == this else ""),
+        node["state"],
+        str(node["people"]),
+        when(node["started_at"]),
+        heartbeat,
+        _or_dash(node["host"]),
+        _or_dash(node["pid"]),
+    )
+
+
+def _owned_line(owned: dict[str, Any]) -> str:
+    lapsed = "  [lease expired]" if owned["expired"] else ""
+    return f"  {owned['person'][:SHOWN_PERSON]}  {_lease(owned)}{lapsed}"
 
 
 def _mood(fondness: float | None) -> str:

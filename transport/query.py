@@ -18,3 +18,11 @@ def query_integer(query: MultiDictProxy[str], name: str, low: int, high: int) ->
     if not raw.isdecimal() or not low <= int(raw) <= high:
         raise InvalidField(f"{name} must be an integer from {low} to {high}")
     return int(raw)
+
+
+def query_switch(query: MultiDictProxy[str], name: str) -> bool:
+    """`on` or `off` (absent: off); InvalidField if it is anything else."""
+    raw = query.get(name, "off")
+    if raw not in ("on", "off"):
+        raise InvalidField(f"{name} must be on or off")
+    return raw == "on"

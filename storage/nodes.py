@@ -1,0 +1,72 @@
+"""The `nodes` table: which nodes share the database, when each last showed a sign of life.
+
+Only for operators to look at (`GET /admin/nodes`, `stillhere inspect --cluster`): who owns
+a person is decided by `owners` and the nodes' advisory locks (storage/owners.py), never
+here. A node's heartbeat goes with its lease renewals; one older than the node's lease
+means the node is gone (its people are taken by whichever node their next hello reaches).
+A default node name is new at each start, so rows of nodes gone for a day and owning no
+one are deleted as another node starts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import asyncpg
+
+FORGET_AFTER = "1 day"  # a node stopped or gone this long, owning no one, is deleted
+
+_START = f"""
+WITH forgotten AS (
+    DELETE FROM nodes n WHERE n.last_heartbeat < now() - interval '{FORGET_AFTER}'
+      AND NOT EXISTS (SELECT 1 FROM owners o WHERE o.node = n.name)
+)
+INSERT INTO nodes (name, host, pid, lease_s, started_at, last_heartbeat)
+VALUES ($1, $2, $3, $4, now(), now())
+ON CONFLICT (name) DO UPDATE SET host = excluded.host, pid = excluded.pid,
+    lease_s = excluded.lease_s, started_at = excluded.started_at,
+    last_heartbeat = excluded.last_heartbeat, stopped_at = NULL
+"""
+
+# One row per node, and per node name found in `owners` without a row of its own.
+_LISTING = """
+SELECT coalesce(n.name, o.node) AS name, n.host, n.pid, n.lease_s, n.started_at,
+       n.last_heartbeat, n.stopped_at,
+       extract(epoch FROM now() - n.last_heartbeat)::float8 AS heartbeat_age_s,
+       CASE WHEN n.name IS NULL THEN 'unknown'
+            WHEN n.stopped_at IS NOT NULL THEN 'stopped'
+            WHEN n.last_heartbeat < now() - n.lease_s * interval '1 second' THEN 'gone'
+            ELSE 'up' END AS state,
+       coalesce(o.people, 0) AS people
+FROM nodes n
+FULL JOIN (SELECT node, count(*) AS people FROM owners GROUP BY node) o ON o.node = n.name
+ORDER BY 1
+"""
+
+_PEOPLE = """
+SELECT node, person, epoch, expires_at, expires_at < now() AS expired
+FROM owners ORDER BY node, person
+"""
+
+
+async def started(pool: asyncpg.Pool, node: str, lease_s: float) -> None:
+    """Write the node's row as it starts (again, under a name it had before)."""
+    await pool.execute(_START, node, socket.gethostname(), os.getpid(), lease_s)
+
+
+async def beat(pool: asyncpg.Pool, node: str) -> None:
+    await pool.execute("UPDATE nodes SET last_heartbeat = now() WHERE name = $1", node)
+
+
+async def stopped(pool: asyncpg.Pool, node: str) -> None:
+    await pool.execute("UPDATE nodes SET stopped_at = now() WHERE name = $1", node)
+
+
+async def listing(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    return await pool.fetch(_LISTING)
+
+
+async def people(pool: asyncpg.Pool) -> list[asyncpg.Record]:
+    """Every owner row, by node: a line per person, for a listing that asks for them."""
+    return await pool.fetch(_PEOPLE)
