@@ -86,7 +86,7 @@ async def test_two_links_racing_onto_two_nodes_end_with_one_owner_and_nothing_do
     await asyncio.gather(here.connect(), there.connect())
     person = a.person(here)
 
-    async def settled() -> bool:
+    def settled() -> bool:
         lives = [h.server.directory.get(person) for h in nodes]
         return sum(live is not None for live in lives) == 1
 
