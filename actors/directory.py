@@ -120,6 +120,8 @@ class Directory:
         ownership.on_lost = self._lost
         ownership.on_sure = self._sure_again
         rt.store.on_fenced = ownership.fenced
+        if rt.memory is not None:  # memories a turn's tools write are fenced too
+            rt.memory.store.on_fenced = ownership.fenced
         self._live: dict[str, LiveConversation] = {}
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background = Jobs()  # summaries, awaited by `stop_all`

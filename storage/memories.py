@@ -4,11 +4,16 @@ PostgreSQL is the source of truth; the fingerprint index is rebuilt from it. Eve
 that changes what the index must hold bumps the person's generation (a trigger does it,
 whoever writes), and the writes here hand back the generation they produced, so the index
 can tell "my own change" from "someone else's".
+
+The writes a conversation makes (a memory remembered or reinforced by a turn's tool, a
+merge the judge decides about a memory said in it) take the person's owner epoch and are
+fenced by it in their transaction (`storage.owners.hold`): a node that lost the person
+writes none of them. The memories API and the passes over everyone's memories take none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -19,6 +24,7 @@ import numpy as np
 import orjson
 
 from storage.fingerprints import decode
+from storage.owners import hold
 from storage.pool import open_pool
 from storage.records import Memory, MemoryDraft, MemoryLink, Reinforcement
 
@@ -305,6 +311,13 @@ class MemoryStore:
     def __init__(self, pool: asyncpg.Pool, *, owned: bool = False) -> None:
         self._pool = pool
         self._owned = owned
+        # Told of each person a conversation's write was refused for (set by the node).
+        self.on_fenced: Callable[[str, int], None] = lambda person, epoch: None
+
+    async def _hold(self, conn: asyncpg.Connection, person: str, epoch: int | None) -> None:
+        """A conversation's write (`epoch` given) goes on only under the person's owner."""
+        if epoch is not None:
+            await hold(conn, person, epoch, self.on_fenced)
 
     @classmethod
     async def open(cls, dsn: str, *, max_size: int = 4) -> MemoryStore:
@@ -471,10 +484,13 @@ class MemoryStore:
         model: str | None = None,
         contradicts: Sequence[UUID] = (),
         recognition: str | None = None,
+        epoch: int | None = None,
     ) -> tuple[Memory, int]:
         """Store a new memory (and its contradiction links); return it and the generation.
-        `recognition` says why it was stored although others came near."""
+        `recognition` says why it was stored although others came near. From a
+        conversation, under the person's owner `epoch` (else Fenced, nothing stored)."""
         async with self._pool.acquire() as conn, conn.transaction():
+            await self._hold(conn, person, epoch)
             row = await _insert_card(
                 conn, person, draft, now, now, conversation, fingerprint, model, recognition
             )
@@ -513,11 +529,14 @@ class MemoryStore:
         conversation: UUID | None = None,
         decided_by: str = "tier",
         reason: str | None = None,
+        epoch: int | None = None,
     ) -> Memory | None:
         """Count one more mention of an active memory and trace it, with the restatement
         as `said` (so it can be split back out); None if the memory is no longer active
-        (muted or forgotten meanwhile)."""
+        (muted or forgotten meanwhile). From a conversation, under the person's owner
+        `epoch` (else Fenced, nothing counted)."""
         async with self._pool.acquire() as conn, conn.transaction():
+            await self._hold(conn, person, epoch)
             row = await conn.fetchrow(
                 "UPDATE cards SET mention_count = mention_count + 1, "
                 "last_mentioned = GREATEST(last_mentioned, $3) "
@@ -697,13 +716,16 @@ class MemoryStore:
         *,
         decided_by: str = "consolidation",
         reason: str | None = None,
+        epoch: int | None = None,
     ) -> Changed:
         """Mute each `(id, score, tier)` of `absorbed` into `reference`, in one transaction:
         status muted, a `merged_into` link, a trace row, and the reference takes their
         mentions and their first and last mention times. Returns the ids muted (those still
-        active) and the generation the write produced."""
+        active) and the generation the write produced. For a memory said in a
+        conversation (the judge's merge), under the person's owner `epoch`."""
         muted: list[UUID] = []
         async with self._pool.acquire() as conn, conn.transaction():
+            await self._hold(conn, person, epoch)
             ref = await conn.fetchrow(
                 "SELECT id FROM cards WHERE id = $1 AND person = $2 AND status = 'active' "
                 "FOR UPDATE",
