@@ -14,6 +14,7 @@ writes none of them. The memories API and the passes over everyone's memories ta
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -25,6 +26,7 @@ import orjson
 
 from storage.fingerprints import decode
 from storage.owners import hold
+from storage.passes import claimed
 from storage.pool import open_pool
 from storage.records import Memory, MemoryDraft, MemoryLink, Reinforcement
 
@@ -698,6 +700,20 @@ class MemoryStore:
     async def persons(self) -> list[str]:
         rows = await self._pool.fetch("SELECT person FROM memory_generations ORDER BY person")
         return [r["person"] for r in rows]
+
+    def claim(self, job: str, person: str = "") -> AbstractAsyncContextManager[bool]:
+        """Whether this node may run the background pass `job` for `person` now
+        (`storage.passes`): held until the block ends, on one node at a time."""
+        return claimed(self._pool, job, person)
+
+    async def dirty(self, person: str) -> bool:
+        """Whether the person's memories changed since their last consolidation."""
+        return bool(
+            await self._pool.fetchval(
+                "SELECT generation > consolidated FROM memory_generations WHERE person = $1",
+                person,
+            )
+        )
 
     async def mark_consolidated(self, person: str, generation: int) -> None:
         await self._pool.execute(
