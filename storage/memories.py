@@ -506,18 +506,29 @@ class MemoryStore:
             )
         return memory(row), int(generation)
 
-    async def link(self, person: str, source: UUID, target: UUID, kind: str, now: datetime) -> None:
-        """Link two of the person's memories (a `related` pair, say); no-op if linked so."""
-        await self._pool.execute(
-            "INSERT INTO memory_links (source, target, kind, person, created_at) "
-            "SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM cards "
-            "WHERE person = $4 AND id IN ($1, $2)) = 2 ON CONFLICT DO NOTHING",
-            source,
-            target,
-            kind,
-            person,
-            now,
-        )
+    async def link(
+        self,
+        person: str,
+        source: UUID,
+        target: UUID,
+        kind: str,
+        now: datetime,
+        epoch: int | None = None,
+    ) -> None:
+        """Link two of the person's memories (a `related` pair, say); no-op if linked so.
+        For a memory said in a conversation (the judge's), under its owner `epoch`."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await self._hold(conn, person, epoch)
+            await conn.execute(
+                "INSERT INTO memory_links (source, target, kind, person, created_at) "
+                "SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM cards "
+                "WHERE person = $4 AND id IN ($1, $2)) = 2 ON CONFLICT DO NOTHING",
+                source,
+                target,
+                kind,
+                person,
+                now,
+            )
 
     async def reinforce(
         self,
@@ -639,15 +650,20 @@ class MemoryStore:
             )
         return memory(row), memory(former), int(generation)
 
-    async def set_recognition(self, person: str, memory_id: UUID, note: str) -> None:
-        """Add `note` to what the memory's `recognition` says of how it was decided."""
-        await self._pool.execute(
-            "UPDATE cards SET recognition = concat_ws('; ', recognition, $3::text) "
-            "WHERE id = $1 AND person = $2",
-            memory_id,
-            person,
-            note,
-        )
+    async def set_recognition(
+        self, person: str, memory_id: UUID, note: str, epoch: int | None = None
+    ) -> None:
+        """Add `note` to what the memory's `recognition` says of how it was decided (the
+        judge's, for a memory said in a conversation: under its owner `epoch`)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await self._hold(conn, person, epoch)
+            await conn.execute(
+                "UPDATE cards SET recognition = concat_ws('; ', recognition, $3::text) "
+                "WHERE id = $1 AND person = $2",
+                memory_id,
+                person,
+                note,
+            )
 
     async def unfingerprinted(self, model: str, limit: int) -> list[Unfingerprinted]:
         """Memories with no fingerprint of `model` (failed, or made by another model),

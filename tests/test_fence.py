@@ -65,6 +65,10 @@ def _memory_write(name: str) -> Write:
             return await s.memories.reinforce(
                 PERSON, s.first.id, tier="exact", score=1.0, said=draft, now=NOW, epoch=epoch
             )
+        if name == "link":
+            return await s.memories.link(PERSON, s.second.id, s.first.id, "contradicts", NOW, epoch)
+        if name == "note":
+            return await s.memories.set_recognition(PERSON, s.second.id, "judge: same", epoch)
         absorbed = [(s.second.id, 0.9, "judge")]
         return await s.memories.merge(
             PERSON, s.first.id, absorbed, NOW, decided_by="judge", epoch=epoch
@@ -83,6 +87,8 @@ WRITES: dict[str, Write] = {
     "memory": _memory_write("create"),
     "reinforcement": _memory_write("reinforce"),
     "judged merge": _memory_write("merge"),
+    "judged contradiction": _memory_write("link"),
+    "judge's note": _memory_write("note"),
 }
 
 

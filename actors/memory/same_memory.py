@@ -188,19 +188,21 @@ class SameMemoryJudge:
                 person, existing.id, absorbed, decided_by="judge", reason=note, epoch=pair.epoch
             )
             if muted:
-                await self.keeper.store.set_recognition(person, new.id, note)
+                await self.keeper.store.set_recognition(person, new.id, note, pair.epoch)
                 log.info("memory %s merged into %s by the judge", new.id, existing.id)
                 return True
             verdict = None
         if verdict == "contradiction":
             now = self.keeper.clock.now()
-            await self.keeper.store.link(person, new.id, existing.id, "contradicts", now)
+            await self.keeper.store.link(
+                person, new.id, existing.id, "contradicts", now, pair.epoch
+            )
         if failed:
             note = f"no judge answered about {existing.id} (cosine {pair.score:.3f}): kept"
         elif verdict is None:
             note = f"the judge said nothing of {existing.id} (cosine {pair.score:.3f}): kept"
         else:
             note = f"judge: {verdict} from {existing.id} (cosine {pair.score:.3f})"
-        await self.keeper.store.set_recognition(person, new.id, note)
+        await self.keeper.store.set_recognition(person, new.id, note, pair.epoch)
         log.info("memory %s kept beside %s: %s", new.id, existing.id, note)
         return False
