@@ -172,7 +172,10 @@ class ConversationActor(ThreadingActor):
         ):
             log.info("speaker reset to the owner after %d s of silence", silence)
             self._speaker = self._speaker_at = None
-            self._rt.run(self._rt.store.set_speaker(self._id, None, None), "resetting the speaker")
+            reset = self._rt.store.set_speaker(
+                self._id, None, None, self._person, self._live.stream.epoch
+            )
+            self._rt.run(reset, "resetting the speaker")
         self._last_activity = now  # before any model work: a long turn cannot expire us
         if self._turn is None and not self._storing:
             self._answer_at_once(say, now)
@@ -293,6 +296,7 @@ class ConversationActor(ThreadingActor):
             self._rt,
             self._id,
             self._person,
+            self._live.stream.epoch,
             cut_off=ended.turn.interrupted,
             wait=wait,
             mailbox=self._live,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID
 
 from actors.persona import START_FONDNESS
+from storage.owners import Fenced
 
 if TYPE_CHECKING:
     from actors.handles import TurnHandles
@@ -67,18 +68,26 @@ async def after_exchange(
     rt: Runtime,
     conversation: UUID,
     person: str,
+    epoch: int,
     *,
     cut_off: bool,
     wait: FollowOnWait | None,
     mailbox: Mailbox,
 ) -> None:
     """Nudge the mood after a reply to a say; after a lull (`wait` given), draw whether a
-    follow-on comes, wait its pause and tell the actor."""
+    follow-on comes, wait its pause and tell the actor. As the person's owner under `epoch`:
+    a node that lost them moves nothing and sends no follow-on."""
     where = str(conversation)[:8]
     try:
         fondness = await rt.store.moods.nudge(
-            person, START_FONDNESS, partial(rt.persona.nudged, cut_off=cut_off), rt.clock.now()
+            person,
+            epoch,
+            START_FONDNESS,
+            partial(rt.persona.nudged, cut_off=cut_off),
+            rt.clock.now(),
         )
+    except Fenced:
+        return  # another node owns the person now; their links are being closed
     except Exception:
         # The mood stays as it was; a follow-on still goes by the persona, fondness aside.
         log.exception("the mood in conversation %s could not be moved", where)

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from storage.owners import Fenced
+
 log = logging.getLogger("stillhere.actors")
 
 
@@ -29,7 +31,11 @@ class Jobs:
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._running.discard(task)
-        if not task.cancelled() and (error := task.exception()) is not None:
+        if task.cancelled() or (error := task.exception()) is None:
+            return
+        if isinstance(error, Fenced):  # the node is letting the person go: nothing to mend
+            log.info("%s stopped: person %s is another node's now", task.get_name(), error)
+        else:
             log.error("%s failed: %r", task.get_name(), error, exc_info=error)
 
     async def settle(self, timeout: float | None = None) -> None:

@@ -106,9 +106,12 @@ def choose(ends: OpenEnds, req: TurnRequest, matching: Matching) -> Handed:
     return Handed((person + (ours if lull else []))[:SHOWN], ends.threads[-SHOWN:])
 
 
-async def note_after(rt: Runtime, req: TurnRequest, reply: Turn, ends: OpenEnds) -> None:
-    """After a reply: note what the exchange left unaddressed, close what it addressed.
-    `ends` are those the turn read as it began (no other turn of the conversation ran since)."""
+async def note_after(
+    rt: Runtime, req: TurnRequest, epoch: int, reply: Turn, ends: OpenEnds
+) -> None:
+    """After a reply: note what the exchange left unaddressed, close what it addressed,
+    as the person's owner under `epoch`. `ends` are those the turn read as it began (no
+    other turn of the conversation ran since)."""
     shown = ends.recent + ends.threads
     before = next((t for t in reversed(req.history) if t.role == "assistant"), None)
     exchange_a = [t.text for t in (before, reply) if t is not None and t.text]
@@ -133,7 +136,7 @@ async def note_after(rt: Runtime, req: TurnRequest, reply: Turn, ends: OpenEnds)
     if not closed and not noted:
         return  # nothing changed: no write, no log line
     now = rt.clock.now()
-    await rt.store.loose_ends.settle(req.person, req.conversation, now, closed, noted)
+    await rt.store.loose_ends.settle(req.person, req.conversation, epoch, now, closed, noted)
     log.info(
         "loose ends in conversation %s: %d noted, %d closed, %d still open",
         str(req.conversation)[:8],

@@ -39,6 +39,7 @@ class ToolContext:
     runtime: Runtime
     conversation: UUID
     person: str
+    epoch: int  # the person's owner epoch: every write a tool makes goes under it
     handles: TurnHandles
     mailbox: Mailbox
     calls: list[str] = field(default_factory=list)  # a line per call, for the turn's trace
@@ -218,7 +219,9 @@ async def _remember(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     keeper = rt.memory
     if keeper is None:
         return {"error": "this server keeps no memories"}
-    outcome = await keeper.remember(ctx.person, draft, conversation=ctx.conversation)
+    outcome = await keeper.remember(
+        ctx.person, draft, conversation=ctx.conversation, epoch=ctx.epoch
+    )
     card = outcome.memory.card()
     ctx.handles.screen.show_card(card)
     ctx.mailbox.tell(CardCreated(card))
@@ -306,7 +309,12 @@ async def _show_page(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 async def _schedule_reminder(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     rt = ctx.runtime
     reminder = await rt.store.add_reminder(
-        ctx.conversation, ctx.person, str(args["text"]), str(args["when"]), rt.clock.now()
+        ctx.conversation,
+        ctx.person,
+        ctx.epoch,
+        str(args["text"]),
+        str(args["when"]),
+        rt.clock.now(),
     )
     ctx.handles.reminders.schedule(reminder)
     return {"scheduled": True, "reminder": str(reminder.id)}
@@ -316,7 +324,7 @@ async def _set_speaker(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
     rt = ctx.runtime
     name = str(args.get("name") or "").strip() or None
     now = rt.clock.now()
-    await rt.store.set_speaker(ctx.conversation, name, now if name else None)
+    await rt.store.set_speaker(ctx.conversation, name, now if name else None, ctx.person, ctx.epoch)
     ctx.mailbox.tell(SpeakerSet(name, now))
     return {"speaker": name or "owner"}
 

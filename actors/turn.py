@@ -308,7 +308,7 @@ async def run_turn(
     )
     guard = EchoGuard(sources_for(req.history, req.new) if rt.settings.echo_guard else ())
     writer = ReplyWriter(stream, reply, rt.settings.delta_window_s, guard)
-    tools = ToolContext(rt, req.conversation, req.person, req.handles, mailbox)
+    tools = ToolContext(rt, req.conversation, req.person, stream.epoch, req.handles, mailbox)
     try:
         error = await _converse_unless_interrupted(rt, messages, writer, tools, job)
     except BaseException:
@@ -360,7 +360,7 @@ async def run_turn(
         )
     )
     if rt.settings.reply_matching:
-        rt.jobs.start(note_after(rt, req, turn, ends), "noting loose ends")
+        rt.jobs.start(note_after(rt, req, stream.epoch, turn, ends), "noting loose ends")
 
 
 async def _gather(
@@ -429,6 +429,9 @@ async def _converse_unless_interrupted(
     except ModelError as failure:
         log.warning("model failed during a turn: %s", failure)
         return failure.code
+    except Fenced:  # a tool's write: another node owns the person, their links are closing
+        log.info("a turn stopped: person %s is another node's now", tools.person[:8])
+        return "moved"
     except Exception:
         # A tool or the store failed: the turn still ends, or the actor would wait forever.
         log.exception("a turn failed")

@@ -5,13 +5,15 @@ Every read and write is scoped to the person, like the rules.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
+
+from storage.owners import hold
 
 BY = ("person", "assistant")
 KINDS = ("point", "question", "thread")
@@ -49,8 +51,9 @@ class Noted:
 
 
 class LooseEndStore:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, fenced: Callable[[str, int], None]) -> None:
         self._pool = pool
+        self._fenced = fenced  # told of each person a write was refused for
 
     async def open_since(self, person: str, since: datetime, limit: int) -> list[LooseEnd]:
         """The person's open loose ends other than threads noted since `since`, the newest
@@ -77,12 +80,15 @@ class LooseEndStore:
         self,
         person: str,
         conversation: UUID,
+        epoch: int,
         now: datetime,
         closed: Sequence[UUID],
         noted: Sequence[Noted],
     ) -> None:
-        """Close the loose ends addressed and note the new ones, in one transaction."""
+        """Close the loose ends addressed and note the new ones, in one transaction, under
+        the person's owner `epoch` (else Fenced, nothing changed)."""
         async with self._pool.acquire() as conn, conn.transaction():
+            await hold(conn, person, epoch, self._fenced)
             await conn.execute(
                 "UPDATE loose_ends SET closed_at = $3 "
                 "WHERE person = $1 AND id = ANY($2::uuid[]) AND closed_at IS NULL",

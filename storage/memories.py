@@ -4,11 +4,17 @@ PostgreSQL is the source of truth; the fingerprint index is rebuilt from it. Eve
 that changes what the index must hold bumps the person's generation (a trigger does it,
 whoever writes), and the writes here hand back the generation they produced, so the index
 can tell "my own change" from "someone else's".
+
+The writes a conversation makes (a memory remembered or reinforced by a turn's tool, a
+merge the judge decides about a memory said in it) take the person's owner epoch and are
+fenced by it in their transaction (`storage.owners.hold`): a node that lost the person
+writes none of them. The memories API and the passes over everyone's memories take none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -19,6 +25,8 @@ import numpy as np
 import orjson
 
 from storage.fingerprints import decode
+from storage.owners import hold
+from storage.passes import claimed
 from storage.pool import open_pool
 from storage.records import Memory, MemoryDraft, MemoryLink, Reinforcement
 
@@ -305,6 +313,13 @@ class MemoryStore:
     def __init__(self, pool: asyncpg.Pool, *, owned: bool = False) -> None:
         self._pool = pool
         self._owned = owned
+        # Told of each person a conversation's write was refused for (set by the node).
+        self.on_fenced: Callable[[str, int], None] = lambda person, epoch: None
+
+    async def _hold(self, conn: asyncpg.Connection, person: str, epoch: int | None) -> None:
+        """A conversation's write (`epoch` given) goes on only under the person's owner."""
+        if epoch is not None:
+            await hold(conn, person, epoch, self.on_fenced)
 
     @classmethod
     async def open(cls, dsn: str, *, max_size: int = 4) -> MemoryStore:
@@ -471,10 +486,13 @@ class MemoryStore:
         model: str | None = None,
         contradicts: Sequence[UUID] = (),
         recognition: str | None = None,
+        epoch: int | None = None,
     ) -> tuple[Memory, int]:
         """Store a new memory (and its contradiction links); return it and the generation.
-        `recognition` says why it was stored although others came near."""
+        `recognition` says why it was stored although others came near. From a
+        conversation, under the person's owner `epoch` (else Fenced, nothing stored)."""
         async with self._pool.acquire() as conn, conn.transaction():
+            await self._hold(conn, person, epoch)
             row = await _insert_card(
                 conn, person, draft, now, now, conversation, fingerprint, model, recognition
             )
@@ -488,18 +506,29 @@ class MemoryStore:
             )
         return memory(row), int(generation)
 
-    async def link(self, person: str, source: UUID, target: UUID, kind: str, now: datetime) -> None:
-        """Link two of the person's memories (a `related` pair, say); no-op if linked so."""
-        await self._pool.execute(
-            "INSERT INTO memory_links (source, target, kind, person, created_at) "
-            "SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM cards "
-            "WHERE person = $4 AND id IN ($1, $2)) = 2 ON CONFLICT DO NOTHING",
-            source,
-            target,
-            kind,
-            person,
-            now,
-        )
+    async def link(
+        self,
+        person: str,
+        source: UUID,
+        target: UUID,
+        kind: str,
+        now: datetime,
+        epoch: int | None = None,
+    ) -> None:
+        """Link two of the person's memories (a `related` pair, say); no-op if linked so.
+        For a memory said in a conversation (the judge's), under its owner `epoch`."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await self._hold(conn, person, epoch)
+            await conn.execute(
+                "INSERT INTO memory_links (source, target, kind, person, created_at) "
+                "SELECT $1, $2, $3, $4, $5 WHERE (SELECT count(*) FROM cards "
+                "WHERE person = $4 AND id IN ($1, $2)) = 2 ON CONFLICT DO NOTHING",
+                source,
+                target,
+                kind,
+                person,
+                now,
+            )
 
     async def reinforce(
         self,
@@ -513,11 +542,14 @@ class MemoryStore:
         conversation: UUID | None = None,
         decided_by: str = "tier",
         reason: str | None = None,
+        epoch: int | None = None,
     ) -> Memory | None:
         """Count one more mention of an active memory and trace it, with the restatement
         as `said` (so it can be split back out); None if the memory is no longer active
-        (muted or forgotten meanwhile)."""
+        (muted or forgotten meanwhile). From a conversation, under the person's owner
+        `epoch` (else Fenced, nothing counted)."""
         async with self._pool.acquire() as conn, conn.transaction():
+            await self._hold(conn, person, epoch)
             row = await conn.fetchrow(
                 "UPDATE cards SET mention_count = mention_count + 1, "
                 "last_mentioned = GREATEST(last_mentioned, $3) "
@@ -618,15 +650,20 @@ class MemoryStore:
             )
         return memory(row), memory(former), int(generation)
 
-    async def set_recognition(self, person: str, memory_id: UUID, note: str) -> None:
-        """Add `note` to what the memory's `recognition` says of how it was decided."""
-        await self._pool.execute(
-            "UPDATE cards SET recognition = concat_ws('; ', recognition, $3::text) "
-            "WHERE id = $1 AND person = $2",
-            memory_id,
-            person,
-            note,
-        )
+    async def set_recognition(
+        self, person: str, memory_id: UUID, note: str, epoch: int | None = None
+    ) -> None:
+        """Add `note` to what the memory's `recognition` says of how it was decided (the
+        judge's, for a memory said in a conversation: under its owner `epoch`)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await self._hold(conn, person, epoch)
+            await conn.execute(
+                "UPDATE cards SET recognition = concat_ws('; ', recognition, $3::text) "
+                "WHERE id = $1 AND person = $2",
+                memory_id,
+                person,
+                note,
+            )
 
     async def unfingerprinted(self, model: str, limit: int) -> list[Unfingerprinted]:
         """Memories with no fingerprint of `model` (failed, or made by another model),
@@ -680,6 +717,20 @@ class MemoryStore:
         rows = await self._pool.fetch("SELECT person FROM memory_generations ORDER BY person")
         return [r["person"] for r in rows]
 
+    def claim(self, job: str, person: str = "") -> AbstractAsyncContextManager[bool]:
+        """Whether this node may run the background pass `job` for `person` now
+        (`storage.passes`): held until the block ends, on one node at a time."""
+        return claimed(self._pool, job, person)
+
+    async def dirty(self, person: str) -> bool:
+        """Whether the person's memories changed since their last consolidation."""
+        return bool(
+            await self._pool.fetchval(
+                "SELECT generation > consolidated FROM memory_generations WHERE person = $1",
+                person,
+            )
+        )
+
     async def mark_consolidated(self, person: str, generation: int) -> None:
         await self._pool.execute(
             "UPDATE memory_generations SET consolidated = GREATEST(consolidated, $2) "
@@ -697,13 +748,16 @@ class MemoryStore:
         *,
         decided_by: str = "consolidation",
         reason: str | None = None,
+        epoch: int | None = None,
     ) -> Changed:
         """Mute each `(id, score, tier)` of `absorbed` into `reference`, in one transaction:
         status muted, a `merged_into` link, a trace row, and the reference takes their
         mentions and their first and last mention times. Returns the ids muted (those still
-        active) and the generation the write produced."""
+        active) and the generation the write produced. For a memory said in a
+        conversation (the judge's merge), under the person's owner `epoch`."""
         muted: list[UUID] = []
         async with self._pool.acquire() as conn, conn.transaction():
+            await self._hold(conn, person, epoch)
             ref = await conn.fetchrow(
                 "SELECT id FROM cards WHERE id = $1 AND person = $2 AND status = 'active' "
                 "FOR UPDATE",

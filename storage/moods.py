@@ -11,10 +11,13 @@ from datetime import datetime
 
 import asyncpg
 
+from storage.owners import hold
+
 
 class MoodStore:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, fenced: Callable[[str, int], None]) -> None:
         self._pool = pool
+        self._fenced = fenced  # told of each person a write was refused for
 
     async def fondness(self, person: str) -> float | None:
         """The person's fondness, or None before their first exchange."""
@@ -22,12 +25,19 @@ class MoodStore:
         return None if value is None else float(value)
 
     async def nudge(
-        self, person: str, start: float, rule: Callable[[float], float], now: datetime
+        self,
+        person: str,
+        epoch: int,
+        start: float,
+        rule: Callable[[float], float],
+        now: datetime,
     ) -> float:
         """Move the person's fondness by `rule` (from `start` at their first exchange) and
-        return it. A person's exchanges end one at a time (one conversation each); the row
-        is still locked from the read to the write, so nothing else's write is lost."""
+        return it, under their owner `epoch` (else Fenced, nothing moved). A person's
+        exchanges end one at a time (one conversation each); the row is still locked from
+        the read to the write, so nothing else's write is lost."""
         async with self._pool.acquire() as conn, conn.transaction():
+            await hold(conn, person, epoch, self._fenced)
             value = await conn.fetchval(
                 "SELECT fondness FROM moods WHERE person = $1 FOR UPDATE", person
             )

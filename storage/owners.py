@@ -12,6 +12,7 @@ take finds the epoch changed and writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -33,6 +34,18 @@ FENCE = """
 def fence_one(first: int) -> str:
     """`FENCE` for one person and epoch, the parameters `$first` and the one after it."""
     return FENCE.format(persons=f"ARRAY[${first}::text]", epochs=f"ARRAY[${first + 1}::bigint]")
+
+
+async def hold(
+    conn: asyncpg.Connection, person: str, epoch: int, fenced: Callable[[str, int], None]
+) -> None:
+    """Inside a transaction on `conn`: go on only if `epoch` is still the person's owner
+    epoch, their owner row then locked (`FENCE`) until the transaction ends, so the writes
+    that follow in it are fenced too. Else tell `fenced` and raise Fenced: the caller's
+    transaction rolls back and nothing it wrote stays."""
+    if await conn.fetchval(fence_one(1), person, epoch) is None:
+        fenced(person, epoch)
+        raise Fenced(person)
 
 
 _NODE_ALIVE = """

@@ -20,7 +20,7 @@ from storage.event_log import EventLog
 from storage.loose_ends import LooseEndStore
 from storage.migrate import migrate
 from storage.moods import MoodStore
-from storage.owners import Fenced, fence_one
+from storage.owners import Fenced, fence_one, hold
 from storage.pool import STORAGE_FULL, DiskSpace, open_pool
 from storage.records import (
     LAST_FIRST,
@@ -102,13 +102,15 @@ class Store:
         self.context = ContextReads(pool)  # what a turn's context is assembled from
         # Told of each person a write was refused for: this node no longer owns them.
         self.on_fenced: Callable[[str, int], None] = lambda person, epoch: None
-        self.events = EventLog(
-            pool, self.space, lambda person, epoch: self.on_fenced(person, epoch)
-        )
+        self.events = EventLog(pool, self.space, self._told_fenced)
         self.says = SayLog(pool, self.space)  # says, group-committed
         self.rules = RuleStore(pool)  # personal rules, edited over HTTP
-        self.loose_ends = LooseEndStore(pool)  # what exchanges left unaddressed
-        self.moods = MoodStore(pool)  # the assistant's fondness for each person
+        self.loose_ends = LooseEndStore(pool, self._told_fenced)  # what exchanges left open
+        self.moods = MoodStore(pool, self._told_fenced)  # the assistant's fondness for each
+
+    def _told_fenced(self, person: str, epoch: int) -> None:
+        """For the stores beside this one: `on_fenced` as it is when they refuse a write."""
+        self.on_fenced(person, epoch)
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -213,8 +215,7 @@ class Store:
         The row is locked first, in a statement of its own: a batch of says being stored
         holds it (`say_log`), and only a statement begun after that batch sees its turns."""
         async with self._pool.acquire() as conn, conn.transaction():
-            if await conn.fetchval(fence_one(1), person, epoch) is None:
-                self._fence(person, epoch)
+            await hold(conn, person, epoch, self.on_fenced)
             locked = await conn.fetchval(
                 "SELECT true FROM conversations WHERE id = $1 AND status = 'active' FOR UPDATE",
                 conversation,
@@ -258,14 +259,27 @@ class Store:
         return [_turn(r) for r in rows]
 
     async def set_speaker(
-        self, conversation: UUID, speaker: str | None, at: datetime | None
+        self,
+        conversation: UUID,
+        speaker: str | None,
+        at: datetime | None,
+        person: str,
+        epoch: int,
     ) -> None:
-        await self._pool.execute(
-            "UPDATE conversations SET speaker = $2, speaker_at = $3 WHERE id = $1",
+        """Who speaks on the person's phone now (None: the owner), under their owner
+        `epoch` (else Fenced)."""
+        owned = await self._pool.fetchval(
+            f"WITH o AS ({_FENCE_ONE}), s AS (UPDATE conversations c SET speaker = $4, "
+            "speaker_at = $5 FROM o WHERE c.id = $1 AND c.person = o.person) "
+            "SELECT count(*) FROM o",
             conversation,
+            person,
+            epoch,
             speaker,
             at,
         )
+        if not owned:
+            self._fence(person, epoch)
 
     # -- turns --------------------------------------------------------------------------
 
@@ -352,17 +366,22 @@ class Store:
     # -- cards and reminders --------------------------------------------------------------
 
     async def add_reminder(
-        self, conversation: UUID, person: str, text: str, due: str, now: datetime
+        self, conversation: UUID, person: str, epoch: int, text: str, due: str, now: datetime
     ) -> Reminder:
+        """Store a reminder the person's conversation scheduled, under their owner `epoch`
+        (else Fenced: nothing stored, and so nothing fires)."""
         reminder = Reminder(id=uuid4(), text=text, due=due, created_at=now)
-        await self._pool.execute(
+        stored = await self._pool.fetchval(
             "INSERT INTO reminders (id, person, conversation, text, due, created_at) "
-            "VALUES ($1, $2, $3, $4, $5, $6)",
-            reminder.id,
-            person,
+            f"SELECT $4, o.person, $1, $5, $6, $7 FROM ({_FENCE_ONE}) o RETURNING id",
             conversation,
+            person,
+            epoch,
+            reminder.id,
             text,
             due,
             now,
         )
+        if stored is None:
+            self._fence(person, epoch)
         return reminder

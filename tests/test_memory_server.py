@@ -72,7 +72,12 @@ async def test_the_tool_result_tells_the_model_what_happened(
 
     screen = Screen()
     ctx = ToolContext(
-        harness.server.runtime, live.id, live.person, TurnHandles(screen, screen), live
+        harness.server.runtime,
+        live.id,
+        live.person,
+        live.stream.epoch,
+        TurnHandles(screen, screen),
+        live,
     )
     args = {"text": "The trip is to Lisbon.", "type": "fact", "themes": ["trip"]}
     created = await execute(ToolCall("c1", "remember", args), ctx)

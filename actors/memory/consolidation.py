@@ -137,15 +137,24 @@ async def unmerge(keeper: MemoryKeeper, person: str, muted: UUID) -> UUID | None
 
 async def maintain(keeper: MemoryKeeper, *, everyone: bool = False) -> Report:
     """The periodic pass: fill missing fingerprints, then consolidate every person whose
-    memories changed since their last pass (or everyone)."""
-    report = Report(fingerprints_filled=await keeper.backfill())
+    memories changed since their last pass (or everyone). Among several nodes each part
+    runs on one node at a time (`storage.passes`): what another node is doing is skipped,
+    and a person another node consolidated since the list was read is left alone."""
+    store = keeper.store
+    report = Report()
+    async with store.claim("backfill") as mine:
+        if mine:
+            report.fingerprints_filled = await keeper.backfill()
     if everyone:
-        persons = await keeper.store.persons()
+        persons = await store.persons()
     else:
-        persons = [p for p, _ in await keeper.store.dirty_persons()]
+        persons = [p for p, _ in await store.dirty_persons()]
     for person in persons:
-        report.merges.extend(await consolidate(keeper, person))
-        report.persons += 1
+        async with store.claim("consolidation", person) as mine:
+            if not mine or not (everyone or await store.dirty(person)):
+                continue
+            report.merges.extend(await consolidate(keeper, person))
+            report.persons += 1
     if report.merges or report.fingerprints_filled:
         log.info(
             "memory pass: %d persons looked at, %d duplicates muted into %d references, "

@@ -91,7 +91,13 @@ class NoSuchMention(LookupError):
 class SameMemory(Protocol):
     """What the keeper hands the uncertain band to (`actors.memory.same_memory`)."""
 
-    def submit(self, person: str, new: Memory, uncertain: Sequence[Candidate]) -> None: ...
+    def submit(
+        self,
+        person: str,
+        new: Memory,
+        uncertain: Sequence[Candidate],
+        epoch: int | None = None,
+    ) -> None: ...
 
     async def drain(self) -> None: ...
 
@@ -237,12 +243,19 @@ class MemoryKeeper:
     # -- remembering ------------------------------------------------------------------------
 
     async def remember(
-        self, person: str, draft: MemoryDraft, *, conversation: UUID | None = None
+        self,
+        person: str,
+        draft: MemoryDraft,
+        *,
+        conversation: UUID | None = None,
+        epoch: int | None = None,
     ) -> Remembered:
-        """Reinforce the memory `draft` restates, or store it as a new one."""
+        """Reinforce the memory `draft` restates, or store it as a new one. Said in a
+        conversation, as the person's owner under `epoch`: raises Fenced (nothing stored,
+        nothing reinforced) once another node owns them."""
         vector, pending = await self._fingerprint_soon(draft.text)
         try:
-            remembered = await self._remember(person, draft, conversation, vector)
+            remembered = await self._remember(person, draft, conversation, epoch, vector)
         except BaseException:
             self._fill_later(pending, None)
             raise
@@ -250,7 +263,12 @@ class MemoryKeeper:
         return remembered
 
     async def _remember(
-        self, person: str, draft: MemoryDraft, conversation: UUID | None, vector: np.ndarray | None
+        self,
+        person: str,
+        draft: MemoryDraft,
+        conversation: UUID | None,
+        epoch: int | None,
+        vector: np.ndarray | None,
     ) -> Remembered:
         async with self._lock(person):
             # A conversation's summary is a record of its own, never merged either way.
@@ -274,6 +292,7 @@ class MemoryKeeper:
                     now=now,
                     conversation=conversation,
                     reason=verdict.reason,
+                    epoch=epoch,
                 )
                 if reinforced is not None:
                     log.info(
@@ -304,12 +323,13 @@ class MemoryKeeper:
                 model=self.model if vector is not None else None,
                 contradicts=[m.id for m in contradicts],
                 recognition=verdict.reason or None,
+                epoch=epoch,
             )
             if self._index is not None:
                 added = (created.id, vector) if vector is not None else None
                 await self._index.applied(person, generation, added=added)
         if verdict.uncertain and self.same_memory is not None:
-            self.same_memory.submit(person, created, verdict.uncertain)
+            self.same_memory.submit(person, created, verdict.uncertain, epoch)
         linked = {m.id for m in contradicts}
         for decision in verdict.decisions:
             log.info(
@@ -499,13 +519,20 @@ class MemoryKeeper:
         *,
         decided_by: str,
         reason: str | None = None,
+        epoch: int | None = None,
     ) -> list[UUID]:
         """Mute each `(id, score, tier)` of `absorbed` into `reference` (the judge's and the
         consolidation pass's merges), under the person's lock; the index and a live
         conversation are told they left the active set. Returns the ids muted."""
         async with self._lock(person):
             changed = await self.store.merge(
-                person, reference, absorbed, self.clock.now(), decided_by=decided_by, reason=reason
+                person,
+                reference,
+                absorbed,
+                self.clock.now(),
+                decided_by=decided_by,
+                reason=reason,
+                epoch=epoch,
             )
         await self._follow(person, changed)
         return changed.ids

@@ -28,6 +28,7 @@ from typing import Any
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.recognition import Candidate
 from providers.analysis import Analysis
+from storage.owners import Fenced
 from storage.records import Memory
 
 log = logging.getLogger("stillhere.memory")
@@ -56,6 +57,7 @@ class Pending:
     new: Memory
     existing: Memory
     score: float
+    epoch: int | None  # the owner epoch of the conversation it was said in, if any
 
 
 def lines(pairs: Sequence[Pending]) -> list[str]:
@@ -112,8 +114,16 @@ class SameMemoryJudge:
         self._queue: list[Pending] = []
         self._task: asyncio.Task[None] | None = None
 
-    def submit(self, person: str, new: Memory, uncertain: Sequence[Candidate]) -> None:
-        """Queue `new` against each uncertain candidate; returns at once."""
+    def submit(
+        self,
+        person: str,
+        new: Memory,
+        uncertain: Sequence[Candidate],
+        epoch: int | None = None,
+    ) -> None:
+        """Queue `new` against each uncertain candidate; returns at once. `new` said in a
+        conversation is merged only under its owner `epoch`: a node that lost the person
+        leaves the pair to stay apart."""
         room = self.queued_max - len(self._queue)
         if len(uncertain) > room:
             log.warning(
@@ -124,7 +134,8 @@ class SameMemoryJudge:
                 len(uncertain) - max(room, 0),
             )
         for candidate in uncertain[: max(room, 0)]:
-            self._queue.append(Pending(person, new, candidate.memory, candidate.judged.score))
+            pair = Pending(person, new, candidate.memory, candidate.judged.score, epoch)
+            self._queue.append(pair)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -151,6 +162,8 @@ class SameMemoryJudge:
             taken, self._queue = self._queue[: self.batch], self._queue[self.batch :]
             try:
                 await self._judge(taken)
+            except Fenced as lost:  # the rest of the batch is left apart, as unjudged
+                log.info("same-memory: person %s is another node's now; pairs kept apart", lost)
             except Exception:  # a judge that fails must not stop the next batch
                 log.exception("same-memory judgement failed; %d memories kept apart", len(taken))
 
@@ -172,22 +185,24 @@ class SameMemoryJudge:
             note = f"judge: the same as {existing.id} (cosine {pair.score:.3f}); merged into it"
             absorbed = [(new.id, pair.score, "judge")]
             muted = await self.keeper.merge(
-                person, existing.id, absorbed, decided_by="judge", reason=note
+                person, existing.id, absorbed, decided_by="judge", reason=note, epoch=pair.epoch
             )
             if muted:
-                await self.keeper.store.set_recognition(person, new.id, note)
+                await self.keeper.store.set_recognition(person, new.id, note, pair.epoch)
                 log.info("memory %s merged into %s by the judge", new.id, existing.id)
                 return True
             verdict = None
         if verdict == "contradiction":
             now = self.keeper.clock.now()
-            await self.keeper.store.link(person, new.id, existing.id, "contradicts", now)
+            await self.keeper.store.link(
+                person, new.id, existing.id, "contradicts", now, pair.epoch
+            )
         if failed:
             note = f"no judge answered about {existing.id} (cosine {pair.score:.3f}): kept"
         elif verdict is None:
             note = f"the judge said nothing of {existing.id} (cosine {pair.score:.3f}): kept"
         else:
             note = f"judge: {verdict} from {existing.id} (cosine {pair.score:.3f})"
-        await self.keeper.store.set_recognition(person, new.id, note)
+        await self.keeper.store.set_recognition(person, new.id, note, pair.epoch)
         log.info("memory %s kept beside %s: %s", new.id, existing.id, note)
         return False
