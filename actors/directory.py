@@ -42,6 +42,11 @@ MOVED: Frame = {"type": "bye", "reason": "moved"}
 HANDOFF_GRACE_S = 2.0
 
 
+class Draining(Exception):
+    """This node is stopping (SIGTERM): it starts no conversation, the person's next hello
+    goes to another node."""
+
+
 class ConversationGone(Exception):
     """The conversation's actor has stopped (ended, parked): nothing will answer."""
 
@@ -124,6 +129,8 @@ class Directory:
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background = Jobs()  # summaries, awaited by `stop_all`
         self.on_failure: Callable[[LiveConversation, BaseException], None] | None = None
+        # Set on SIGTERM, before the conversations are handed over: no new ones start here.
+        self.draining = False
         rt.metrics.watch(live_actors=lambda: len(self), links=self.link_count)
 
     def __len__(self) -> int:
@@ -173,7 +180,9 @@ class Directory:
 
     async def _activate(self, person: str, create: bool) -> Opened | None:
         """Take the person, then resume or start; they are released again if nothing
-        started (or starting failed)."""
+        started (or starting failed). A draining node takes no one."""
+        if self.draining:
+            raise Draining(person)
         epoch = await self.ownership.take(person)
         opened = None
         try:

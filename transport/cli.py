@@ -23,6 +23,7 @@ from transport import (
 from transport.admin import AdminExposed, check_admin_host
 from transport.app import build_app, log_listening, runner_options
 from transport.config import add_options, longer_than_zero, settings_from
+from transport.drain import drain
 from transport.eval_io import add_eval_command
 from transport.identity import DEFAULT_TOKEN_TTL_S, TOKEN_LEEWAY_S, Identity
 from transport.inspect import add_inspect_options, run_inspect
@@ -97,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backlog=settings.backlog,
         send_buffer=settings.limits.socket_send_buffer,
         on_listening=partial(log_listening, app),
+        drain=drain,
         **runner_options(settings),
     )
     run_on_loop(serving, settings.event_loop)
