@@ -31,10 +31,10 @@ import psutil
 
 from actors.clock import parse_duration as seconds
 from bench import procs
-from bench.crash import FOREVER_S, _acked_lost, _back
+from bench.crash import FOREVER_S, _back, ledger_figures
 from bench.flap import add_rehearsal_options, percentiles
 from bench.flap_cluster import start, wait_ready
-from bench.flap_db import stillhere_stored
+from bench.flap_db import Stored, stillhere_stored
 from bench.flap_phones import BenchPhone, Fleet, FleetOptions, PhoneRun, add_fleet_options, now
 from client import Backoff, LinkState
 from transport.supervise import FIRST_PAUSE_S
@@ -165,33 +165,14 @@ def _phones(fleet: TimedFleet) -> dict[str, Any]:
     }
 
 
-def figures(fleet: TimedFleet, stored: Any, restarts: list[Restart]) -> dict[str, Any]:
-    verdict = fleet.ledger.verdict(stored.rows, stored.answered)
+def figures(fleet: TimedFleet, stored: Stored, restarts: list[Restart]) -> dict[str, Any]:
     answered = {i for r in fleet.ledger.replies.values() if r.ends > 0 for i in r.in_reply_to}
     return {
         "restarts": len(restarts),
-        "says": verdict["says"],
-        "replies": verdict["replies"],
-        "acked_says_lost": _acked_lost(fleet, stored),
-        "says_never_acked": verdict["lost_says"],
+        **ledger_figures(fleet, stored),
         "says_never_answered": sum(1 for i in fleet.ledger.says if i not in answered),
-        "stored_twice": verdict["stored_twice"],
-        "stored_wrong_person": stored.wrong_person,
-        "answered_in_db_twice": verdict["answered_in_db_twice"],
-        "seq_repeated": verdict["duplicated_events"],
-        "out_of_order_events": verdict["out_of_order_events"],
-        "duplicated_says": verdict["duplicated_says"],
-        "duplicated_replies": verdict["duplicated_replies"],
-        "reconnects": verdict["reconnects"],
-        "resumed": verdict["resumed"],
-        "new_conversations_unexpected": verdict["new_conversations_unexpected"],
         **_phones(fleet),
         "drain_s": percentiles([r.drain_s for r in restarts]),
-        "link_events": dict(fleet.kinds),
-        "phone_failures": dict(fleet.failures),
-        "error_frames": verdict["error_frames"],
-        "unexpected_frames": verdict["unexpected_frames"],
-        "examples": verdict["examples"],
         "per_restart": [asdict(r) for r in restarts],
     }
 

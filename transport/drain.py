@@ -6,9 +6,10 @@ The order matters for phones behind a load balancer. The node first answers /rea
 its people's links: were their links closed first, their phones would reconnect at once
 to a balancer that still sends them here. When a balancer has been asking /readyz lately,
 the node gives it `--drain-notice` to see the 503s before handing over; the listener
-answers all along. Each conversation is handed over as when another node asks for it
-(actors/directory.py, `hand_over`): its turn ends or is cut within 2 s, it is parked and
-released, and the person's next hello takes it up on whichever node it reaches.
+answers all along. Each conversation is parked as soon as its turn under way ends (cut
+after 2 s) and only then are its links closed with `moved` (actors/directory.py,
+`hand_over_when_idle`): the reply reaches the phone live, and the person's next hello, on
+whichever node it reaches, finds them released and is welcomed at once.
 """
 
 from __future__ import annotations
