@@ -195,7 +195,7 @@ class Settings:
     node_id: str | None = None  # None: the host name and --port
     lease: float = 6.0
     drain_timeout: float = 10.0
-    drain_notice: float = 1.5  # while a balancer watches /readyz (transport/drain.py)
+    drain_notice: float = 2.5  # while a balancer watches /readyz (transport/drain.py)
     limits: Limits = field(default_factory=Limits)
 
 
