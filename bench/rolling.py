@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ from bench.flap_cluster import start, wait_ready
 from bench.flap_db import Stored, stillhere_stored
 from bench.flap_phones import BenchPhone, Fleet, FleetOptions, PhoneRun, add_fleet_options, now
 from client import Backoff, LinkState
+from providers.event_loop import run as run_on_loop
 from transport.supervise import FIRST_PAUSE_S
 
 DESCRIPTION = "every node of a cluster restarted in turn (SIGTERM) while phones talk"
@@ -253,3 +256,13 @@ def _exit_code(report: dict[str, Any]) -> int:
         for kind, seen in report["examples"].items():
             print(f"  e.g. {kind}: " + "; ".join(seen[:3]))
     return 1 if found else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.rolling", description=DESCRIPTION)
+    add_options(parser)
+    return run_on_loop(run(parser.parse_args(argv)), "asyncio")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
