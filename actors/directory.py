@@ -42,6 +42,11 @@ MOVED: Frame = {"type": "bye", "reason": "moved"}
 HANDOFF_GRACE_S = 2.0
 
 
+class Draining(Exception):
+    """This node is stopping (SIGTERM): it starts no conversation, the person's next hello
+    goes to another node."""
+
+
 class ConversationGone(Exception):
     """The conversation's actor has stopped (ended, parked): nothing will answer."""
 
@@ -128,6 +133,8 @@ class Directory:
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._background = Jobs()  # summaries, awaited by `stop_all`
         self.on_failure: Callable[[LiveConversation, BaseException], None] | None = None
+        # Set on SIGTERM, before the conversations are handed over: no new ones start here.
+        self.draining = False
         rt.metrics.watch(live_actors=lambda: len(self), links=self.link_count)
 
     def __len__(self) -> int:
@@ -177,7 +184,9 @@ class Directory:
 
     async def _activate(self, person: str, create: bool) -> Opened | None:
         """Take the person, then resume or start; they are released again if nothing
-        started (or starting failed)."""
+        started (or starting failed). A draining node takes no one."""
+        if self.draining:
+            raise Draining(person)
         epoch = await self.ownership.take(person)
         opened = None
         try:
@@ -353,6 +362,29 @@ class Directory:
             self._rt.metrics.handoffs.labels(stage="done").inc()
             log.info("handed conversation %s over", str(live.id)[:8])
 
+    async def hand_over_when_idle(self, person: str, grace: float = HANDOFF_GRACE_S) -> None:
+        """`hand_over` for a node that stops: the person's links stay open while the turn
+        under way ends (within `grace`), so its reply reaches them live rather than in the
+        next node's replay, and the phone is moved only once the conversation is parked:
+        the next node takes it at once instead of waiting for this one. A turn still going
+        after `grace` is cut, as `hand_over` cuts one, and the person moved."""
+        async with self._lock(person):
+            live = self._live.get(person)
+            if live is None:
+                return
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                if await live.ask(Park):  # says are refused from here on: resent elsewhere
+                    live.stream.farewell(MOVED, CLOSE_MOVED)
+                    await self._let_go(live)
+                    log.info("handed conversation %s over once idle", str(live.id)[:8])
+                    return
+                await asyncio.sleep(0.05)
+            live.stream.farewell(MOVED, CLOSE_MOVED)
+            live.tell(Interrupt())  # its turn had its grace: cut, stored as sent
+            await self._park_within(live, grace)
+            log.info("handed conversation %s over, its turn cut", str(live.id)[:8])
+
     async def _park_within(self, live: LiveConversation, grace: float) -> None:
         """Park once idle: within `grace`, then within `grace` again after an interrupt;
         then stop the actor whatever it is doing."""
@@ -437,11 +469,11 @@ class Directory:
             await self.ownership.release(person, epoch)
 
     async def stop_all(self, drain_s: float) -> None:
-        """Shut down: hand every conversation over (links closed with `moved`; a turn
-        under way may finish within the grace), within `drain_s` in all; what is left
+        """Shut down: hand every conversation over (links closed with `moved` once its
+        turn under way is over, or cut after the grace), within `drain_s` in all; what is left
         then is cut and let go. Conversations stay resumable, on any node."""
         lives = list(self._live.values())
-        handing = [asyncio.ensure_future(self.hand_over(live.person)) for live in lives]
+        handing = [asyncio.ensure_future(self.hand_over_when_idle(live.person)) for live in lives]
         if handing:
             _, late = await asyncio.wait(handing, timeout=drain_s)
             for task in late:

@@ -197,12 +197,11 @@ def _acked_lost(fleet: Fleet, stored: Stored) -> int:
     return sum(1 for id_ in acked if id_ in ledger.says and stored.rows.get(id_, 0) == 0)
 
 
-def figures(fleet: Fleet, stored: Stored, crashes: list[Crash]) -> dict[str, Any]:
+def ledger_figures(fleet: Fleet, stored: Stored) -> dict[str, Any]:
+    """What the phones' ledger and the database say of every say, reply and seq: the
+    counts a run that stops or moves servers under the phones must keep at 0."""
     verdict = fleet.ledger.verdict(stored.rows, stored.answered)
-    _per_restart(fleet, crashes)
-    firsts = [c.first_welcome_s for c in crashes if c.first_welcome_s is not None]
     return {
-        "kills": len(crashes),
         "says": verdict["says"],
         "replies": verdict["replies"],
         "acked_says_lost": _acked_lost(fleet, stored),
@@ -214,20 +213,29 @@ def figures(fleet: Fleet, stored: Stored, crashes: list[Crash]) -> dict[str, Any
         "out_of_order_events": verdict["out_of_order_events"],
         "duplicated_says": verdict["duplicated_says"],
         "duplicated_replies": verdict["duplicated_replies"],
-        **_cut_replies(fleet),
         "seq_gaps": verdict["lost_events"],  # numbering jumps past a block after each crash
-        **_lost_replies(fleet, crashes),
         "reconnects": verdict["reconnects"],
         "resumed": verdict["resumed"],
         "new_conversations_unexpected": verdict["new_conversations_unexpected"],
-        "restarts_without_a_welcome": sum(1 for c in crashes if c.first_welcome_s is None),
-        "restart_to_first_welcome_s": percentiles(firsts),
-        "restart_to_ready_s": percentiles([c.ready_s for c in crashes]),
         "link_events": dict(fleet.kinds),
         "phone_failures": dict(fleet.failures),
         "error_frames": verdict["error_frames"],
         "unexpected_frames": verdict["unexpected_frames"],  # e.g. an ack before a welcome
         "examples": verdict["examples"],
+    }
+
+
+def figures(fleet: Fleet, stored: Stored, crashes: list[Crash]) -> dict[str, Any]:
+    _per_restart(fleet, crashes)
+    firsts = [c.first_welcome_s for c in crashes if c.first_welcome_s is not None]
+    return {
+        "kills": len(crashes),
+        **ledger_figures(fleet, stored),
+        **_cut_replies(fleet),
+        **_lost_replies(fleet, crashes),
+        "restarts_without_a_welcome": sum(1 for c in crashes if c.first_welcome_s is None),
+        "restart_to_first_welcome_s": percentiles(firsts),
+        "restart_to_ready_s": percentiles([c.ready_s for c in crashes]),
         "crashes": [asdict(c) for c in crashes],
     }
 

@@ -35,12 +35,15 @@ PHONES_BOUND_CORES = 0.9
 SIDES = ("nodes", "haproxy", "postgres", "bench")
 
 
-def start(root: Path, nodes: int, event_loop: str) -> procs.Server:
-    """`stillhere cluster --nodes NODES` in `root`, on free ports, not yet ready."""
+def start(
+    root: Path, nodes: int, event_loop: str, options: list[str] = NODE_OPTIONS
+) -> procs.Server:
+    """`stillhere cluster --nodes NODES` in `root`, on free ports, its nodes given
+    `options`; not yet ready."""
     root.mkdir(parents=True, exist_ok=True)
     port = procs.free_ports(1 + 2 * nodes)
     command = [procs.stillhere_command(), "cluster", "--nodes", str(nodes), "--port", str(port)]
-    command += ["--data", str(root / "data"), "--", *NODE_OPTIONS, "--event-loop", event_loop]
+    command += ["--data", str(root / "data"), "--", *options, "--event-loop", event_loop]
     log_path = root / "cluster.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(

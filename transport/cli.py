@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 
-from bench import crash, flap, fuzz, soak
+from bench import crash, flap, fuzz, rolling, soak
 from providers.event_loop import run as run_on_loop
 from storage.embedded import InUse
 from transport import (
@@ -23,6 +23,7 @@ from transport import (
 from transport.admin import AdminExposed, check_admin_host
 from transport.app import build_app, log_listening, runner_options
 from transport.config import add_options, longer_than_zero, settings_from
+from transport.drain import drain
 from transport.eval_io import add_eval_command
 from transport.identity import DEFAULT_TOKEN_TTL_S, TOKEN_LEEWAY_S, Identity
 from transport.inspect import add_inspect_options, run_inspect
@@ -59,8 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         evaluation.add_parser(evals)  # eval dedup, eval turns, eval search
     bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
     benches = bench.add_subparsers(dest="bench", required=True)
-    for module in (flap, fuzz, crash, soak):
-        module.add_parser(benches)  # bench flap, bench fuzz, bench crash, bench soak
+    for module in (flap, fuzz, crash, soak, rolling):
+        module.add_parser(benches)  # bench flap, fuzz, crash, soak, rolling
     return parser
 
 
@@ -97,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         backlog=settings.backlog,
         send_buffer=settings.limits.socket_send_buffer,
         on_listening=partial(log_listening, app),
+        drain=drain,
         **runner_options(settings),
     )
     run_on_loop(serving, settings.event_loop)

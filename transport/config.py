@@ -195,6 +195,7 @@ class Settings:
     node_id: str | None = None  # None: the host name and --port
     lease: float = 6.0
     drain_timeout: float = 10.0
+    drain_notice: float = 2.5  # while a balancer watches /readyz (transport/drain.py)
     limits: Limits = field(default_factory=Limits)
 
 
@@ -274,6 +275,12 @@ _OPTIONS: list[tuple[str, object, str]] = [
         "drain-timeout",
         longer_than_zero,
         "on SIGTERM, the longest wait to hand every conversation over before exiting",
+    ),
+    (
+        "drain-notice",
+        parse_duration,
+        "on SIGTERM, how long /readyz fails before conversations are handed over, when a "
+        "load balancer has been asking it",
     ),
     ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
     ("admin-host", str, "address the admin API listens on"),

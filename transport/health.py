@@ -5,14 +5,16 @@ and its loop are alive; restarting a server whose database is down would not hel
 does not look further. `/readyz` (readiness) says whether a request could be served now:
 PostgreSQL answers a trivial query within `READY_TIMEOUT_S`, its disk has room for writes
 (`Store.disk_full`), and the chat model, the analysis model and the memory's embedder are
-in place. Neither needs credentials, and neither names a secret: the models are named by
-their labels, which carry no key.
+in place. A node draining (SIGTERM) answers `draining` before anything else, so that
+balancers stop sending it links. Neither needs credentials, and neither names a secret:
+the models are named by their labels, which carry no key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 
 from aiohttp import web
@@ -38,8 +40,14 @@ async def healthz_handler(request: web.Request) -> web.Response:
 
 
 async def readyz_handler(request: web.Request) -> web.Response:
-    """200 with what was checked, or 503 with a code saying what is missing."""
-    rt = request.app[SERVER_KEY].runtime
+    """200 with what was checked, or 503 with a code saying what is missing; both name the
+    node (`--node-id`), so whoever asked through a balancer knows which one answered."""
+    server = request.app[SERVER_KEY]
+    server.readyz_asked_at = time.monotonic()
+    node = server.directory.ownership.node
+    if server.directory.draining:
+        return error_response(503, "draining", "this node is stopping", node=node)
+    rt = server.runtime
     models = {
         "chat": rt.model.label,
         "analysis": rt.analysis.label,
@@ -49,7 +57,9 @@ async def readyz_handler(request: web.Request) -> web.Response:
     }
     missing = sorted(name for name, label in models.items() if label is None)
     if missing:
-        return error_response(503, "models_missing", f"not configured: {', '.join(missing)}")
+        return error_response(
+            503, "models_missing", f"not configured: {', '.join(missing)}", node=node
+        )
     problem = await _database_problem(rt.store)
     if problem is not None:
         log.warning("not ready: PostgreSQL did not answer (%s)", problem)
@@ -57,11 +67,15 @@ async def readyz_handler(request: web.Request) -> web.Response:
             503,
             "database_unreachable",
             f"PostgreSQL did not answer within {READY_TIMEOUT_S:g} s ({problem})",
+            node=node,
         )
     if await rt.store.disk_full():
         log.warning("not ready: PostgreSQL's disk is full")
-        return error_response(503, "storage_full", "PostgreSQL's disk is full: writes fail")
-    return web.json_response({"status": "ready", "database": "ok", "models": models}, dumps=dumps)
+        return error_response(
+            503, "storage_full", "PostgreSQL's disk is full: writes fail", node=node
+        )
+    ready = {"status": "ready", "node": node, "database": "ok", "models": models}
+    return web.json_response(ready, dumps=dumps)
 
 
 async def _database_problem(store: Store) -> str | None:

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -135,11 +135,14 @@ async def serve(
     backlog: int,
     send_buffer: int = 0,
     on_listening: Callable[[int], None] | None = None,
+    drain: Callable[[web.Application], Awaitable[None]] | None = None,
     **runner_options: Any,
 ) -> None:
     """Serve `app` on `host:port` until SIGINT or SIGTERM, then shut it down cleanly (what
     `web.run_app` does, with `AcceptingSite` in place of its TCP site). `on_listening` is
-    called with the bound port (the one the system chose, for port 0) once it accepts."""
+    called with the bound port (the one the system chose, for port 0) once it accepts.
+    `drain` runs after the signal while the site still accepts (a load balancer's health
+    checks are answered meanwhile), before the runner closes the site and the app."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -151,5 +154,7 @@ async def serve(
         if on_listening is not None:
             on_listening(runner.addresses[0][1])
         await stop.wait()
+        if drain is not None:
+            await drain(app)
     finally:
         await runner.cleanup()

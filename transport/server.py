@@ -33,6 +33,7 @@ class Server:
     links: WeakSet[QueuedLink] = field(default_factory=WeakSet)
     address_links: Counter[str] = field(default_factory=Counter)  # open links per IP address
     admin_port: int | None = None  # where the admin API listens, once started (if on)
+    readyz_asked_at: float | None = None  # monotonic: a balancer watches this node
     post_rates: KeyedRates = field(init=False)  # POSTs, per person
     address_rates: KeyedRates = field(init=False)  # new links, per IP address
 

@@ -6,11 +6,12 @@ link's attachment to the conversation and nothing else.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
 
-from actors.directory import ConversationGone, LiveConversation
+from actors.directory import CLOSE_MOVED, MOVED, ConversationGone, Draining, LiveConversation
 from actors.handles import Page, TurnHandles
 from actors.messages import Interrupt, Say
 from actors.ownership import NotOwned
@@ -24,6 +25,9 @@ from transport.protocol import CLOSE_TOO_MANY_LINKS, ProtocolError, error_frame
 from transport.server import Server, close_revoked
 
 log = logging.getLogger("stillhere.session")
+
+# Before a hello on a draining node is sent elsewhere (`Session._elsewhere`).
+DRAINING_REFUSAL_DELAY_S = 0.25
 
 
 _TOO_MANY = error_frame(
@@ -76,7 +80,12 @@ class Session:
         started = time.monotonic()
         self.person = server.identity.person(device=frame.get("device"), token=frame.get("token"))
         try:
+            if server.directory.draining:
+                raise Draining(self.person)
             opened = await server.directory.open(self.person)
+        except Draining:
+            await self._elsewhere()
+            return
         except (ConversationGone, ActorFailed, TimeoutError):
             # The actor failed or stalled mid-activation; the supervisor is on it.
             raise ProtocolError(
@@ -120,6 +129,16 @@ class Session:
                 opened.age_s or 0,
                 replayed,
             )
+
+    async def _elsewhere(self) -> None:
+        """This node is stopping: `bye` `moved` and close 4001, so the client reconnects at
+        once, to a node its load balancer still sends links to. After a short wait: until
+        the balancer sees /readyz fail, the reconnect may land here again, and the wait
+        keeps that loop to a few links a second."""
+        log.info("%s sent elsewhere: this node is draining", self._link.name)
+        await asyncio.sleep(DRAINING_REFUSAL_DELAY_S)
+        self._link.send(MOVED)
+        self._link.end(CLOSE_MOVED)
 
     def _current(self, id_: str | None = None) -> LiveConversation:
         live = self.live

@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
+from actors.directory import Draining
 from transport.errors import error_response
 from transport.identity import Unauthorized
 from transport.link import Frame, QueuedLink
@@ -246,7 +247,10 @@ async def _perform(server: Server, person: str, kind: str, frame: dict[str, Any]
     directory = server.directory
     named = frame.get("conversation") if kind == "say" else None  # only a say names one
     opens = kind == "say" and named is None
-    opened = await (directory.open(person) if opens else directory.resume(person))
+    try:
+        opened = await (directory.open(person) if opens else directory.resume(person))
+    except Draining:
+        raise ProtocolError("unavailable", "this node is stopping; send it again") from None
     if named is not None and (opened is None or str(opened.live.id) != named):
         ended = "this conversation has ended; reopen the event stream"
         raise ProtocolError("conversation_ended", ended, frame["id"])
