@@ -10,6 +10,8 @@ import asyncio
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -96,6 +98,23 @@ def start_cluster(tmp: Path, log_name: str = "cluster.log") -> Cluster:
     return cluster
 
 
+def every_node_in(cluster: Cluster) -> None:
+    """Wait until HAProxy sends routes to every node: "cluster ready" means one node is up
+    behind it, and HAProxy's checks bring in the others a moment apart."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while len(seen) < NODES:
+        if time.monotonic() > deadline:
+            stop_cluster(cluster)
+            raise AssertionError(f"HAProxy reached only {sorted(seen)}:\n{cluster.output()}")
+        url = f"{cluster.base}/readyz?r={uuid.uuid4().hex[:16]}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                seen.add(answer.headers["X-Served-By"])
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.2)  # no node ready for an instant: HAProxy answers 503
+
+
 def stop_cluster(cluster: Cluster) -> int:
     if cluster.proc.poll() is None:
         cluster.proc.send_signal(signal.SIGINT)
@@ -112,6 +131,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if HAPROXY is None:
         pytest.skip("HAProxy is not installed (apt-get install haproxy)")
     running = start_cluster(tmp_path_factory.mktemp("cluster"))
+    every_node_in(running)
     yield running
     stop_cluster(running)
 
