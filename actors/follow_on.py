@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -76,9 +75,8 @@ async def after_exchange(
     follow-on comes, wait its pause and tell the actor."""
     where = str(conversation)[:8]
     try:
-        fondness = await rt.store.moods.nudge(
-            person, START_FONDNESS, partial(rt.persona.nudged, cut_off=cut_off), rt.clock.now()
-        )
+        toward, share = rt.persona.nudge(cut_off=cut_off)
+        fondness = await rt.store.moods.nudge(person, START_FONDNESS, toward, share, rt.clock.now())
     except Exception:
         # The mood stays as it was; a follow-on still goes by the persona, fondness aside.
         log.exception("the mood in conversation %s could not be moved", where)

@@ -20,12 +20,13 @@ What the server does when nobody talks (lease renewals, the sweep) is read over 
 stretch first and taken out of each phase in proportion to its length; the bench's own
 readings are not counted (its statements name `pg_stat`, and are left out).
 
-The phases, each on its own phones (bare WebSockets, new devices, as bench flap's
-throughput phase): `hello`, M new conversations opened; `turns`, M phones x K says back to
-back (the server's group commit shares writes between conversations at this load);
-`serial`, one phone's K says (nothing to share); `memory`, M phones x K/2 says each asking
-to remember a new fact (the rehearsal model calls the `remember` tool: a memory stored and
-fingerprinted). Per hello or per turn: statements, transactions, rows, WAL bytes, CPU.
+The phases, on bare WebSocket phones with new devices (as bench flap's throughput phase):
+`hello`, M (`--phones`) new conversations opened; `turns`, the M phones' K (`--says`) says
+each, back to back (the server's group commit shares writes between conversations at this
+load); `serial`, one phone's `--serial-says` (nothing to share); `memory`, the M phones'
+K/2 says each asking to remember a new fact (the rehearsal model calls the `remember` tool:
+a memory stored and fingerprinted). Per hello or per turn: statements, transactions, rows,
+WAL bytes and flushes, CPU.
 
     .venv/bin/python -m bench.db_cost --json /tmp/db-cost.json
 """
@@ -97,6 +98,9 @@ def add_parser(subparsers: Any) -> None:
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--phones", type=int, default=50, help="phones in the loaded phases (50)")
     parser.add_argument("--says", type=int, default=40, help="says per phone (40; memory: half)")
+    parser.add_argument(
+        "--serial-says", type=int, default=200, help="the serial phase's says, on one phone (200)"
+    )
     parser.add_argument(
         "--idle", type=longer_than_zero, default=10.0, help="the idle stretch read first (10s)"
     )
@@ -240,6 +244,7 @@ async def _open(http: aiohttp.ClientSession, url: str, phones: int, out: Links) 
 
 async def phases(args: argparse.Namespace, counters: Counters, url: str) -> dict[str, Any]:
     """The idle stretch, then each phase on phones of its own."""
+    await asyncio.sleep(REPORTED_S)  # the server's start (migrations, pools) reported first
     start = await counters.read()
     await asyncio.sleep(args.idle)
     idle_reading = await counters.read()
@@ -264,7 +269,7 @@ async def phases(args: argparse.Namespace, counters: Counters, url: str) -> dict
             await _talk(serial, 2, _plain)
             plan = (
                 ("turns", loaded, args.says, _plain),
-                ("serial", serial, args.says, _plain),
+                ("serial", serial, args.serial_says, _plain),
                 ("memory", loaded, max(1, args.says // 2), _remember),
             )
             for name, links, says, text in plan:

@@ -6,7 +6,6 @@ scoped to the person like every other personal row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 
 import asyncpg
@@ -22,21 +21,22 @@ class MoodStore:
         return None if value is None else float(value)
 
     async def nudge(
-        self, person: str, start: float, rule: Callable[[float], float], now: datetime
+        self, person: str, start: float, toward: float, share: float, now: datetime
     ) -> float:
-        """Move the person's fondness by `rule` (from `start` at their first exchange) and
-        return it. A person's exchanges end one at a time (one conversation each); the row
-        is still locked from the read to the write, so nothing else's write is lost."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            value = await conn.fetchval(
-                "SELECT fondness FROM moods WHERE person = $1 FOR UPDATE", person
-            )
-            fondness = min(1.0, max(0.0, rule(start if value is None else float(value))))
-            await conn.execute(
-                "INSERT INTO moods (person, fondness, at) VALUES ($1, $2, $3) "
-                "ON CONFLICT (person) DO UPDATE SET fondness = $2, at = $3",
-                person,
-                fondness,
-                now,
-            )
-        return fondness
+        """Move the person's fondness `share` of the way `toward` a value (from `start` at
+        their first exchange) and return it. One statement, one round trip: the upsert
+        reads the row it locks, so a nudge is never lost to another, and a turn costs
+        PostgreSQL one short write (the bench `db-cost` counts them)."""
+        value = await self._pool.fetchval(
+            "INSERT INTO moods AS m (person, fondness, at) "
+            "VALUES ($1, least(1, greatest(0, $2::float8 + $3::float8 * ($4::float8 - $2))), $5) "
+            "ON CONFLICT (person) DO UPDATE "
+            "SET fondness = least(1, greatest(0, m.fondness + $3 * ($4 - m.fondness))), at = $5 "
+            "RETURNING fondness",
+            person,
+            start,
+            share,
+            toward,
+            now,
+        )
+        return float(value)

@@ -21,7 +21,7 @@ def test_a_tiny_db_cost_run_reads_the_turns_from_postgresql(tmp_path: Path) -> N
     report_path = tmp_path / "db-cost.json"
     command = [
         sys.executable, "-m", "transport.cli", "bench", "db-cost", "--phones", str(PHONES),
-        "--says", str(SAYS), "--idle", "2s", "--json", str(report_path),
+        "--says", str(SAYS), "--serial-says", str(SAYS), "--idle", "2s", "--json", str(report_path),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=220)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
