@@ -12,8 +12,10 @@ PostgreSQL with `pg_stat_statements` preloaded) and reads, before and after each
   `pg_stat_io`: the WAL's flushes (fsyncs, what a commit waits for). Backends report these
   at most once a second, an idle one up to 10 s late: each phase's last reading waits 11 s
   and then until they hold still;
-- `pg_current_wal_lsn()`: the WAL bytes written, exact; `pg_stat_wal`: records and full-page
-  images (a page's first change after a checkpoint logs the whole page);
+- `pg_current_wal_lsn()`: the WAL bytes written, exact, whoever wrote them (autovacuum and
+  checkpoints too); `pg_stat_statements` again: the WAL the server's statements wrote;
+  `pg_stat_wal`: records and full-page images (a page's first change after a checkpoint
+  logs the whole page);
 - the CPU of the server process and of PostgreSQL's processes (psutil).
 
 What the server does when nobody talks (lease renewals, the sweep) is read over an idle
@@ -60,7 +62,8 @@ DESCRIPTION = "what one turn costs PostgreSQL: statements, transactions, rows, W
 SERVER_OPTIONS = ["--frames-per-s", "100000", "--frame-burst", "100000"]
 COUNTERS = (
     "statements", "transactions", "rows_inserted", "rows_updated", "rows_deleted",
-    "wal_bytes", "wal_records", "wal_fpi", "wal_fsyncs", "server_cpu_ms", "postgres_cpu_ms",
+    "wal_bytes", "statement_wal_bytes", "wal_records", "wal_fpi", "wal_fsyncs",
+    "server_cpu_ms", "postgres_cpu_ms",
 )  # fmt: skip
 # Transactions of every database (autovacuum's included: its work is the turns' too); rows
 # of the server's own tables (not the catalog's, which ANALYZE writes); the WAL's position,
@@ -149,6 +152,7 @@ class Counters:
         counters = {key: float(row[key]) for key in COUNTERS if key in row}
         counters["wal_bytes"] = float(lsn_bytes(row["lsn"]))
         counters["statements"] = float(sum(calls for _, calls, _ in statements.values()))
+        counters["statement_wal_bytes"] = float(sum(wal for _, _, wal in statements.values()))
         counters["server_cpu_ms"] = cpu_ms(self.server, with_children=False)
         counters["postgres_cpu_ms"] = cpu_ms(self.postmaster, with_children=True)
         return Reading(time.perf_counter(), counters, statements)
@@ -339,8 +343,8 @@ async def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
 COLUMNS = (
     ("statements", "stmts"), ("transactions", "xacts"), ("rows_inserted", "ins"),
     ("rows_updated", "upd"), ("rows_deleted", "del"), ("wal_bytes", "WAL B"),
-    ("wal_fpi", "FPI"), ("wal_fsyncs", "fsyncs"), ("server_cpu_ms", "srv ms"),
-    ("postgres_cpu_ms", "pg ms"),
+    ("statement_wal_bytes", "stmt WAL"), ("wal_fpi", "FPI"), ("wal_fsyncs", "fsyncs"),
+    ("server_cpu_ms", "srv ms"), ("postgres_cpu_ms", "pg ms"),
 )  # fmt: skip
 
 

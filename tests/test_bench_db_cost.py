@@ -39,6 +39,7 @@ def test_a_tiny_db_cost_run_reads_the_turns_from_postgresql(tmp_path: Path) -> N
         per = phases[name]["per_unit"]
         # A turn stores its say and its reply at least (rows of the server's own tables).
         assert per["rows_inserted"] >= 2, name
+        assert per["statement_wal_bytes"] > 0, name
         queries = " ".join(row["query"] for row in phases[name]["top_statements"])
         assert "owners" in queries, f"{name}: the fenced write is among the statements"
     memory = " ".join(row["query"] for row in phases["memory"]["top_statements"])
