@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -79,12 +78,9 @@ async def after_exchange(
     a node that lost them moves nothing and sends no follow-on."""
     where = str(conversation)[:8]
     try:
+        toward, share = rt.persona.nudge(cut_off=cut_off)
         fondness = await rt.store.moods.nudge(
-            person,
-            epoch,
-            START_FONDNESS,
-            partial(rt.persona.nudged, cut_off=cut_off),
-            rt.clock.now(),
+            person, epoch, START_FONDNESS, toward, share, rt.clock.now()
         )
     except Fenced:
         return  # another node owns the person now; their links are being closed

@@ -64,9 +64,7 @@ async def read_open(rt: Runtime, req: TurnRequest) -> OpenEnds:
     """Never raises: without them the reply only lacks its note."""
     try:
         since = rt.clock.now() - timedelta(seconds=HORIZON_S)
-        store = rt.store.loose_ends
-        recent = await store.open_since(req.person, since, READ)
-        return OpenEnds(recent, await store.threads(req.person))
+        return OpenEnds(*await rt.store.loose_ends.open_ends(req.person, since, READ))
     except Exception:
         log.exception("loose ends could not be read; the reply goes ahead without them")
         return OpenEnds([], [])

@@ -53,12 +53,16 @@ class Persona:
         """Seconds between the reply to the lull and the follow-on."""
         return 2.0 + 8.0 * (1.0 - (self.energy + fondness) / 2.0)
 
+    def nudge(self, *, cut_off: bool) -> tuple[float, float]:
+        """Where an exchange moves fondness and which share of the way: towards 1 when the
+        reply ran to its end, towards 0 when the person cut it off. (The database applies
+        it, `storage.moods`, in the statement that writes it.)"""
+        return (0.0, COOL_STEP) if cut_off else (1.0, FOND_STEP * self.warmth)
+
     def nudged(self, fondness: float, *, cut_off: bool) -> float:
-        """Fondness after an exchange: warmer when the reply ran to its end, cooler when
-        the person cut it off."""
-        if cut_off:
-            return fondness - COOL_STEP * fondness
-        return fondness + FOND_STEP * self.warmth * (1.0 - fondness)
+        """Fondness after an exchange, as the database computes it from `nudge`."""
+        toward, share = self.nudge(cut_off=cut_off)
+        return fondness + share * (toward - fondness)
 
 
 DEFAULT = Persona()

@@ -6,8 +6,10 @@ of nodes. The fixed throughput phase (bench/flap_throughput.py: M phones, K says
 zero-latency rehearsal model) goes through each one's HAProxy in turn, round after round,
 so each round finds the machine as the other did. Per cluster: turns/s (the median round)
 and the CPU milliseconds per turn of the nodes, HAProxy, PostgreSQL and the phones (this
-process); and how many cores the phones used, to tell whether they, not the nodes, set the
-pace.
+process); and how the machine's cores were spent over the rounds: each node's, HAProxy's,
+PostgreSQL's, the phones', the other processes' (work sharing the machine), the hypervisor's
+steal and what stayed idle. Idle near zero means the machine, not the nodes, set the pace;
+the phones at a core or more, that they did.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ NODE_OPTIONS += ["--frames-per-s", "100000", "--frame-burst", "100000"]
 # The phones used this share of a core or more: they may be what limits turns/s.
 PHONES_BOUND_CORES = 0.9
 SIDES = ("nodes", "haproxy", "postgres", "bench")
+# The machine's CPU seconds (psutil.cpu_times, all cores): busy (guests are counted in user
+# time already), taken by the hypervisor, idle (waiting on a disk included).
+MACHINE = ("busy", "steal", "idle")
 
 
 def start(
@@ -66,19 +71,37 @@ async def wait_ready(cluster: procs.Server, nodes: int) -> None:
         await procs.wait_ready(node)
 
 
-def readings(cluster: procs.Server) -> dict[str, float]:
-    """CPU seconds so far of the nodes, HAProxy, PostgreSQL and this process (the phones)."""
-    out = dict.fromkeys(SIDES, 0.0)
+def readings(cluster: procs.Server, nodes: int) -> dict[str, float]:
+    """CPU seconds so far of the nodes (together and each), HAProxy, PostgreSQL, this process
+    (the phones), and of the machine."""
+    out = dict.fromkeys((*SIDES, *node_names(nodes)), 0.0) | machine_s()
     out["bench"] = _cpu_s(psutil.Process())
     with contextlib.suppress(psutil.Error, OSError, ValueError):
         for child in cluster.ps().children():
             side = "haproxy" if child.name() == "haproxy" else "nodes"
             out[side] += _cpu_s(child)
+            if side == "nodes":
+                command = child.cmdline()
+                out[command[command.index("--node-id") + 1]] += _cpu_s(child)
         assert cluster.pgdata is not None
         pid = int((cluster.pgdata / "postmaster.pid").read_text().split()[0])
         postmaster = psutil.Process(pid)
         out["postgres"] = _cpu_s(postmaster) + sum(_cpu_s(c) for c in postmaster.children())
     return out
+
+
+def node_names(nodes: int) -> list[str]:
+    """The nodes' names, as `stillhere cluster` gives them (--node-id)."""
+    return [f"node-{i}" for i in range(1, nodes + 1)]
+
+
+def machine_s() -> dict[str, float]:
+    """The machine's busy, stolen and idle CPU seconds so far, all cores together."""
+    times = psutil.cpu_times()
+    steal = getattr(times, "steal", 0.0)
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    guests = getattr(times, "guest", 0.0) + getattr(times, "guest_nice", 0.0)
+    return {"busy": sum(times) - idle - steal - guests, "steal": steal, "idle": idle}
 
 
 def _cpu_s(process: psutil.Process) -> float:
@@ -88,21 +111,37 @@ def _cpu_s(process: psutil.Process) -> float:
     return 0.0
 
 
-def figures(rounds: list[Throughput]) -> dict[str, Any]:
-    """Turns/s (the median round), CPU ms per turn of each side, the phones' cores."""
+def cores(r: Throughput, nodes: int) -> dict[str, float]:
+    """The cores each part of the machine used over a round, on average: each node,
+    HAProxy, PostgreSQL, the phones, every other process, the hypervisor's steal, idle."""
+    used = {part: r.readings_s[part] / r.seconds for part in (*node_names(nodes), *SIDES)}
+    used["phones"] = used.pop("bench")
+    ours = used.pop("nodes") + used["haproxy"] + used["postgres"] + used["phones"]
+    used["others"] = max(0.0, r.readings_s["busy"] / r.seconds - ours)
+    used |= {part: r.readings_s[part] / r.seconds for part in ("steal", "idle")}
+    return used
+
+
+def _median(values: list[float], digits: int) -> float | None:
+    return round(sorted(values)[len(values) // 2], digits) if values else None
+
+
+def figures(rounds: list[Throughput], nodes: int) -> dict[str, Any]:
+    """Turns/s (the median round), CPU ms per turn of each side, the cores each part of the
+    machine used (each part's median round)."""
     timed = [r for r in rounds if r.turns and r.seconds > 0]
-
-    def median(values: list[float], digits: int) -> float | None:
-        return round(sorted(values)[len(values) // 2], digits) if values else None
-
-    phones_cores = median([r.readings_s["bench"] / r.seconds for r in timed], 2)
+    phones_cores = _median([r.readings_s["bench"] / r.seconds for r in timed], 2)
+    by_round = [cores(r, nodes) for r in timed]
     return {
-        "turns_per_s": median([r.turns / r.seconds for r in timed], 1),
+        "turns_per_s": _median([r.turns / r.seconds for r in timed], 1),
         "rounds_turns_per_s": [round(r.turns_per_s or 0.0, 1) for r in rounds],
         "cpu_ms_per_turn": {
-            side: median([r.readings_s[side] / r.turns * 1000 for r in timed], 3) for side in SIDES
+            side: _median([r.readings_s[side] / r.turns * 1000 for r in timed], 3) for side in SIDES
         },
         "phones_cores": phones_cores,
+        "cores": {part: _median([c[part] for c in by_round], 2) for part in by_round[0]}
+        if by_round
+        else {},
         "phones_bound": phones_cores is not None and phones_cores >= PHONES_BOUND_CORES,
         "errors": sum(sum(r.errors.values()) for r in rounds),
     }
@@ -116,7 +155,7 @@ async def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         for label, cluster in clusters.items():
             await wait_ready(cluster, sizes[label])
         targets = {
-            label: (cluster.base_url, partial(readings, cluster))
+            label: (cluster.base_url, partial(readings, cluster, sizes[label]))
             for label, cluster in clusters.items()
         }
         rounds = await in_turn(targets, args, "cluster throughput")
@@ -130,11 +169,27 @@ async def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "says": args.throughput_says,
         "rounds": args.throughput_rounds,
         "cores": psutil.cpu_count(),
-        "by_nodes": {label: figures(rounds[label]) for label in clusters},
+        "load_average": [round(x, 2) for x in psutil.getloadavg()],
+        "by_nodes": {label: figures(rounds[label], sizes[label]) for label in clusters},
     }
     one, many = (report["by_nodes"][label]["turns_per_s"] for label in clusters)
     report["turns_ratio"] = round(many / one, 2) if one and many else None
+    for label, got in report["by_nodes"].items():
+        got["ceiling_turns_per_s"] = ceiling(got["cpu_ms_per_turn"], sizes[label], report["cores"])
+    one, many = (report["by_nodes"][label]["ceiling_turns_per_s"] for label in clusters)
+    report["ceiling_ratio"] = round(many / one, 2) if one and many else None
     return report
+
+
+def ceiling(cpu_ms_per_turn: dict[str, float | None], nodes: int, cores: int) -> float | None:
+    """The turns/s this cluster would reach with the machine to itself, from its CPU per
+    turn: every core busy with its parts (nodes, HAProxy, PostgreSQL, phones), or each node
+    on one core (a node's Python runs one thread at a time), whichever comes first."""
+    if any(ms is None or ms <= 0 for ms in cpu_ms_per_turn.values()):
+        return None
+    whole = cores * 1000.0 / sum(cpu_ms_per_turn.values())  # type: ignore[arg-type]
+    per_node = nodes * 1000.0 / cpu_ms_per_turn["nodes"]  # type: ignore[operator]
+    return round(min(whole, per_node), 1)
 
 
 def table(report: dict[str, Any]) -> str:
@@ -152,6 +207,16 @@ def table(report: dict[str, Any]) -> str:
             f"{cpu['postgres']!s:>10}{cpu['bench']!s:>8}  {got['phones_cores']!s:>12}{bound}"
         )
     lines.append(f"{report['cluster']} nodes / 1 node, turns/s: {report['turns_ratio']}")
+    lines.append(f"cores used, each part's median round, of {report['cores']}:")
+    for label, got in report["by_nodes"].items():
+        used = got["cores"]
+        lines.append(f"{label:<10}" + "  ".join(f"{k} {v}" for k, v in used.items()))
+    lines.append(
+        "with the machine to itself (from CPU per turn), turns/s: "
+        + ", ".join(f"{k} {v['ceiling_turns_per_s']}" for k, v in report["by_nodes"].items())
+        + f"; ratio {report['ceiling_ratio']}"
+    )
+    lines.append(f"load average at the end: {report['load_average']}")
     return "\n".join(lines)
 
 

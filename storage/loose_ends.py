@@ -55,17 +55,23 @@ class LooseEndStore:
         self._pool = pool
         self._fenced = fenced  # told of each person a write was refused for
 
-    async def open_since(self, person: str, since: datetime, limit: int) -> list[LooseEnd]:
-        """The person's open loose ends other than threads noted since `since`, the newest
-        `limit`, oldest first."""
+    async def open_ends(
+        self, person: str, since: datetime, limit: int
+    ) -> tuple[list[LooseEnd], list[LooseEnd]]:
+        """What a turn reads as it begins, in one round trip: the person's open loose ends
+        other than threads noted since `since` (the newest `limit`), and their open threads
+        however old; each oldest first."""
         rows = await self._pool.fetch(
             "SELECT * FROM (SELECT * FROM loose_ends WHERE person = $1 AND closed_at IS NULL "
-            "AND kind <> 'thread' AND at >= $2 ORDER BY at DESC, id LIMIT $3) t ORDER BY at, id",
+            "AND kind <> 'thread' AND at >= $2 ORDER BY at DESC, id LIMIT $3) recent "
+            "UNION ALL SELECT * FROM loose_ends WHERE person = $1 AND kind = 'thread' "
+            "AND closed_at IS NULL ORDER BY at, id",
             person,
             since,
             limit,
         )
-        return [_loose_end(r) for r in rows]
+        ends = [_loose_end(r) for r in rows]
+        return [e for e in ends if e.kind != "thread"], [e for e in ends if e.kind == "thread"]
 
     async def threads(self, person: str) -> list[LooseEnd]:
         """The person's open threads, oldest first, however old."""

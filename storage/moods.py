@@ -11,7 +11,18 @@ from datetime import datetime
 
 import asyncpg
 
-from storage.owners import hold
+from storage.owners import Fenced, fence_one
+
+# Fenced in the statement: for a person whose owner epoch is no longer `$7`, no row comes
+# from `owned`, nothing is written and nothing is returned.
+_NUDGE = f"""
+WITH owned AS ({fence_one(6)})
+INSERT INTO moods AS m (person, fondness, at)
+SELECT $1, least(1, greatest(0, $2::float8 + $3::float8 * ($4::float8 - $2))), $5 FROM owned
+ON CONFLICT (person) DO UPDATE
+SET fondness = least(1, greatest(0, m.fondness + $3 * ($4 - m.fondness))), at = $5
+RETURNING fondness
+"""
 
 
 class MoodStore:
@@ -25,28 +36,14 @@ class MoodStore:
         return None if value is None else float(value)
 
     async def nudge(
-        self,
-        person: str,
-        epoch: int,
-        start: float,
-        rule: Callable[[float], float],
-        now: datetime,
+        self, person: str, epoch: int, start: float, toward: float, share: float, now: datetime
     ) -> float:
-        """Move the person's fondness by `rule` (from `start` at their first exchange) and
-        return it, under their owner `epoch` (else Fenced, nothing moved). A person's
-        exchanges end one at a time (one conversation each); the row is still locked from
-        the read to the write, so nothing else's write is lost."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            await hold(conn, person, epoch, self._fenced)
-            value = await conn.fetchval(
-                "SELECT fondness FROM moods WHERE person = $1 FOR UPDATE", person
-            )
-            fondness = min(1.0, max(0.0, rule(start if value is None else float(value))))
-            await conn.execute(
-                "INSERT INTO moods (person, fondness, at) VALUES ($1, $2, $3) "
-                "ON CONFLICT (person) DO UPDATE SET fondness = $2, at = $3",
-                person,
-                fondness,
-                now,
-            )
-        return fondness
+        """Move the person's fondness `share` of the way `toward` a value (from `start` at
+        their first exchange) and return it, under their owner `epoch` (else Fenced, nothing
+        moved). One statement, one round trip: the upsert reads the row it locks, so a nudge
+        is never lost to another, and the fence is in the same statement."""
+        value = await self._pool.fetchval(_NUDGE, person, start, share, toward, now, person, epoch)
+        if value is None:
+            self._fenced(person, epoch)
+            raise Fenced(person)
+        return float(value)

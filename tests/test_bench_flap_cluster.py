@@ -29,8 +29,16 @@ async def test_the_cluster_bench_times_one_node_and_two_through_haproxy(tmp_path
         assert len(got["rounds_turns_per_s"]) == 2 and got["turns_per_s"] > 0, label
         for side in ("nodes", "postgres", "bench"):  # (HAProxy's may be under a clock tick)
             assert got["cpu_ms_per_turn"][side] > 0, (label, side)
+        # Every core of the machine is accounted for over a round: each node's, HAProxy's,
+        # PostgreSQL's, the phones', other processes', the hypervisor's steal and idle.
+        nodes = [f"node-{i}" for i in range(1, (2 if label == "2 nodes" else 1) + 1)]
+        parts = [*nodes, "haproxy", "postgres", "phones", "others", "steal", "idle"]
+        assert list(got["cores"]) == parts, label
+        assert all(got["cores"][node] > 0 for node in nodes), label
+        assert sum(got["cores"].values()) == pytest.approx(report["cores"], rel=0.2), label
     assert report["turns_ratio"] > 0
-    assert "2 nodes / 1 node, turns/s:" in flap_cluster.table(report)
+    printed = flap_cluster.table(report)
+    assert "2 nodes / 1 node, turns/s:" in printed and "node-2 " in printed
     for cluster in ("n1", "n2"):  # each stopped cleanly, its PostgreSQL with it
         log = (tmp_path / cluster / "cluster.log").read_text()
         assert "cluster stopped" in log and "embedded PostgreSQL stopped" in log

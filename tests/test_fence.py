@@ -80,7 +80,7 @@ def _memory_write(name: str) -> Write:
 WRITES: dict[str, Write] = {
     "reminder": lambda s, e: s.store.add_reminder(s.conversation, PERSON, e, "bed", "Thu", NOW),
     "speaker": lambda s, e: s.store.set_speaker(s.conversation, "Owen", NOW, PERSON, e),
-    "mood": lambda s, e: s.store.moods.nudge(PERSON, e, 0.5, lambda f: f + 0.1, NOW),
+    "mood": lambda s, e: s.store.moods.nudge(PERSON, e, 0.5, 1.0, 0.1, NOW),
     "loose ends": lambda s, e: s.store.loose_ends.settle(
         PERSON, s.conversation, e, NOW, [], [Noted("person", "point", "the bed")]
     ),

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 
-from bench import crash, flap, fuzz, rolling, soak
+from bench import crash, db_cost, flap, fuzz, rolling, soak
 from providers.event_loop import run as run_on_loop
 from storage.embedded import InUse
 from transport import (
@@ -60,8 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         evaluation.add_parser(evals)  # eval dedup, eval turns, eval search
     bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
     benches = bench.add_subparsers(dest="bench", required=True)
-    for module in (flap, fuzz, crash, soak, rolling):
-        module.add_parser(benches)  # bench flap, fuzz, crash, soak, rolling
+    for module in (flap, fuzz, crash, soak, rolling, db_cost):
+        module.add_parser(benches)  # bench flap, fuzz, crash, soak, rolling, db-cost
     return parser
 
 
