@@ -79,12 +79,12 @@ class Thresholds:
 SEED = Thresholds(0.85, 0.70)
 # Measured with `stillhere eval dedup --pairs tests/data/dedup_pairs.jsonl` (317 pairs, with
 # the guards; the table by kind and language is in docs/memories.md). MiniLM judges two
-# English memories, USE every other pair (`actors.memory.judging`). With these: precision
-# 0.991, recall 0.854 (`--name Hannah`: the person the pairs are about). Lowering MiniLM's
-# low buys recall only with related facts merged (0.65: 0.958 / 0.877), so what lies below
-# the tiers goes to the judge: the `judged` floors sit under every labelled restatement
-# (the lowest: 0.33 by MiniLM, 0.44 by USE), and with the band answered right recall is
-# 1.000 at the same precision. USE's low was
+# English memories, USE every other pair (`actors.memory.judging`). With these and the
+# words rule of the shared tier (`TRADED`): precision 1.000, recall 0.708 (`--name Hannah`:
+# the person the pairs are about). Lowering MiniLM's low buys recall only with related
+# facts merged, so what lies below the tiers goes to the judge: the `judged` floors sit under
+# every labelled restatement (the lowest: 0.33 by MiniLM, 0.44 by USE), and with the band
+# answered right recall is near 1 at the same precision. USE's low was
 # 0.64 before the guards; with them, 0.52 merges no distinct pair on this set or on the
 # held-out tests/data/dedup_pairs_holdout.jsonl and catches 4 more restatements here (1
 # there), and below 0.52 only 2 more here: it sits at the top of that flat stretch.
