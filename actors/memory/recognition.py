@@ -84,7 +84,7 @@ SEED = Thresholds(0.85, 0.70)
 # the person the pairs are about). Lowering MiniLM's low buys recall only with related
 # facts merged, so what lies below the tiers goes to the judge: the `judged` floors sit under
 # every labelled restatement (the lowest: 0.33 by MiniLM, 0.44 by USE), and with the band
-# answered right recall is near 1 at the same precision. USE's low was
+# answered right recall is 1.000 at the same precision. USE's low was
 # 0.64 before the guards; with them, 0.52 merges no distinct pair on this set or on the
 # held-out tests/data/dedup_pairs_holdout.jsonl and catches 4 more restatements here (1
 # there), and below 0.52 only 2 more here: it sits at the top of that flat stretch.
