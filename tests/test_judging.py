@@ -90,3 +90,16 @@ def test_an_override_replaces_every_models_thresholds() -> None:
     paired = Paired(Fixed("all-MiniLM-L6-v2", 2), Fixed("use-multilingual-v3", 2))
     t = Thresholds(0.9, 0.8)
     assert set(judge_for(paired, t).thresholds.values()) == {t}
+
+
+def test_the_multilingual_model_vouches_only_for_english_pairs_it_finds_close() -> None:
+    paired = Paired(Fixed("all-MiniLM-L6-v2", 2), Fixed("use-multilingual-v3", 2))
+    judge = judge_for(paired)
+    close = np.concatenate([unit(1, 0), unit(1, 0)]) / np.sqrt(2)
+    far = np.concatenate([unit(1, 0.1), unit(1, 0.6)]) / np.sqrt(2)  # USE: cosine 0.86
+    farther = np.concatenate([unit(1, 0.1), unit(1, 1)]) / np.sqrt(2)  # USE: cosine 0.71
+    assert judge.judge("Owen lives in Bristol.", close, "Owen's home is Bristol.", far).vouched
+    assert not judge.judge("Owen lives in Bristol.", close, "Owen is in Bristol.", farther).vouched
+    # Across languages USE decides already: there is no second reader.
+    assert not judge.judge("Owen lives in Bristol.", close, "Owen habite à Bristol.", far).vouched
+    assert not judge_for(Fixed("api-model", 2)).judge("a", unit(1, 0), "b", unit(1, 0)).vouched

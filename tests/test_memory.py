@@ -225,7 +225,9 @@ async def test_consolidation_mutes_duplicates_into_the_most_complete(
     clock: ManualClock,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    short = MemoryDraft("Owen lives in Bristol.", "fact", ("owen",))
+    # In the shared tier from the longest, which says no more than a word traded ("brother"):
+    # one that said more would be left to the judge.
+    short = MemoryDraft("Owen lives near the harbour in Bristol.", "fact", ("owen",))
     longest = MemoryDraft(
         "My brother Owen lives in Bristol, near the harbour.", "fact", ("owen",), ("family",)
     )

@@ -94,6 +94,8 @@ class Outcome:
     new: str
     share: float = 0.0  # of the shorter memory's fact-bearing words, how many the other has
     slot: bool = False  # two appointments on the same day at the same time
+    unsaid: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # words one has, the other not
+    vouched: bool = False  # the second model finds the pair close
     language: str = "en"
     path: str = "none"  # what decided: tier, guard, judge, or none (nothing came near, or
     # the judge gave no answer)
@@ -137,7 +139,8 @@ def decide(o: Outcome, t: Thresholds) -> bool:
         return True
     if o.conflict is not None:
         return False
-    return reach(o.cosine, o.same_type, o.shared, Wording(o.share, o.slot), t) is not None
+    words = Wording(o.share, o.slot, o.unsaid)
+    return reach(o.cosine, o.same_type, o.shared, words, t, o.vouched) is not None
 
 
 def score(merged: list[bool], same: list[bool]) -> dict[str, Any]:
@@ -229,7 +232,7 @@ async def run_pairs(
         vectors = await keeper.fingerprint([pair.existing.text, pair.new.text])
         judged = keeper.judge.judge(pair.existing.text, vectors[0], pair.new.text, vectors[1])
         disagreement = guard(pair.existing, pair.new, me)
-        words = wording(pair.new, pair.existing)
+        words = wording(pair.new, pair.existing, me)
         outcomes.append(
             Outcome(
                 kind=pair.kind,
@@ -246,6 +249,8 @@ async def run_pairs(
                 new=pair.new.text,
                 share=words.share,
                 slot=words.same_slot,
+                unsaid=words.unsaid,
+                vouched=judged.vouched,
                 language=pair.language,
                 path=path,
             )

@@ -5,7 +5,9 @@ thresholds. With the local default's paired fingerprints (`providers.multilingua
 all-MiniLM-L6-v2 judges two English memories, which it separates finely, and the
 multilingual model judges every other pair, since MiniLM reads only English: "Owen works in
 a lab." / "Owen travaille dans un laboratoire." is 0.34 by MiniLM, 0.93 by USE. Each
-model's cosine is held to that model's own thresholds.
+model's cosine is held to that model's own thresholds. Between two English memories the
+multilingual model reads the pair too: when it finds them close by its own `high`, it vouches
+for a restatement whose words say more than a word traded (`actors.memory.recognition`).
 
 Which texts are English: `actors.memory.language`.
 """
@@ -74,10 +76,13 @@ class ByLanguage:
     other_t: Thresholds
 
     def judge(self, a: str, va: np.ndarray, b: str, vb: np.ndarray) -> Judged:
-        which, t = (0, self.english_t) if english(a) and english(b) else (1, self.other_t)
         part = self.paired.part
+        both_english = english(a) and english(b)
+        which, t = (0, self.english_t) if both_english else (1, self.other_t)
         score = float(np.dot(part(va, which), part(vb, which)))
-        return Judged(score, self.paired.parts[which].name, t)
+        # The second reader: only MiniLM's pairs have one (it cannot read the others).
+        vouched = both_english and float(np.dot(part(va, 1), part(vb, 1))) >= self.other_t.high
+        return Judged(score, self.paired.parts[which].name, t, vouched)
 
     @property
     def thresholds(self) -> dict[str, Thresholds]:
