@@ -317,7 +317,12 @@ async def run(args: argparse.Namespace) -> int:
 
 def _exit_code(report: dict[str, Any]) -> int:
     """1, with the problems and examples of each printed, when a crash cost too much."""
-    found = problems(report)
+    return problems_exit_code(problems(report), report)
+
+
+def problems_exit_code(found: list[str], report: dict[str, Any]) -> int:
+    """1, with `found` and the ledger's examples of each kind printed, if anything was
+    found; else 0. Shared by the benches that keep a phones' ledger."""
     if found:
         print("problems:\n  " + "\n  ".join(found))
         for kind, seen in report["examples"].items():

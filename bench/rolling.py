@@ -33,7 +33,7 @@ import psutil
 
 from actors.clock import parse_duration as seconds
 from bench import procs
-from bench.crash import FOREVER_S, _back, ledger_figures
+from bench.crash import FOREVER_S, _back, ledger_figures, problems_exit_code
 from bench.flap import add_rehearsal_options, percentiles
 from bench.flap_cluster import start, wait_ready
 from bench.flap_db import Stored, stillhere_stored
@@ -250,12 +250,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def _exit_code(report: dict[str, Any]) -> int:
-    found = problems(report)
-    if found:
-        print("problems:\n  " + "\n  ".join(found))
-        for kind, seen in report["examples"].items():
-            print(f"  e.g. {kind}: " + "; ".join(seen[:3]))
-    return 1 if found else 0
+    return problems_exit_code(problems(report), report)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
