@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 
-from bench import crash, flap, fuzz, soak
+from bench import cluster_kill, crash, flap, fuzz, soak
 from providers.event_loop import run as run_on_loop
 from storage.embedded import InUse
 from transport import (
@@ -59,8 +59,8 @@ def _parser() -> argparse.ArgumentParser:
         evaluation.add_parser(evals)  # eval dedup, eval turns, eval search
     bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
     benches = bench.add_subparsers(dest="bench", required=True)
-    for module in (flap, fuzz, crash, soak):
-        module.add_parser(benches)  # bench flap, bench fuzz, bench crash, bench soak
+    for module in (flap, fuzz, crash, soak, cluster_kill):
+        module.add_parser(benches)  # bench flap, fuzz, crash, soak, cluster-kill
     return parser
 
 
