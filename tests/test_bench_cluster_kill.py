@@ -19,7 +19,7 @@ async def test_the_kill_bench_resumes_the_killed_nodes_people_and_loses_nothing(
     parser = argparse.ArgumentParser()
     cluster_kill.add_options(parser)
     args = parser.parse_args(
-        ["--clients", "6", "--window", "5s", "--after", "8s", "--flap-every", "2s",
+        ["--clients", "6", "--window", "10s", "--after", "8s", "--flap-every", "2s",
          "--rehearsal-latency", "100ms", "--settle-timeout", "60s"]
     )  # fmt: skip
     report = await cluster_kill.measure(args)
