@@ -168,7 +168,7 @@ def _cut_replies(fleet: Fleet) -> dict[str, int]:
     return {"replies_cut_by_a_crash": cut, "broken_replies": broken}
 
 
-async def _back(fleet: Fleet, last_kill: float, timeout: float) -> int:
+async def back_since(fleet: Fleet, last_kill: float, timeout: float) -> int:
     """Wait until every phone is up with its outbox empty and its says since the last kill
     answered (a reply lost in a crash leaves its say unanswered for good: that is counted,
     not waited for); how many were not."""
@@ -190,7 +190,7 @@ async def _back(fleet: Fleet, last_kill: float, timeout: float) -> int:
     return sum(1 for r in fleet.runs if not back(r))
 
 
-def _acked_lost(fleet: Fleet, stored: Stored) -> int:
+def acked_lost(fleet: Fleet, stored: Stored) -> int:
     """Says the phone saw acked that have no turn stored."""
     ledger = fleet.ledger
     acked = set(ledger.acks) | ledger.repeated_acks
@@ -204,7 +204,7 @@ def ledger_figures(fleet: Fleet, stored: Stored) -> dict[str, Any]:
     return {
         "says": verdict["says"],
         "replies": verdict["replies"],
-        "acked_says_lost": _acked_lost(fleet, stored),
+        "acked_says_lost": acked_lost(fleet, stored),
         "says_never_acked": verdict["lost_says"],
         "stored_twice": verdict["stored_twice"],
         "stored_wrong_person": stored.wrong_person,
@@ -261,7 +261,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                 await fleet.ramp(50)
                 server, crashes = await _crashes(fleet, server, root, args)
                 last_kill = crashes[-1].killed_at if crashes else now()
-                unsettled = await _back(fleet, last_kill, args.settle_timeout)
+                unsettled = await back_since(fleet, last_kill, args.settle_timeout)
             finally:
                 await fleet.close()
             assert server.pgdata is not None and server.data_dir is not None

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import subprocess
 import time
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,14 +42,14 @@ MACHINE = ("busy", "steal", "idle")
 
 
 def start(
-    root: Path, nodes: int, event_loop: str, options: list[str] = NODE_OPTIONS
+    root: Path, nodes: int, event_loop: str, serve: Sequence[str] = NODE_OPTIONS
 ) -> procs.Server:
-    """`stillhere cluster --nodes NODES` in `root`, on free ports, its nodes given
-    `options`; not yet ready."""
+    """`stillhere cluster --nodes NODES` in `root`, on free ports, not yet ready; `serve`:
+    the nodes' options."""
     root.mkdir(parents=True, exist_ok=True)
     port = procs.free_ports(1 + 2 * nodes)
     command = [procs.stillhere_command(), "cluster", "--nodes", str(nodes), "--port", str(port)]
-    command += ["--data", str(root / "data"), "--", *options, "--event-loop", event_loop]
+    command += ["--data", str(root / "data"), "--", *serve, "--event-loop", event_loop]
     log_path = root / "cluster.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
@@ -67,8 +68,12 @@ async def wait_ready(cluster: procs.Server, nodes: int) -> None:
     """Until HAProxy and every node behind it accept a WebSocket."""
     await procs.wait_ready(cluster)
     for i in range(1, nodes + 1):
-        node = procs.Server(f"node-{i}", cluster.proc, cluster.port + i, None, cluster.log_path)
-        await procs.wait_ready(node)
+        await procs.wait_ready(node(cluster, i))
+
+
+def node(cluster: procs.Server, i: int) -> procs.Server:
+    """node-`i` of `cluster`, reached directly (its port follows HAProxy's)."""
+    return procs.Server(f"node-{i}", cluster.proc, cluster.port + i, None, cluster.log_path)
 
 
 def readings(cluster: procs.Server, nodes: int) -> dict[str, float]:

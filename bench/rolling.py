@@ -33,7 +33,7 @@ import psutil
 
 from actors.clock import parse_duration as seconds
 from bench import procs
-from bench.crash import FOREVER_S, _back, ledger_figures, problems_exit_code
+from bench.crash import FOREVER_S, back_since, ledger_figures, problems_exit_code
 from bench.flap import add_rehearsal_options, percentiles
 from bench.flap_cluster import start, wait_ready
 from bench.flap_db import Stored, stillhere_stored
@@ -202,7 +202,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 await fleet.ramp(50)
                 restarts = await rolling(fleet, cluster, args)
-                unsettled = await _back(fleet, restarts[-1].term_at, args.settle_timeout)
+                unsettled = await back_since(fleet, restarts[-1].term_at, args.settle_timeout)
             finally:
                 await fleet.close()
             assert cluster.pgdata is not None and cluster.data_dir is not None

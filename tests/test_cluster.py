@@ -66,7 +66,8 @@ class Cluster:
         return [top, *top.children(recursive=True), postmaster, *postmaster.children()]
 
 
-def start_cluster(tmp: Path, log_name: str = "cluster.log") -> Cluster:
+def start_cluster(tmp: Path, log_name: str = "cluster.log", *serve: str) -> Cluster:
+    """`stillhere cluster` in `tmp`, ready; `serve`: options for every node's serve."""
     port = free_ports(1 + 2 * NODES)
     log = tmp / log_name
     with log.open("wb") as output:
@@ -82,6 +83,7 @@ def start_cluster(tmp: Path, log_name: str = "cluster.log") -> Cluster:
                 str(tmp / "data"),
                 "--stop-timeout",
                 "30s",
+                *(["--", *serve] if serve else []),
             ],
             stdin=subprocess.DEVNULL,
             stdout=output,

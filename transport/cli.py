@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 
-from bench import crash, db_cost, flap, fuzz, rolling, soak
+from bench import cluster_kill, crash, db_cost, flap, fuzz, rolling, soak
 from providers.event_loop import run as run_on_loop
 from storage.embedded import InUse
 from transport import (
@@ -60,8 +60,8 @@ def _parser() -> argparse.ArgumentParser:
         evaluation.add_parser(evals)  # eval dedup, eval turns, eval search
     bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
     benches = bench.add_subparsers(dest="bench", required=True)
-    for module in (flap, fuzz, crash, soak, rolling, db_cost):
-        module.add_parser(benches)  # bench flap, fuzz, crash, soak, rolling, db-cost
+    for module in (flap, fuzz, crash, soak, rolling, db_cost, cluster_kill):
+        module.add_parser(benches)  # bench flap, ..., db-cost, cluster-kill
     return parser
 
 
