@@ -133,10 +133,11 @@ def _median(values: list[float], digits: int) -> float | None:
 
 def figures(rounds: list[Throughput], nodes: int) -> dict[str, Any]:
     """Turns/s (the median round), CPU ms per turn of each side, the cores each part of the
-    machine used (each part's median round)."""
+    machine used (in the median round)."""
     timed = [r for r in rounds if r.turns and r.seconds > 0]
     phones_cores = _median([r.readings_s["bench"] / r.seconds for r in timed], 2)
-    by_round = [cores(r, nodes) for r in timed]
+    # One round's parts, so that they add up to the machine: the median round by turns/s.
+    middle = sorted(timed, key=lambda r: r.turns / r.seconds)[len(timed) // 2] if timed else None
     return {
         "turns_per_s": _median([r.turns / r.seconds for r in timed], 1),
         "rounds_turns_per_s": [round(r.turns_per_s or 0.0, 1) for r in rounds],
@@ -144,9 +145,7 @@ def figures(rounds: list[Throughput], nodes: int) -> dict[str, Any]:
             side: _median([r.readings_s[side] / r.turns * 1000 for r in timed], 3) for side in SIDES
         },
         "phones_cores": phones_cores,
-        "cores": {part: _median([c[part] for c in by_round], 2) for part in by_round[0]}
-        if by_round
-        else {},
+        "cores": {part: round(v, 2) for part, v in cores(middle, nodes).items()} if middle else {},
         "phones_bound": phones_cores is not None and phones_cores >= PHONES_BOUND_CORES,
         "errors": sum(sum(r.errors.values()) for r in rounds),
     }
@@ -212,7 +211,7 @@ def table(report: dict[str, Any]) -> str:
             f"{cpu['postgres']!s:>10}{cpu['bench']!s:>8}  {got['phones_cores']!s:>12}{bound}"
         )
     lines.append(f"{report['cluster']} nodes / 1 node, turns/s: {report['turns_ratio']}")
-    lines.append(f"cores used, each part's median round, of {report['cores']}:")
+    lines.append(f"cores used in the median round, of {report['cores']}:")
     for label, got in report["by_nodes"].items():
         used = got["cores"]
         lines.append(f"{label:<10}" + "  ".join(f"{k} {v}" for k, v in used.items()))

@@ -128,12 +128,12 @@ class Probe:
         self._http = aiohttp.ClientSession()
         self._db = await asyncpg.connect(self.dsn)
         self.victim = await self._victim_conversation()
-        # `owners` says which node runs a person, not what the person stored: its leases
-        # are renewed on a timer and released when a conversation goes, whatever a frame did.
+        # `owners` and `nodes` say which node runs a person and that it is alive, not what
+        # the person stored: leases and heartbeats are renewed on a timer, whatever a frame did.
         rows = await self._db.fetch(
             "SELECT table_name FROM information_schema.tables "
             "WHERE table_schema = 'public' AND table_type = 'BASE TABLE' "
-            "AND table_name <> 'owners' ORDER BY 1"
+            "AND table_name NOT IN ('owners', 'nodes') ORDER BY 1"
         )
         self._tables = [r["table_name"] for r in rows]
 
