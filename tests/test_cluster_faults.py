@@ -17,6 +17,7 @@ from typing import Any
 
 import aiohttp
 import asyncpg
+import orjson
 import pytest
 
 from bench.flap_db import dsn_of, stillhere_person
@@ -95,13 +96,13 @@ async def stored(db: asyncpg.Connection, conversation: str, *seqs: int) -> None:
 
 
 async def link_end(client: Client) -> tuple[list[dict[str, Any]], int | None]:
-    """The frames a link still brings until it ends, and its close code."""
+    """The frames a link still brings until it ends, and the code its close frame carried
+    (aiohttp's `close_code` turns to 1006 when its answer to that frame cannot be written)."""
     async with asyncio.timeout(TAKEOVER_BOUND_S):
-        while True:
-            try:
-                await client.expect("never")
-            except AssertionError:
-                return client.frames, client.ws.close_code
+        while (message := await client.ws.receive()).type == aiohttp.WSMsgType.TEXT:
+            client.frames.append(orjson.loads(message.data))
+    closed = message.type == aiohttp.WSMsgType.CLOSE
+    return client.frames, message.data if closed else client.ws.close_code
 
 
 async def until_ready(http: aiohttp.ClientSession, cluster: Cluster, node: int) -> None:
@@ -204,4 +205,48 @@ async def test_a_node_killed_mid_reply_leaves_its_stored_part_to_the_new_owner(
         await db.fetchval("SELECT node FROM owners WHERE person = $1", person_of(cluster, device))
         == "node-2"
     )
+    await new.ws.close()
+
+
+@needs_haproxy
+async def test_a_reminder_fires_once_when_its_person_moves_and_resends(
+    cluster: Cluster, http: aiohttp.ClientSession, db: asyncpg.Connection
+) -> None:
+    """A reminder scheduled on node-1 while its reply streams; the person's next hello
+    reaches node-2, which takes them over, and the phone resends the say (as an outbox
+    that lost the ack would). node-2 replays the stored `reminder` and acks the resend
+    with its first seq: one row, one event, nothing scheduled again."""
+    await until_ready(http, cluster, 1)
+    await until_ready(http, cluster, 2)
+    device = "device-" + uuid.uuid4().hex
+    person = person_of(cluster, device)
+    old, welcome = await node_hello(http, cluster, 1, device=device)
+    say = {"type": "say", "id": "remind", "text": "Remind me to call Mum tomorrow at 9."}
+    await old.send(say)
+    ack = await old.expect("ack", lambda f: f["id"] == "remind")
+    fired = await old.expect("reminder")
+    await stored(db, welcome["conversation"], fired["seq"])
+
+    new, again = await node_hello(
+        http, cluster, 2, device=device, conversation=welcome["conversation"],
+        last_seq=welcome["seq"],
+    )  # fmt: skip
+    assert again["resumed"] is True
+    _, code = await link_end(old)
+    assert code == 4001
+    await new.send(say)
+    assert (await new.expect("ack", lambda f: f["id"] == "remind"))["seq"] == ack["seq"]
+    await new.expect("reply.end")
+
+    replayed = [f for f in new.frames if f["type"] == "reminder"]
+    assert [(f["seq"], f["reminder"]["id"]) for f in replayed] == [
+        (fired["seq"], fired["reminder"]["id"])
+    ]
+    assert fired["reminder"]["due"] == "tomorrow at 9"
+    assert await db.fetchval("SELECT count(*) FROM reminders WHERE person = $1", person) == 1
+    events = (
+        "SELECT count(*) FROM events e JOIN conversations c ON c.id = e.conversation"
+        " WHERE c.person = $1 AND e.frame->>'type' = 'reminder'"
+    )
+    assert await db.fetchval(events, person) == 1
     await new.ws.close()
