@@ -5,6 +5,12 @@ and each used to be a round trip of its own. Here they queue, and one writer tas
 whatever queued while the previous write was in flight: under load the events and replies
 of many conversations share one statement; on a quiet server a write goes at once. A
 resent say's repeated ack is read back from its first `ack` here (`Store.add_say`).
+
+A batch that PostgreSQL could not take now (down, restarting, its disk full) is not
+dropped: it goes first in the next batch, and a retry every `RETRY_S` writes it when
+nothing else comes, so a reply streamed live while PostgreSQL was away is replayable once
+it is back. The fence is checked again then: a person this node no longer holds gets
+nothing written. What is kept is bounded (`MAX_CARRIED`); the oldest go first, logged.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from storage.pool import STORAGE_FULL, UNAVAILABLE, DiskSpace, storage_fault
 from storage.records import ReplyMatch, Turn
 
 log = logging.getLogger("stillhere.events")
+
+RETRY_S = 1.0  # a batch PostgreSQL could not take now is tried again after this long
+MAX_CARRIED = 20_000  # events and replies kept for that retry, at most
 
 # Only for the persons whose epochs still hold (`owned`, storage/owners.py): a node that
 # lost a person writes nothing for them. The persons written for come back.
@@ -96,6 +105,9 @@ class EventLog(GroupCommit[_Batch]):
         self._events: list[_Entry] = []
         self._replies: list[ReplyRow] = []
         self._batch: asyncio.Future[bool] | None = None
+        # What PostgreSQL could not take now, written first in the next batch.
+        self._carried: tuple[list[_Entry], list[ReplyRow]] = ([], [])
+        self._retry: asyncio.TimerHandle | None = None
 
     def append(
         self, conversation: UUID, person: str, epoch: int, frame: dict[str, Any]
@@ -120,14 +132,46 @@ class EventLog(GroupCommit[_Batch]):
     def _take(self) -> _Batch | None:
         if self._batch is None:
             return None
-        batch = _Batch(self._events, self._replies, self._batch)
+        events, replies = self._carried
+        batch = _Batch(events + self._events, replies + self._replies, self._batch)
         self._events, self._replies, self._batch = [], [], None
+        self._carried = ([], [])
         return batch
 
     async def _write(self, batch: _Batch) -> None:
         written = await self._execute(batch.events, batch.replies)
         if not batch.written.done():
             batch.written.set_result(written)
+
+    def _carry(self, events: list[_Entry], replies: list[ReplyRow]) -> None:
+        """Keep a batch PostgreSQL could not take now for the next one, within the bound,
+        and make sure a next one comes."""
+        over = len(events) + len(replies) - MAX_CARRIED
+        if over > 0:
+            log.warning("%d stream events and replies dropped: too many awaiting a retry", over)
+            dropped = min(over, len(events))
+            events, replies = events[dropped:], replies[over - dropped :]
+        self._carried = (events, replies)
+        if self._retry is None:
+            self._retry = asyncio.get_running_loop().call_later(RETRY_S, self._retry_now)
+
+    def _retry_now(self) -> None:
+        self._retry = None
+        if self._carried != ([], []):
+            self._queued()
+
+    def close(self) -> None:
+        """Stop retrying (the store is closing): what is still carried is logged as lost."""
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        events, replies = self._carried
+        if events or replies:
+            log.warning(
+                "%d stream events and %d replies never written: PostgreSQL did not take them",
+                len(events),
+                len(replies),
+            )
 
     async def _execute(self, events: list[_Entry], replies: list[ReplyRow]) -> bool:
         claims = {(e.person, e.epoch) for e in events} | {(r.person, r.epoch) for r in replies}
@@ -156,11 +200,13 @@ class EventLog(GroupCommit[_Batch]):
         except (*UNAVAILABLE, STORAGE_FULL) as failure:
             self._space.note(failure)
             log.warning(
-                "%d stream events and %d replies could not be written: PostgreSQL %s",
+                "%d stream events and %d replies could not be written, kept for a retry: "
+                "PostgreSQL %s",
                 len(events),
                 len(replies),
                 storage_fault(failure)[1],
             )
+            self._carry(events, replies)
             return False
         except Exception:
             log.exception(

@@ -129,6 +129,7 @@ class Store:
         return cls(pool)
 
     async def close(self) -> None:
+        self.events.close()
         await self._pool.close()
 
     async def ping(self) -> None:

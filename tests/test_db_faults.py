@@ -7,6 +7,7 @@ embedded PostgreSQL it started in its data folder and starts again by itself."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -41,12 +42,14 @@ class PostgresProcesses:
 
     def signal(self, sig: signal.Signals) -> None:
         for process in self.processes():
-            process.send_signal(sig)
+            with contextlib.suppress(psutil.NoSuchProcess):  # a backend that ended meanwhile
+                process.send_signal(sig)
 
     def kill(self) -> None:
         processes = self.processes()
         for process in processes:
-            process.kill()
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
         psutil.wait_procs(processes, timeout=10)
 
 
