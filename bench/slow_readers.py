@@ -43,6 +43,7 @@ from providers.event_loop import run as run_on_loop
 
 TOPIC = "the lighthouse keeper " * 180  # some 4 KB: a story is 12 sentences of it
 STORY = "tell me a story about " + TOPIC.strip()
+STORY_CAP_CHARS = 1_000_000  # far above a story: the server's default cap would cut it
 RECEIVE_BUFFER = 4096  # a stalled phone's socket: the kernel holds little for it
 QUIET_S = 3.0  # the server has answered every say once no turn ended for this long
 ENDS = ("read", "open", "cut", "refused")  # how a phone's link ended, as the phone saw it
@@ -50,6 +51,8 @@ LOG_MARKS = {  # the server's log lines for a link it closed
     "slow_reader": "its phone stopped reading",
     "hello_timeout": "no hello in time",
 }
+# A reply the server cut for its length (`--max-reply-chars`): a story not told whole.
+REPLY_CUT_MARK = "model failed during a turn: too_long"
 
 
 def _bytes(text: str) -> int:
@@ -188,23 +191,28 @@ async def _fleet(server: procs.Server, args: argparse.Namespace, stalled: bool) 
         "held_mb": round(peak - idle, 1),
         "ends": {k: sum(e == k for e in ends) for k in ENDS},
         "errors": sum(isinstance(e, BaseException) for e in ends),
-        "server_closed": {name: marks[name] - marks_before[name] for name in marks},
+        "server_closed": {name: marks[name] - marks_before[name] for name in LOG_MARKS},
+        "replies_cut": marks["replies_cut"] - marks_before["replies_cut"],
     }
 
 
 def _marks(server: procs.Server) -> dict[str, int]:
-    """How many links the server has closed so far, by reason (its log lines)."""
+    """How many links the server has closed so far, by reason, and replies it cut for
+    their length (its log lines)."""
+    marks = {**LOG_MARKS, "replies_cut": REPLY_CUT_MARK}
     with contextlib.suppress(OSError):
         text = server.log_path.read_text(errors="replace")
-        return {name: text.count(mark) for name, mark in LOG_MARKS.items()}
-    return dict.fromkeys(LOG_MARKS, 0)
+        return {name: text.count(mark) for name, mark in marks.items()}
+    return dict.fromkeys(marks, 0)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="stillhere-slow-readers-"))
-    # The same story asked again is no echo to cut here: every reply is told whole. Two
-    # turns of history keep each turn's context small: the bench is about the link.
+    # The same story asked again is no echo to cut here, and no reply is long enough to
+    # be cut (`--max-reply-chars`): every reply is told whole. Two turns of history keep
+    # each turn's context small: the bench is about the link.
     extra = ["--link-buffer", str(args.link_buffer), "--echo-guard", "off", "--window-turns", "2"]
+    extra += ["--max-reply-chars", str(STORY_CAP_CHARS)]
     extra += ["--socket-send-buffer", str(args.socket_send_buffer)]
     server = procs.start(
         "stillhere", root, latency=0.0, rate=0.0, event_loop=args.event_loop, extra=extra
@@ -246,6 +254,8 @@ def table(result: dict[str, Any]) -> str:
             ),
             f"  closed by the server: reading {reading['server_closed']}, "
             f"stalled {stalled['server_closed']}",
+            f"  replies cut for their length: reading {reading['replies_cut']}, "
+            f"stalled {stalled['replies_cut']}",
             f"  held over baseline: {result['held_over_baseline']}",
         ]
     )

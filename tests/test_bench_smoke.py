@@ -121,6 +121,7 @@ def test_slow_readers(tmp_path: Path) -> None:
     stalled = report["stalled"]
     assert sum(stalled["ends"].values()) == 3 and stalled["ends"]["read"] == 0
     assert set(stalled["server_closed"]) == {"slow_reader", "hello_timeout"}
+    assert report["reading"]["replies_cut"] == stalled["replies_cut"] == 0  # stories told whole
     assert stalled["errors"] == 0
     for fleet in (report["reading"], stalled):
         assert fleet["peak_rss_mb"] >= fleet["idle_rss_mb"] > 0
