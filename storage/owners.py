@@ -22,11 +22,15 @@ RELEASED = "stillhere_released"  # payload: the person; whoever waits for them m
 NODE_LOCKS = 0x5748  # the advisory locks' first key: "nodes"; the second is the name's hash
 
 # The persons among `{persons}` whose owner's epoch is the one in `{epochs}` (same order),
-# locked until the statement's transaction ends; the caller names the parameters.
+# locked until the statement's transaction ends; the caller names the parameters. Every
+# statement that locks several owner rows locks them in person order (here, and `renew`):
+# a batch of says and a lease renewal each in its own order could each hold a row the other
+# waits for, and PostgreSQL would end one of them as a deadlock.
 FENCE = """
     SELECT o.person, o.epoch FROM owners o
     JOIN unnest({persons}::text[], {epochs}::bigint[]) AS f (person, epoch)
       ON o.person = f.person AND o.epoch = f.epoch
+    ORDER BY o.person
     FOR SHARE OF o
 """
 
@@ -100,8 +104,10 @@ async def take(pool: asyncpg.Pool, person: str, node: str, lease_s: float) -> in
 async def renew(pool: asyncpg.Pool, node: str, epochs: list[int], lease_s: float) -> set[int]:
     """Push back the end of the leases held under `epochs`; the epochs still held."""
     rows = await pool.fetch(
-        "UPDATE owners SET expires_at = now() + $3 * interval '1 second' "
-        "WHERE node = $1 AND epoch = ANY($2::bigint[]) RETURNING epoch",
+        "UPDATE owners o SET expires_at = now() + $3 * interval '1 second' FROM ("
+        "  SELECT person FROM owners WHERE node = $1 AND epoch = ANY($2::bigint[])"
+        "  ORDER BY person FOR NO KEY UPDATE"  # in FENCE's order
+        ") held WHERE o.person = held.person RETURNING o.epoch",
         node,
         epochs,
         lease_s,
