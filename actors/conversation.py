@@ -163,6 +163,7 @@ class ConversationActor(ThreadingActor):
             # Ending: the conversation is over. Parking: the next hello rehydrates it, so
             # the client's resend (same id) lands there.
             error = "conversation_ended" if self._ending is not None else "internal_error"
+            log.info("a say refused (%s): the conversation is leaving", error)
             say.reply.resolve(SayOutcome(None, error=error))
             return
         now = self._rt.clock.now()

@@ -144,8 +144,8 @@ class Metrics:
         )
         self.fenced_writes = Counter(
             "stillhere_fenced_writes",
-            "Writes refused by the owner's fence: this node wrote for a person another "
-            "node had taken",
+            "Writes refused by the owner's fence: this node wrote for a person under an "
+            "epoch it no longer held (another node took them, or this node had let them go)",
             registry=registry,
         )
         # Known label values start at 0, so a dashboard sees them before the first event.

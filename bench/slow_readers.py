@@ -27,6 +27,7 @@ import shutil
 import socket
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,9 @@ STORY = "tell me a story about " + TOPIC.strip()
 STORY_CAP_CHARS = 1_000_000  # far above a story: the server's default cap would cut it
 RECEIVE_BUFFER = 4096  # a stalled phone's socket: the kernel holds little for it
 QUIET_S = 3.0  # the server has answered every say once no turn ended for this long
-ENDS = ("read", "open", "cut", "refused")  # how a phone's link ended, as the phone saw it
+# How a phone's link ended, as the phone saw it: `error` is an error frame for a say (its
+# code counted in `error_codes`), `cut` the link closed under it.
+ENDS = ("read", "open", "error", "cut", "refused")
 LOG_MARKS = {  # the server's log lines for a link it closed
     "slow_reader": "its phone stopped reading",
     "hello_timeout": "no hello in time",
@@ -107,7 +110,9 @@ async def _phone(
         for _ in range(args.says):
             await say(ws, STORY)
         return "read"
-    except (ConnectionError, aiohttp.ClientError, RuntimeError):
+    except RuntimeError as error:  # an error frame: `error frame: <code>`
+        return "error " + str(error).rsplit(" ", 1)[-1]
+    except (ConnectionError, aiohttp.ClientError):
         return "cut"
     finally:
         await _close(ws)
@@ -189,7 +194,8 @@ async def _fleet(server: procs.Server, args: argparse.Namespace, stalled: bool) 
         "idle_rss_mb": round(idle, 1),
         "peak_rss_mb": round(peak, 1),
         "held_mb": round(peak - idle, 1),
-        "ends": {k: sum(e == k for e in ends) for k in ENDS},
+        "ends": {k: sum(isinstance(e, str) and e.split()[0] == k for e in ends) for k in ENDS},
+        "error_codes": dict(Counter(e.split()[1] for e in ends if isinstance(e, str) and " " in e)),
         "errors": sum(isinstance(e, BaseException) for e in ends),
         "server_closed": {name: marks[name] - marks_before[name] for name in LOG_MARKS},
         "replies_cut": marks["replies_cut"] - marks_before["replies_cut"],
@@ -249,7 +255,7 @@ def table(result: dict[str, Any]) -> str:
             f"  {'fleet':<10}{'idle MB':>9}{'peak MB':>9}{'held MB':>9}  ends",
             *(
                 f"  {name:<10}{f['idle_rss_mb']:>9}{f['peak_rss_mb']:>9}{f['held_mb']:>9}  "
-                f"{f['ends']}"
+                f"{f['ends']} {f['error_codes'] or ''}"
                 for name, f in (("reading", reading), ("stalled", stalled))
             ),
             f"  closed by the server: reading {reading['server_closed']}, "

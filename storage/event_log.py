@@ -216,7 +216,9 @@ class EventLog(GroupCommit[_Batch]):
         self._space.note(None)
         kept = {(r["person"], r["epoch"]) for r in owned}
         for person, epoch in claims - kept:
-            log.warning("writes for person %s refused: another node owns them", person[:8])
+            log.warning(
+                "writes for person %s refused: epoch %d no longer holds them", person[:8], epoch
+            )
             self._fenced(person, epoch)
         return True
 

@@ -117,7 +117,8 @@ def test_slow_readers(tmp_path: Path) -> None:
     report = run_bench("slow_readers", args, tmp_path, {0})
 
     assert (report["phones"], report["link_buffer_bytes"]) == (3, 65536)
-    assert report["reading"]["ends"] == {"read": 3, "open": 0, "cut": 0, "refused": 0}
+    assert report["reading"]["ends"] == {"read": 3, "open": 0, "error": 0, "cut": 0, "refused": 0}
+    assert report["reading"]["error_codes"] == {}
     stalled = report["stalled"]
     assert sum(stalled["ends"].values()) == 3 and stalled["ends"]["read"] == 0
     assert set(stalled["server_closed"]) == {"slow_reader", "hello_timeout"}

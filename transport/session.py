@@ -86,8 +86,9 @@ class Session:
         except Draining:
             await self._elsewhere()
             return
-        except (ConversationGone, ActorFailed, TimeoutError):
+        except (ConversationGone, ActorFailed, TimeoutError) as failure:
             # The actor failed or stalled mid-activation; the supervisor is on it.
+            log.warning("%s: the conversation could not be opened: %r", self._link.name, failure)
             raise ProtocolError(
                 "internal_error", "the conversation could not be opened; say hello again"
             ) from None
@@ -162,7 +163,8 @@ class Session:
             )
         except ConversationGone:
             outcome = SayOutcome(None, error="conversation_ended")
-        except (ActorFailed, TimeoutError):
+        except (ActorFailed, TimeoutError) as failure:
+            log.warning("%s: say %s was not answered: %r", self._link.name, id_, failure)
             outcome = SayOutcome(None, error="internal_error")
         if outcome.error is not None:
             raise ProtocolError(outcome.error, _SAY_ERRORS[outcome.error], id_)
