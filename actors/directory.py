@@ -209,7 +209,7 @@ class Directory:
                 return self._resumed(live, age, await live.ask(Attach))
             if await rt.store.archive(record.id, "idle", rt.clock.now(), person, epoch):
                 rt.metrics.archives.labels(reason="idle").inc()
-            self._background.start(write_summary(rt, record.id, "idle"), "a summary")
+                self._background.start(write_summary(rt, record.id, "idle"), "a summary")
         if not create:
             return None
         now = rt.clock.now()
