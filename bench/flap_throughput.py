@@ -42,14 +42,22 @@ class Throughput:
         return self.turns / self.seconds if self.seconds > 0 else None
 
 
+class ErrorFrame(RuntimeError):
+    """The server answered with an `error` frame; `code` is its code."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(f"error frame: {code}")
+        self.code = code
+
+
 async def next_frame(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
-    """The next frame; ConnectionError when the link ends, RuntimeError on an `error`."""
+    """The next frame; ConnectionError when the link ends, ErrorFrame on an `error`."""
     message = await asyncio.wait_for(ws.receive(), FRAME_TIMEOUT_S)
     if message.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
         raise ConnectionError(f"link ended: {message.type.name}")
     frame: dict[str, Any] = orjson.loads(message.data)
     if frame.get("type") == "error":
-        raise RuntimeError(f"error frame: {frame.get('code')}")
+        raise ErrorFrame(str(frame.get("code")))
     return frame
 
 

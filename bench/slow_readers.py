@@ -38,7 +38,7 @@ from aiohappyeyeballs import AddrInfoType
 
 from bench import procs
 from bench.flap import ratio
-from bench.flap_throughput import connect, say
+from bench.flap_throughput import ErrorFrame, connect, say
 from providers.event_loop import LOOPS
 from providers.event_loop import run as run_on_loop
 
@@ -110,9 +110,9 @@ async def _phone(
         for _ in range(args.says):
             await say(ws, STORY)
         return "read"
-    except RuntimeError as error:  # an error frame: `error frame: <code>`
-        return "error " + str(error).rsplit(" ", 1)[-1]
-    except (ConnectionError, aiohttp.ClientError):
+    except ErrorFrame as error:
+        return f"error {error.code}"
+    except (ConnectionError, aiohttp.ClientError, RuntimeError):
         return "cut"
     finally:
         await _close(ws)
@@ -189,13 +189,14 @@ async def _fleet(server: procs.Server, args: argparse.Namespace, stalled: bool) 
             await waiting
             rss.sample()
     peak = max(mb for _, mb, _ in rss.series)
+    said = [e.split(" ", 1) for e in ends if isinstance(e, str)]  # [end] or ["error", code]
     marks = _marks(server)
     return {
         "idle_rss_mb": round(idle, 1),
         "peak_rss_mb": round(peak, 1),
         "held_mb": round(peak - idle, 1),
-        "ends": {k: sum(isinstance(e, str) and e.split()[0] == k for e in ends) for k in ENDS},
-        "error_codes": dict(Counter(e.split()[1] for e in ends if isinstance(e, str) and " " in e)),
+        "ends": {k: sum(end[0] == k for end in said) for k in ENDS},
+        "error_codes": dict(Counter(end[1] for end in said if len(end) == 2)),
         "errors": sum(isinstance(e, BaseException) for e in ends),
         "server_closed": {name: marks[name] - marks_before[name] for name in LOG_MARKS},
         "replies_cut": marks["replies_cut"] - marks_before["replies_cut"],

@@ -22,7 +22,7 @@ async def waiting_for_a_lock(db: asyncpg.Connection, query: str) -> bool:
         await db.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
             "AND query LIKE $1",
-            query + "%",
+            f"%{query}%",
         )
     )
 
@@ -51,7 +51,10 @@ async def test_a_renewal_and_a_batch_of_says_never_deadlock(
             store.add_say(talk_a, "p-a", "s-a", "one night", NOW, 1, epoch_a),
             store.add_say(talk_b, "p-b", "s-b", "two nights", NOW, 1, epoch_b),
         )
-        await asyncio.sleep(0.2)  # the batch is under way, or done
+        # The batch is through, or (locking in another order) waits for the renewal.
+        async with asyncio.timeout(10):
+            while not says.done() and not await waiting_for_a_lock(db, "INSERT INTO turns"):
+                await asyncio.sleep(0.01)
         await holding.commit()
         async with asyncio.timeout(10):
             stored = await says
