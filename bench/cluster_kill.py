@@ -10,12 +10,14 @@ to node-1. Then, in one run:
   carries no route and may land anywhere, so the window opens once every HAProxy phone has
   reconnected once). These phones never leave: a new life of a device starts without its
   route, and its first connection may cost a handoff by design (docs/protocol.md);
-- **a node killed**: the direct fleet is closed, and node-1 is killed with SIGKILL while
-  the HAProxy phones flap on. Every person node-1 owned at that instant (the `owners`
-  table) whose phone was up must resume on the others: time from the kill to its first
-  resumed welcome, p50/p99, and whether that came before node-1 was back (the cluster
-  starts it again). Then acked says lost and says stored twice (the phones' ledger
-  against PostgreSQL, `bench.flap_db`), both 0.
+- **a node killed**: the direct fleet is closed, and the node that owns the most HAProxy
+  phones' people (the `owners` table; node-1 on a tie) is killed with SIGKILL while they
+  flap on. Hashing routes onto the nodes need not split a few people evenly, so a fixed
+  node could own none of them. Every person it owned at that instant whose phone was up
+  must resume on the others: time from the kill to its first resumed welcome, p50/p99,
+  and whether that came before the node was back (the cluster starts it again). Then
+  acked says lost and says stored twice (the phones' ledger against PostgreSQL,
+  `bench.flap_db`), both 0.
 
     stillhere bench cluster-kill --nodes 2 --clients 20 --json /tmp/cluster-kill.json
 """
@@ -44,7 +46,7 @@ from bench.flap_phones import KINDS, Fleet, FleetOptions, add_fleet_options, now
 from client import Backoff, LinkState
 
 DESCRIPTION = "a node of a cluster killed (SIGKILL) under flapping load; resume via HAProxy"
-KILLED = 1  # node-1: the direct fleet's node, and the one killed
+DIRECT = 1  # node-1: the direct fleet's node, killed on a tie
 HANDED_OVER = "handed conversation "  # a node's log line for each handoff it made
 READY_POLL_S = 0.1
 WARM_S = 70.0  # beyond 4 link events: the longest tunnel (60 s) and a reconnect
@@ -163,13 +165,19 @@ async def stable(args: argparse.Namespace, data: Path, via: Fleet, direct: Fleet
     }
 
 
-async def owned_by(data: Path, node: str) -> set[str]:
+async def owners(data: Path) -> dict[str, str]:
+    """Each owned person's node, from the `owners` table."""
     conn = await asyncpg.connect(dsn_of(data / "pgdata"), timeout=30)
     try:
-        rows = await conn.fetch("SELECT person FROM owners WHERE node = $1", node)
+        rows = await conn.fetch("SELECT person, node FROM owners")
     finally:
         await conn.close()
-    return {r["person"] for r in rows}
+    return {r["person"]: r["node"] for r in rows}
+
+
+def most_owned(nodes: int, owner_of: list[str | None]) -> int:
+    """The node owning the most of the people `owner_of` lists the nodes of (the first such)."""
+    return max(range(1, nodes + 1), key=lambda i: (owner_of.count(f"node-{i}"), -i))
 
 
 def node_process(cluster: procs.Server, name: str) -> psutil.Process:
@@ -193,32 +201,34 @@ async def back_at(cluster: procs.Server, i: int, killed: float) -> float:
 
 @dataclass
 class Kill:
-    at: float  # now() when node-1 was killed
-    victims: set[int]  # the HAProxy phones whose person node-1 owned then
+    node: int  # the node killed
+    at: float  # now() when it was killed
+    victims: set[int]  # the HAProxy phones whose person it owned then
     up: set[int]  # of those, the ones whose link was up then
-    back_at: float | None  # when node-1 answered /readyz again, if within --after
+    back_at: float | None  # when it answered /readyz again, if within --after
 
 
 async def kill(args: argparse.Namespace, cluster: procs.Server, via: Fleet) -> Kill:
-    """SIGKILL node-1 while `via` flaps on for `--after`."""
+    """SIGKILL the node owning the most of `via`'s people while `via` flaps on for `--after`."""
     assert cluster.data_dir is not None
     secret = (cluster.data_dir / "secret").read_text().strip()
-    phones = {stillhere_person(secret, r.device): r for r in via.runs}
-    owned = await owned_by(cluster.data_dir, f"node-{KILLED}")
-    victims = {r.index for person, r in phones.items() if person in owned}
+    owner = await owners(cluster.data_dir)
+    owner_of = {r.index: owner.get(stillhere_person(secret, r.device)) for r in via.runs}
+    node = most_owned(args.nodes, list(owner_of.values()))
+    victims = {i for i, name in owner_of.items() if name == f"node-{node}"}
     up = {i for i in victims if (p := via.runs[i].phone) and p.state is LinkState.UP}
-    victim = node_process(cluster, f"node-{KILLED}")
+    victim = node_process(cluster, f"node-{node}")
     killed = now()
     victim.kill()
-    returned = asyncio.create_task(back_at(cluster, KILLED, killed))
+    returned = asyncio.create_task(back_at(cluster, node, killed))
     await asyncio.sleep(args.after)
     came_back = returned.result() if returned.done() else None
     returned.cancel()
-    return Kill(killed, victims, up, came_back)
+    return Kill(node, killed, victims, up, came_back)
 
 
 def resumed(via: Fleet, k: Kill) -> dict[str, Any]:
-    """How node-1's people resumed: each victim's first welcome after the kill that gave
+    """How the killed node's people resumed: each victim's first welcome after the kill that gave
     their conversation back; timed for those whose link was up at the kill (the others
     were in a tunnel, and came back when it ended)."""
     first: dict[int, float] = {}
@@ -227,6 +237,7 @@ def resumed(via: Fleet, k: Kill) -> dict[str, Any]:
             first.setdefault(w.phone, w.at)
     elsewhere = [at for at in first.values() if k.back_at is None or at < k.back_at]
     return {
+        "node": f"node-{k.node}",
         "victims": len(k.victims),
         "victims_up": len(k.up),
         "victims_not_resumed": len(k.victims) - len(first),
@@ -255,7 +266,7 @@ async def ledgers(cluster: procs.Server, fleets: list[Fleet]) -> dict[str, Any]:
 async def phases(args: argparse.Namespace, cluster: procs.Server) -> dict[str, Any]:
     assert cluster.data_dir is not None
     via = fleet(args, cluster.base_url, args.clients, args.seed)
-    direct = fleet(args, flap_cluster.node(cluster, KILLED).base_url, args.clients, args.seed + 1)
+    direct = fleet(args, flap_cluster.node(cluster, DIRECT).base_url, args.clients, args.seed + 1)
     try:
         for phones in (via, direct):
             await phones.ramp(50)
@@ -311,12 +322,12 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"cluster of {report['nodes']} nodes, {report['clients']} phones via HAProxy "
-            f"+ {report['clients']} direct to node-{KILLED} (seed {report['seed']})",
+            f"+ {report['clients']} direct to node-{DIRECT} (seed {report['seed']})",
             f"resume via HAProxy          {p(st['resume_ms_haproxy'], 'ms')}",
             f"resume direct to a node     {p(st['resume_ms_direct'], 'ms')}",
             f"handoffs per resume         {st['handoffs_per_resume']} ({st['handoffs']} "
             f"in {st['window_s']} s)",
-            f"node-{KILLED} killed: its people {k['victims']}, up {k['victims_up']}, "
+            f"{k['node']} killed: its people {k['victims']}, up {k['victims_up']}, "
             f"resumed before it was back {k['victims_resumed_before_node_back']}, "
             f"not resumed {k['victims_not_resumed']} (back after {k['node_back_s']} s)",
             f"kill -> resumed             {p(k['resume_s'], 's')}",
