@@ -161,3 +161,21 @@ async def test_consolidation_merges_her_fact_told_both_ways_once_it_knows_her_na
     await keeper.remember("person-old", fact("My name is Hannah.", themes=("name",)))
     [merge] = await consolidate(keeper, "person-old")
     assert len(merge.muted) == 1
+
+
+async def test_the_keeper_leaves_her_name_out_of_the_words_compared(
+    local_keeper: MemoryKeeper,
+) -> None:
+    """Her parents told two ways trade one word once her name is known, so the
+    shared tier takes them; without it, her name is a second word one says and the pair is
+    left to a judge."""
+    parents = fact("Hannah's parents live in York.", "mum", "dad", themes=("family",))
+    mum_and_dad = fact("Mum and Dad live in York.", "mum", "dad", themes=("family",))
+    await local_keeper.remember("person-unnamed", parents)
+    apart = await local_keeper.remember("person-unnamed", mum_and_dad)
+    assert apart.created and "band: one says" in apart.reason, apart.reason
+    await local_keeper.remember("person-named", fact("My name is Hannah.", themes=("name",)))
+    first = await local_keeper.remember("person-named", parents)
+    again = await local_keeper.remember("person-named", mum_and_dad)
+    assert not again.created and again.memory.id == first.memory.id, again.reason
+    assert again.reason.startswith("tier shared"), again.reason

@@ -18,7 +18,7 @@ from actors.memory.recognition import (
     recognise,
     wording,
 )
-from actors.memory.values import conflict, content_words, plain
+from actors.memory.values import conflict, content_words, plain, spells_value
 from storage.records import Memory, MemoryDraft
 
 
@@ -139,6 +139,36 @@ def test_the_share_of_words_in_common() -> None:
     assert wording(mine, hers).share == 1.0
     lab = fact("Owen works in a lab.", ("owen",))
     assert wording(lab, fact("Owen is researching antibiotic resistance.", ("owen",))).share == 0.0
+
+
+def todo(text: str, kind: str = "task") -> MemoryDraft:
+    return MemoryDraft(text, kind, (), ("chores",))
+
+
+def test_a_weekday_is_a_value_once_or_every_week() -> None:
+    """A plural weekday (each one) is the weekday the guard compares, not a word the other lacks;
+    "every" states no fact; "thus" is no Thursday."""
+    plants = todo("Water the plants every Thursday.", "reminder")
+    assert wording(plants, todo("Thursdays: water the plants.", "reminder")).unsaid == ((), ())
+    assert conflict(plants, todo("Water the plants on Fridays.", "reminder")) is not None
+    assert spells_value("thursdays") and spells_value("jeudis") and not spells_value("thus")
+
+
+def test_a_to_do_is_compared_past_the_words_that_frame_it() -> None:
+    """In a task or reminder, "need to", "remember to" only frame the action; in a fact,
+    "needs to" is what it says."""
+    tickets = todo("Book the train tickets to Bristol.")
+    framed = todo("Need to buy the train tickets for Bristol.")
+    assert wording(tickets, framed).unsaid == (("book",), ("buy",))
+    assert not wording(todo("Call the bank."), todo("Remember to call the bank.")).says_more
+    goal, done = fact("Hannah needs to lose weight."), fact("Hannah lost weight.")
+    assert "need" in wording(goal, done).unsaid[0]
+
+
+def test_a_number_in_words_is_a_value() -> None:
+    ninety = fact("Rose will be ninety in May.", ("rose",))
+    assert wording(ninety, fact("Rose turns 90 in May.", ("rose",))).unsaid == ((), ("turn",))
+    assert conflict(ninety, fact("Rose will be eighty in May.", ("rose",))) is not None
 
 
 def test_the_worded_floor_takes_only_pairs_worded_alike() -> None:

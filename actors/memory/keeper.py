@@ -276,7 +276,7 @@ class MemoryKeeper:
                 [] if draft.type == SUMMARY else await self._candidates(person, draft, vector)
             )
             verdict = recognise(draft, candidates)
-            if verdict.stopped_by("subject"):  # maybe only for want of the person's name
+            if verdict.turns_on_names():  # maybe only for want of the person's name
                 me = await self.own_names(person)
                 verdict = recognise(draft, candidates, me) if me else verdict
             now = self.clock.now()

@@ -12,9 +12,11 @@ was, in a memory of theirs ("My name is Hannah", "Call me Hannah", "Je m'appelle
 `own_names` reads it from those; the guards then take that name for "I" where they ask who
 a fact is about (`actors.memory.guards`, `actors.memory.values.conflict`), and for someone
 every memory of the person mentions. Anywhere else it stays a name like any other, so "Maya
-owes Hannah £50" / "Hannah owes Maya £50" are still told apart. The read scans the person's
-memories, so the keeper makes it only when the subject guard kept a candidate apart: the
-one guard the name can change.
+owes Hannah £50" / "Hannah owes Maya £50" are still told apart. The shared tier's words
+leave it out with the other names, so "Hannah's parents live in York." / "Mum and Dad live
+in York." trade one word, not two. The read scans the person's memories, so the keeper
+makes it only when the name could change the verdict: the subject guard kept a candidate
+apart, or a candidate's words said more than the other's.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from actors.memory.guards import CONTRADICTION, Guarded, guard
 from actors.memory.language import english
-from actors.memory.values import capitalised, fact_words, tokens, values
+from actors.memory.values import TODO_TYPES, capitalised, fact_words, tokens, values
 from storage.records import Memory, MemoryDraft
 
 # How much of the shorter memory's fact-bearing words the other must hold for the `worded`
@@ -80,7 +80,7 @@ SEED = Thresholds(0.85, 0.70)
 # Measured with `stillhere eval dedup --pairs tests/data/dedup_pairs.jsonl` (317 pairs, with
 # the guards; the table by kind and language is in docs/memories.md). MiniLM judges two
 # English memories, USE every other pair (`actors.memory.judging`). With these and the
-# words rule of the shared tier (`TRADED`): precision 1.000, recall 0.708 (`--name Hannah`:
+# words rule of the shared tier (`TRADED`): precision 1.000, recall 0.739 (`--name Hannah`:
 # the person the pairs are about). Lowering MiniLM's low buys recall only with related
 # facts merged, so what lies below the tiers goes to the judge: the `judged` floors sit under
 # every labelled restatement (the lowest: 0.33 by MiniLM, 0.44 by USE), and with the band
@@ -160,6 +160,12 @@ class Verdict:
             d.path == "guard" and d.reason.startswith(f"guard {which}:") for d in self.decisions
         )
 
+    def turns_on_names(self) -> bool:
+        """Whether the person's own name could change it: the subject guard kept a
+        candidate apart, or a candidate's words said more (the name may be one of them:
+        "Hannah's parents" / "Mum and Dad")."""
+        return self.stopped_by("subject") or any(d.path == "band" for d in self.decisions)
+
     @property
     def reason(self) -> str:
         """Why, in a line: the decision that matched, else every guard that stopped one."""
@@ -201,7 +207,8 @@ def wording(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) ->
     left out with the other names."""
     names = capitalised(a.text) | capitalised(b.text) | me
     names |= {w for p in (*a.people, *b.people) for w in tokens(p)}
-    set_a, set_b = set(fact_words(a.text, names)), set(fact_words(b.text, names))
+    set_a = set(fact_words(a.text, names, todo=a.type in TODO_TYPES))
+    set_b = set(fact_words(b.text, names, todo=b.type in TODO_TYPES))
     smaller = min(len(set_a), len(set_b))
     share = len(set_a & set_b) / smaller if smaller else 0.0
     unsaid = (tuple(sorted(set_a - set_b)), tuple(sorted(set_b - set_a)))

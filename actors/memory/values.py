@@ -57,10 +57,11 @@ NUMBER_WORDS = {
     "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13",
     "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17", "eighteen": "18",
     "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40", "fifty": "50",
-    "hundred": "100", "dozen": "12", "half": "0.5", "twice": "2",
+    "sixty": "60", "seventy": "70", "eighty": "80", "ninety": "90", "hundred": "100",
+    "thousand": "1000", "dozen": "12", "half": "0.5", "twice": "2",
     "deux": "2", "trois": "3", "quatre": "4", "cinq": "5", "sept": "7", "huit": "8",
     "neuf": "9", "dix": "10", "onze": "11", "douze": "12", "vingt": "20", "trente": "30",
-    "quarante": "40", "cinquante": "50", "cent": "100",
+    "quarante": "40", "cinquante": "50", "soixante": "60", "cent": "100", "mille": "1000",
 }  # fmt: skip
 ORDINALS = {
     "first": "1", "second": "2", "third": "3", "fourth": "4", "fifth": "5", "sixth": "6",
@@ -235,7 +236,7 @@ def values(
             continue
         word = match.group(0)
         folded = _fold(word).strip("'-")
-        day = folded.removesuffix("s") if folded.endswith("days") else folded  # Wednesdays
+        day = singular_day(folded)
         if day in WEEKDAYS and (word[0].isupper() or day not in _AMBIGUOUS):
             add("weekday", WEEKDAYS[day])
         elif folded in MONTHS and (word[0].isupper() or folded not in _AMBIGUOUS):
@@ -368,15 +369,15 @@ def affirmed(words: list[str]) -> list[str]:
     return out
 
 
-# Words that state no fact of their own (articles, auxiliaries, prepositions, pronouns),
-# English and French: two wordings are compared on the rest.
+# Words that state no fact of their own (articles and "every", auxiliaries, prepositions,
+# pronouns), English and French: two wordings are compared on the rest.
 _STOP_TEXT = """a an the this that these those it its is are was were be been being am do does did
     done has have had having will would shall should can could may might must to of in on at
     for with by from into onto about as and or but so than then there here very just also too
-    i me my mine you your we our us he she him her his hers they them their s t
+    i me my mine you your we our us he she him her his hers they them their s t every each
     le la les l un une des du de d et ou a au aux en dans sur pour par avec ce cet cette ces
     ca c est sont ete etre ai as avons avez ont va vont j je tu il elle ils elles nous vous
-    on y se sa son ses leur leurs mon ma mes qui que qu"""
+    on y se sa son ses leur leurs mon ma mes qui que qu chaque"""
 STOP_WORDS = frozenset(_STOP_TEXT.split())
 
 
@@ -396,12 +397,27 @@ _VALUE_WORDS = frozenset(_plain_keys(WEEKDAYS, MONTHS, NUMBER_WORDS, ORDINALS, T
 _KIN = _plain_keys(RELATIONS)
 
 
-def fact_words(text: str, leave_out: frozenset[str] | set[str] = frozenset()) -> list[str]:
+# The memory types that ask for something to be done, and the words that only frame the
+# doing ("remember to", "need to", "remind Hannah to", "penser à", "il faut"): in those,
+# the action is the fact.
+TODO_TYPES = frozenset({"task", "reminder"})
+TODO_FRAMING = frozenset(
+    {"remember", "remind", "need", "needs", "forget"}
+    | {"penser", "pense", "oublier", "oublie", "faut"}
+)
+
+
+def fact_words(
+    text: str, leave_out: frozenset[str] | set[str] = frozenset(), todo: bool = False
+) -> list[str]:
     """`content_words` less numbers and the words of dates and times, with each relation
-    under one name: what two wordings of one fact are compared on."""
+    under one name, and (`todo`: a task or reminder) less the words that frame the doing:
+    what two wordings of one fact are compared on."""
     out = []
     for word in affirmed(tokens(text)):
         if word in STOP_WORDS or word in leave_out or spells_value(word):
+            continue
+        if todo and word in TODO_FRAMING:
             continue
         out.append(stem(_KIN.get(word, word)))
     return out
@@ -409,7 +425,14 @@ def fact_words(text: str, leave_out: frozenset[str] | set[str] = frozenset()) ->
 
 def spells_value(word: str) -> bool:
     """A number, or a word of a number, date or time: what `conflict` compares."""
-    return word in _VALUE_WORDS or any(c.isdigit() for c in word)
+    return singular_day(word) in _VALUE_WORDS or any(c.isdigit() for c in word)
+
+
+def singular_day(word: str) -> str:
+    """A weekday's full name without its plural ("Wednesdays", "les jeudis": each one);
+    any other word as it is ("thus" is no Thursday)."""
+    day = word.removesuffix("s")
+    return day if day != word and len(day) >= 5 and day in WEEKDAYS else word
 
 
 def _negation_flip(a: str, b: str) -> bool:
