@@ -29,6 +29,8 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,9 +177,10 @@ async def owners(data: Path) -> dict[str, str]:
     return {r["person"]: r["node"] for r in rows}
 
 
-def most_owned(nodes: int, owner_of: list[str | None]) -> int:
-    """The node owning the most of the people `owner_of` lists the nodes of (the first such)."""
-    return max(range(1, nodes + 1), key=lambda i: (owner_of.count(f"node-{i}"), -i))
+def most_owned(nodes: int, owner_of: Iterable[str | None]) -> int:
+    """Of nodes 1 to `nodes`, the one named most often in `owner_of` (the lowest on a tie)."""
+    counts = Counter(owner_of)
+    return max(range(1, nodes + 1), key=lambda i: (counts[f"node-{i}"], -i))
 
 
 def node_process(cluster: procs.Server, name: str) -> psutil.Process:
@@ -214,7 +217,7 @@ async def kill(args: argparse.Namespace, cluster: procs.Server, via: Fleet) -> K
     secret = (cluster.data_dir / "secret").read_text().strip()
     owner = await owners(cluster.data_dir)
     owner_of = {r.index: owner.get(stillhere_person(secret, r.device)) for r in via.runs}
-    node = most_owned(args.nodes, list(owner_of.values()))
+    node = most_owned(args.nodes, owner_of.values())
     victims = {i for i, name in owner_of.items() if name == f"node-{node}"}
     up = {i for i in victims if (p := via.runs[i].phone) and p.state is LinkState.UP}
     victim = node_process(cluster, f"node-{node}")
@@ -228,9 +231,9 @@ async def kill(args: argparse.Namespace, cluster: procs.Server, via: Fleet) -> K
 
 
 def resumed(via: Fleet, k: Kill) -> dict[str, Any]:
-    """How the killed node's people resumed: each victim's first welcome after the kill that gave
-    their conversation back; timed for those whose link was up at the kill (the others
-    were in a tunnel, and came back when it ended)."""
+    """How the killed node's people resumed: each victim's first welcome after the kill
+    that gave their conversation back; timed for those whose link was up at the kill (the
+    others were in a tunnel, and came back when it ended)."""
     first: dict[int, float] = {}
     for w in via.ledger.welcomes:
         if w.phone in k.victims and w.at > k.at and w.resumed and w.conversation == w.expected:
