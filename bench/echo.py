@@ -36,9 +36,9 @@ from aiohttp import web
 
 from actors.echo import EchoGuard, sources_for
 from bench.in_process import finish, on_against_off, servers, serving
-from transport.eval_cases import Case, case_turns
-from transport.eval_turns import pieces, read_cases
-from transport.memory_cli import database
+from evals.cases import Case, case_turns
+from evals.turns import pieces, read_cases
+from storage.embedded import migrated_database
 
 CASES = Path(__file__).resolve().parent.parent / "tests" / "data" / "turn_cases.jsonl"
 SECRET = "bench-echo-secret-of-at-least-32-bytes"
@@ -121,7 +121,7 @@ async def measure(args: argparse.Namespace, cases: list[Case]) -> dict[str, list
     model = ScriptedModel({s: c.row["reply"] for s, c in zip(said, cases, strict=True)}, args.rate)
     delays: dict[str, list[float]] = {"on": [], "off": []}
     async with (
-        database(args, scratch=True) as dsn,
+        migrated_database(args.db, None) as dsn,
         serving(model_app(model)) as model_url,
         servers(dsn, SECRET, GUARD, llm_url=model_url + "/v1") as urls,
         aiohttp.ClientSession() as http,

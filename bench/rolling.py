@@ -40,7 +40,6 @@ from bench.flap_db import Stored, stillhere_stored
 from bench.flap_phones import BenchPhone, Fleet, FleetOptions, PhoneRun, add_fleet_options, now
 from client import Backoff, LinkState
 from providers.event_loop import run as run_on_loop
-from transport.supervise import FIRST_PAUSE_S
 
 DESCRIPTION = "every node of a cluster restarted in turn (SIGTERM) while phones talk"
 STOP_TIMEOUT_S = 60.0  # a node drains within its --drain-timeout (10 s) and exits
@@ -129,7 +128,6 @@ async def restart(cluster: procs.Server, index: int) -> Restart:
     process.terminate()
     await loop.run_in_executor(None, process.wait, STOP_TIMEOUT_S)
     exited_at = now()
-    await asyncio.sleep(FIRST_PAUSE_S)
     node = procs.Server(name, cluster.proc, cluster.port + index, None, cluster.log_path)
     await procs.wait_ready(node)
     return Restart(name, term_at, round(exited_at - term_at, 3), round(now() - exited_at, 3))

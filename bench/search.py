@@ -8,7 +8,7 @@ What it does, in one process, against an embedded PostgreSQL in a tmp folder (re
 the end) or `--db`:
 
 1. Sets the numeric thread pools to `--threads` (1) before numpy loads.
-2. Stores the labelled corpus of `bench/search_corpus.py` for one person, fingerprinted by
+2. Stores the labelled corpus of `evals/search_corpus.py` for one person, fingerprinted by
    the local pair (MiniLM and USE multilingual; `--embed-url` for an API), then tops it up
    with the corpus's seeded filler to each size of `--sizes` (1000,10000), ascending.
    Storing uses both cores; measuring does not: once stored, every thread of the process
@@ -53,14 +53,14 @@ from actors.clock import SystemClock  # noqa: E402
 from actors.memory.keeper import MemoryKeeper  # noqa: E402
 from actors.memory.setup import close_keeper, make_embedder, open_keeper  # noqa: E402
 from bench.fingerprint import percentiles  # noqa: E402
-from bench.search_corpus import (  # noqa: E402
+from evals.search_corpus import (  # noqa: E402
     QUERIES,
     SMALLEST,
     filler,
     store_corpus,
     store_drafts,
 )
-from transport.memory_cli import database  # noqa: E402
+from storage.embedded import migrated_database  # noqa: E402
 
 TARGET_MS = 20.0
 TARGET_SIZE = 10_000
@@ -121,7 +121,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     embedder = make_embedder(args.embed_url, args.embed_model, args.embed_key)
     allowed = os.sched_getaffinity(0)
     rows = []
-    async with database(args, scratch=True) as dsn:
+    async with migrated_database(args.db, None) as dsn:
         keeper = await open_keeper(dsn, embedder, SystemClock())
         try:
             await keeper.store.forget_persons(PERSON)

@@ -46,7 +46,7 @@ from aiohttp import web
 from actors import context
 from bench.in_process import finish, on_against_off, servers, serving
 from providers.rehearsal_analysis import loose_ends, reply_matching
-from transport.memory_cli import database
+from storage.embedded import migrated_database
 
 if TYPE_CHECKING:
     from actors.messages import TurnRequest
@@ -141,7 +141,7 @@ async def measure(args: argparse.Namespace) -> tuple[dict[str, dict[str, list[fl
     asked = dict.fromkeys(SCENARIOS, 0)
     with slow_context(args.context_ms / 1000.0):
         async with (
-            database(args, scratch=True) as dsn,
+            migrated_database(args.db, None) as dsn,
             serving(analysis_app(analysis)) as analysis_url,
             servers(
                 dsn,

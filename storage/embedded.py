@@ -17,16 +17,23 @@ need the password kept in the data folder.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
 import os
 import secrets
 import shutil
 import subprocess
+import tempfile
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from storage.store import Store
 
 log = logging.getLogger("stillhere.storage")
 
@@ -221,3 +228,29 @@ class EmbeddedPostgres:
         """The pid of a postmaster running on this data folder, if one is."""
         info = self._wheel.PostmasterInfo.read_from_pgdata(self.pgdata)
         return info.pid if info is not None and info.is_running() else None
+
+
+@contextlib.asynccontextmanager
+async def migrated_database(dsn: str | None, folder: Path | None) -> AsyncIterator[str]:
+    """A migrated database for a command run by hand: `dsn`, else the embedded PostgreSQL
+    of `folder` (refused while a server runs on it), else one in a temporary folder,
+    thrown away after."""
+    if dsn:
+        store = await Store.open(dsn)
+        await store.close()
+        yield dsn
+        return
+    loop = asyncio.get_running_loop()
+    with contextlib.ExitStack() as stack:
+        scratch = folder is None
+        if folder is None:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stillhere-")))
+        embedded = await loop.run_in_executor(
+            None, functools.partial(EmbeddedPostgres, folder, alone=not scratch)
+        )
+        try:
+            store = await Store.open(embedded.dsn)
+            await store.close()
+            yield embedded.dsn
+        finally:
+            await loop.run_in_executor(None, embedded.stop)

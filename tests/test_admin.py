@@ -10,11 +10,11 @@ import pykka
 import pytest
 
 from actors.conversation import ConversationActor
+from cli.main import main
 from tests.conftest import Harness, eventually
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from transport import admin
 from transport.app import listening_line
-from transport.cli import main
 
 TOKEN = "admin-token-for-tests-0123456789abcdef"
 SLOW = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"

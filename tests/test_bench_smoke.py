@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bench.search_corpus import SMALLEST
+from evals.search_corpus import SMALLEST
 
 ROOT = Path(__file__).resolve().parent.parent
 PERCENTILES = {"p50", "p95", "p99"}

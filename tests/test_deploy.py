@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from transport import haproxy
+from cli import haproxy
 
 try:
     HAPROXY: str | None = haproxy.find()

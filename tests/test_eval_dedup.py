@@ -11,11 +11,11 @@ import asyncpg
 import orjson
 import pytest
 
+from cli.main import _parser
 from tests.fakes.analysis_server import Answer, Asked, Down, FakeAnalysis
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import Script
-from transport import eval_dedup
-from transport.cli import _parser
+from evals import dedup as eval_dedup
 
 
 def memory(text: str, people: list[str] = [], themes: list[str] = []) -> dict[str, Any]:  # noqa: B006

@@ -7,8 +7,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from bench.search_corpus import ANCHORS, HELD_OUT, KINDS, QUERIES, filler
-from transport.cli import _parser
+from cli.main import _parser
+from evals.search_corpus import ANCHORS, HELD_OUT, KINDS, QUERIES, filler
 
 
 async def test_the_eval_reports_recall_and_mrr_by_kind(

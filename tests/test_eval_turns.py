@@ -10,10 +10,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from cli.main import _parser
+from evals.cases import Case
 from tests.fakes.analysis_server import Down, FakeAnalysis
-from transport import eval_turns
-from transport.cli import _parser
-from transport.eval_cases import Case
+from evals import turns as eval_turns
 
 CASES = Path(__file__).parent / "data" / "turn_cases.jsonl"
 HOLDOUT = Path(__file__).parent / "data" / "turn_cases_holdout.jsonl"

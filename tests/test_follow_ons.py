@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 
 from actors.persona import DEFAULT, START_FONDNESS, Persona, PersonaError, load_persona
+from cli.main import _parser, main
 from providers.notes import FOLLOW_ON
 from tests.conftest import Harness, Phone, eventually
 from tests.fakes.analysis_server import Answer, FakeAnalysis
@@ -23,7 +24,6 @@ from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.sse_client import SseClient
 from tests.test_admin import TOKEN, _get
 from tests.test_reply_matching import counters, turn
-from transport.cli import _parser, main
 from transport.config import settings_from
 
 BOOK = "ask me: did you finish that book?"

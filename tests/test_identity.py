@@ -14,8 +14,8 @@ import asyncpg
 import orjson
 import pytest
 
+from cli.main import main
 from tests.conftest import Harness, Phone
-from transport.cli import main
 from transport.identity import TOKEN_LEEWAY_S, Identity, Unauthorized
 
 TABLES = ("conversations", "turns", "events", "cards", "reminders")

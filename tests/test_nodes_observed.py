@@ -15,8 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors.clock import ManualClock
+from cli.main import main
 from tests.conftest import Harness, Phone
-from transport.cli import main
 
 TOKEN = "admin-token-for-tests-0123456789abcdef"
 LEASE = 9.0  # renewals every 3 s: none comes between a test's own steps and its checks

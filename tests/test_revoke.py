@@ -15,11 +15,11 @@ import jwt
 import orjson
 import pytest
 
+from cli.main import _parser, main
 from storage import notices
 from tests.conftest import Harness, Phone, eventually
 from transport import admin
 from transport.admin import AdminExposed
-from transport.cli import _parser, main
 from transport.identity import TOKEN_LEEWAY_S, Identity, Unauthorized
 
 SECRET = "test-secret-of-at-least-32-bytes"  # the harness's

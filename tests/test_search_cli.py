@@ -7,11 +7,11 @@ import orjson
 import pytest
 
 from actors.memory.keeper import MemoryKeeper
+from cli.main import _parser
 from storage.records import MemoryDraft
 from tests.fakes.embeddings_server import Fail, FakeEmbeddings
 from tests.memory_support import MODEL
 from tests.test_search import HANNAH, OWEN_BRISTOL, OWEN_LAB, STRANGER, TEA, remember_all
-from transport.cli import _parser
 
 
 async def run(*argv: str) -> int:

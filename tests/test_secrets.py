@@ -13,11 +13,11 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 import pytest
 
+from cli.main import main
 from tests.conftest import Harness, Phone
 from tests.fakes import embeddings_server
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.fakes.openai_server import Fail, FakeOpenAI, Reply
-from transport.cli import main
 from transport.identity import TOKEN_LEEWAY_S
 
 SERVER_SECRET = "test-secret-of-at-least-32-bytes"  # the harness's

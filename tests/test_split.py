@@ -9,11 +9,11 @@ import argparse
 import asyncpg
 import pytest
 
+from cli import memory as memory_cli
 from tests.conftest import Harness
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import MODEL, Script
 from tests.test_memory_api import OWEN, Api, snapshot
-from transport import memory_cli
 
 # Said as a restatement of OWEN (scripted close), but about his work: a wrong merge.
 LAB = {"text": "Owen works in a lab in Bristol.", "type": "fact", "people": ["owen"],

@@ -12,12 +12,12 @@ import asyncpg
 import pytest
 
 from actors.trace import TRACED_TURNS
+from cli.main import main
 from tests.conftest import Harness
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.test_admin import TOKEN, _get, _start
 from tests.test_memory_api import Api
 from tests.test_search_api import OWEN
-from transport.cli import main
 
 
 async def traced(harness: Harness, url: str, person: str) -> tuple[int, Any]:

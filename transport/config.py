@@ -403,3 +403,27 @@ def node_name(settings: Settings) -> str:
 
 def collector_pace(settings: Settings) -> Pace:
     return Pace(settings.gc_young_every, settings.gc_full_every)
+
+
+def add_db_options(parser: argparse.ArgumentParser, *, scratch: bool) -> None:
+    parser.add_argument(
+        "--db",
+        default=env_value("db"),
+        help="PostgreSQL DSN (env STILLHERE_DB); without it, "
+        + (
+            "an embedded PostgreSQL in a temporary folder, thrown away after"
+            if scratch
+            else "the embedded PostgreSQL of --data-dir (not while a server uses it)"
+        ),
+    )
+    if not scratch:
+        add_data_dir_option(parser)
+
+
+def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(env_value("data-dir") or Settings().data_dir),
+        help="the server's data folder: its secret file and embedded PostgreSQL",
+    )

@@ -9,10 +9,15 @@ first run, offline, with nothing to configure. The server loads the weights as i
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import logging
+import os
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
-from actors.clock import Clock
+from actors.clock import Clock, SystemClock, parse_duration
 from actors.memory.judging import judge_for
 from actors.memory.keeper import DEFAULT_FINGERPRINT_WAIT_S, MemoryKeeper
 from actors.memory.recognition import Thresholds
@@ -24,6 +29,10 @@ log = logging.getLogger("stillhere.memory")
 
 DEFAULT_API_MODEL = "text-embedding-3-small"
 LOCAL_EMBEDDERS = ("pair", "minilm", "use")
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get("STILLHERE_" + name.upper().replace("-", "_"))
 
 
 def make_embedder(
@@ -110,3 +119,67 @@ async def close_keeper(keeper: MemoryKeeper) -> None:
     await keeper.close()
     await keeper.store.close()
     await keeper.embedder.close()
+
+
+def _thresholds(text: str) -> Any:
+    try:
+        return parse_thresholds(text)
+    except ValueError as wrong:
+        raise argparse.ArgumentTypeError(str(wrong)) from None
+
+
+def add_embed_options(parser: argparse.ArgumentParser) -> None:
+    """Which embedder: an OpenAI-compatible API, else the local all-MiniLM-L6-v2 (shared
+    with `stillhere eval dedup`)."""
+    timeout = _env("embed-timeout")
+    parser.add_argument(
+        "--embed-url",
+        default=_env("embed-url"),
+        help="OpenAI-compatible embeddings API base URL; without it, the local "
+        "all-MiniLM-L6-v2 (env STILLHERE_EMBED_URL)",
+    )
+    parser.add_argument(
+        "--embed-model", default=_env("embed-model"), help="model name sent to the API"
+    )
+    parser.add_argument("--embed-key", default=_env("embed-key"), help="API key")
+    parser.add_argument(
+        "--embed-path",
+        default=_env("embed-path"),
+        help="folder of the local model's weights (otherwise looked for in the usual places)",
+    )
+    parser.add_argument(
+        "--embed-local",
+        choices=LOCAL_EMBEDDERS,
+        default=_env("embed-local") or "pair",
+        help="without --embed-url: both local models (pair, the default), or one alone",
+    )
+    parser.add_argument(
+        "--embed-timeout",
+        type=parse_duration,
+        default=parse_duration(timeout) if timeout else DEFAULT_TIMEOUT_S,
+        help="longest wait for one embeddings API answer (env STILLHERE_EMBED_TIMEOUT)",
+    )
+    parser.add_argument(
+        "--thresholds",
+        type=_thresholds,
+        default=None,
+        metavar="HIGH,LOW[,WORDED]",
+        help="recognition thresholds for every judging model (default: measured per model)",
+    )
+
+
+@contextlib.asynccontextmanager
+async def keeper_on(dsn: str, args: argparse.Namespace) -> AsyncIterator[MemoryKeeper]:
+    embedder = make_embedder(
+        args.embed_url,
+        args.embed_model,
+        args.embed_key,
+        path=args.embed_path,
+        timeout=args.embed_timeout,
+        local=args.embed_local,
+    )
+    keeper = await open_keeper(dsn, embedder, SystemClock(), thresholds=args.thresholds)
+    try:
+        yield keeper
+    finally:
+        await close_keeper(keeper)

@@ -16,153 +16,27 @@ memory generation moved) and rebuilds.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import functools
 import logging
 import sys
-import tempfile
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import orjson
 
-from actors.clock import SystemClock, parse_duration
 from actors.memory.consolidation import consolidate, maintain, unmerge
-from actors.memory.keeper import MemoryKeeper, NoSuchMention
+from actors.memory.keeper import NoSuchMention
 from actors.memory.search import BadQuery, Found, query_text
 from actors.memory.setup import (
-    LOCAL_EMBEDDERS,
-    close_keeper,
-    make_embedder,
-    open_keeper,
-    parse_thresholds,
+    add_embed_options,
+    keeper_on,
 )
-from providers.embedding import DEFAULT_TIMEOUT_S, EmbeddingError
-from storage.embedded import EmbeddedPostgres
+from providers.embedding import EmbeddingError
+from storage.embedded import migrated_database
 from storage.memories import UnknownMemories
-from storage.store import Store
-from transport.config import Settings, env_value
+from transport.config import add_db_options
 from transport.memory_api import SEARCH_LIMIT, SEARCH_MAX
 
 log = logging.getLogger("stillhere.memory")
-
-
-def _thresholds(text: str) -> Any:
-    try:
-        return parse_thresholds(text)
-    except ValueError as wrong:
-        raise argparse.ArgumentTypeError(str(wrong)) from None
-
-
-def add_embed_options(parser: argparse.ArgumentParser) -> None:
-    """Which embedder: an OpenAI-compatible API, else the local all-MiniLM-L6-v2 (shared
-    with `stillhere eval dedup`)."""
-    timeout = env_value("embed-timeout")
-    parser.add_argument(
-        "--embed-url",
-        default=env_value("embed-url"),
-        help="OpenAI-compatible embeddings API base URL; without it, the local "
-        "all-MiniLM-L6-v2 (env STILLHERE_EMBED_URL)",
-    )
-    parser.add_argument(
-        "--embed-model", default=env_value("embed-model"), help="model name sent to the API"
-    )
-    parser.add_argument("--embed-key", default=env_value("embed-key"), help="API key")
-    parser.add_argument(
-        "--embed-path",
-        default=env_value("embed-path"),
-        help="folder of the local model's weights (otherwise looked for in the usual places)",
-    )
-    parser.add_argument(
-        "--embed-local",
-        choices=LOCAL_EMBEDDERS,
-        default=env_value("embed-local") or "pair",
-        help="without --embed-url: both local models (pair, the default), or one alone",
-    )
-    parser.add_argument(
-        "--embed-timeout",
-        type=parse_duration,
-        default=parse_duration(timeout) if timeout else DEFAULT_TIMEOUT_S,
-        help="longest wait for one embeddings API answer (env STILLHERE_EMBED_TIMEOUT)",
-    )
-    parser.add_argument(
-        "--thresholds",
-        type=_thresholds,
-        default=None,
-        metavar="HIGH,LOW[,WORDED]",
-        help="recognition thresholds for every judging model (default: measured per model)",
-    )
-
-
-def add_db_options(parser: argparse.ArgumentParser, *, scratch: bool) -> None:
-    parser.add_argument(
-        "--db",
-        default=env_value("db"),
-        help="PostgreSQL DSN (env STILLHERE_DB); without it, "
-        + (
-            "an embedded PostgreSQL in a temporary folder, thrown away after"
-            if scratch
-            else "the embedded PostgreSQL of --data-dir (not while a server uses it)"
-        ),
-    )
-    if not scratch:
-        add_data_dir_option(parser)
-
-
-def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path(env_value("data-dir") or Settings().data_dir),
-        help="the server's data folder: its secret file and embedded PostgreSQL",
-    )
-
-
-@contextlib.asynccontextmanager
-async def database(args: argparse.Namespace, *, scratch: bool) -> AsyncIterator[str]:
-    """A migrated database: `--db`, or an embedded one (scratch, or the data dir's)."""
-    if args.db:
-        store = await Store.open(args.db)
-        await store.close()
-        yield args.db
-        return
-    loop = asyncio.get_running_loop()
-    with contextlib.ExitStack() as stack:
-        folder = (
-            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stillhere-eval-")))
-            if scratch
-            else args.data_dir
-        )
-        # The data dir's PostgreSQL is a running server's to manage: refused under it.
-        embedded = await loop.run_in_executor(
-            None, functools.partial(EmbeddedPostgres, folder, alone=not scratch)
-        )
-        try:
-            store = await Store.open(embedded.dsn)
-            await store.close()
-            yield embedded.dsn
-        finally:
-            await loop.run_in_executor(None, embedded.stop)
-
-
-@contextlib.asynccontextmanager
-async def keeper_on(dsn: str, args: argparse.Namespace) -> AsyncIterator[MemoryKeeper]:
-    embedder = make_embedder(
-        args.embed_url,
-        args.embed_model,
-        args.embed_key,
-        path=args.embed_path,
-        timeout=args.embed_timeout,
-        local=args.embed_local,
-    )
-    keeper = await open_keeper(dsn, embedder, SystemClock(), thresholds=args.thresholds)
-    try:
-        yield keeper
-    finally:
-        await close_keeper(keeper)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -219,7 +93,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 async def run_split(args: argparse.Namespace) -> int:
-    async with database(args, scratch=False) as dsn, keeper_on(dsn, args) as keeper:
+    async with migrated_database(args.db, args.data_dir) as dsn, keeper_on(dsn, args) as keeper:
         try:
             if args.mention is None:
                 for said in await keeper.mentions(args.person, args.memory):
@@ -250,7 +124,7 @@ async def run_search(args: argparse.Namespace) -> int:
     except BadQuery as wrong:
         print(f"stillhere memory search: {wrong}", file=sys.stderr)
         return 2
-    async with database(args, scratch=False) as dsn, keeper_on(dsn, args) as keeper:
+    async with migrated_database(args.db, args.data_dir) as dsn, keeper_on(dsn, args) as keeper:
         try:
             found = await keeper.search(args.person, query, args.limit)
         except EmbeddingError as failure:
@@ -278,7 +152,7 @@ async def run(args: argparse.Namespace) -> int:
     if args.unmerge is not None and not args.person:
         print("--unmerge needs --person: a memory is only ever changed for its own person")
         return 2
-    async with database(args, scratch=False) as dsn, keeper_on(dsn, args) as keeper:
+    async with migrated_database(args.db, args.data_dir) as dsn, keeper_on(dsn, args) as keeper:
         if args.unmerge is not None:
             reference = await unmerge(keeper, args.person, args.unmerge)
             if reference is None:

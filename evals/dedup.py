@@ -43,9 +43,8 @@ from actors.memory.recognition import (
     wording,
 )
 from actors.memory.same_memory import SameMemoryJudge
-from providers.embedding import EmbeddingError
-from storage.records import MemoryDraft
-from transport.eval_io import (
+from actors.memory.setup import add_embed_options, keeper_on
+from evals.command import (
     add_analysis_options,
     add_command,
     analysis_model,
@@ -54,7 +53,10 @@ from transport.eval_io import (
     json_lines,
     json_report,
 )
-from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
+from providers.embedding import EmbeddingError
+from storage.embedded import migrated_database
+from storage.records import MemoryDraft
+from transport.config import add_db_options
 
 
 class PairsError(ValueError):
@@ -323,7 +325,7 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     started = time.perf_counter()
     async with (
-        database(args, scratch=True) as dsn,
+        migrated_database(args.db, None) as dsn,
         keeper_on(dsn, args) as keeper,
         analysis_model(args) as analysis,
     ):

@@ -32,11 +32,11 @@ from actors.messages import TurnRequest
 from actors.metrics import Metrics
 from actors.replies import Matching, match_replies
 from actors.runtime import ConversationSettings
+from evals.cases import EPOCH, Case, CasesError, case_turns
+from evals.command import analysis_model
 from providers.analysis import Analysis
 from providers.rehearsal_analysis import RehearsalAnalysis
 from storage.records import Card, Reminder, Turn
-from transport.eval_cases import EPOCH, Case, CasesError, case_turns
-from transport.eval_io import analysis_model
 
 KINDS = ("latest", "earlier", "new", "unclear")
 

@@ -33,16 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from actors.echo import EchoGuard, sources_for
-from transport import eval_replies
-from transport.eval_cases import Case, CasesError, case_turns
-from transport.eval_io import (
+from evals import replies as eval_replies
+from evals.cases import Case, CasesError, case_turns
+from evals.command import (
     add_analysis_options,
     add_command,
     groups_table,
     json_lines,
     json_report,
 )
-from transport.eval_replies import evaluate_matching
+from evals.replies import evaluate_matching
 
 ECHO_CAUGHT_TARGET = 0.95
 
@@ -144,7 +144,7 @@ async def evaluate_echo(cases: list[Case], args: argparse.Namespace) -> dict[str
 # Each family of cases and what measures it.
 EVALUATORS: dict[str, Callable[[list[Case], argparse.Namespace], Awaitable[dict[str, Any]]]] = {
     "echo": evaluate_echo,
-    "match": evaluate_matching,  # transport/eval_replies.py
+    "match": evaluate_matching,  # evals/replies.py
 }
 
 

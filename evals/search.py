@@ -1,6 +1,6 @@
 """`stillhere eval search`: how well search by meaning finds what it should, measured.
 
-The labelled corpus of `bench/search_corpus.py` is stored for `--persons` people, each
+The labelled corpus of `evals/search_corpus.py` is stored for `--persons` people, each
 with `--size` memories (its anchors, muted restatements, erroneous memories with their
 corrections, related links, and seeded filler), fingerprinted by the configured embedder,
 in a scratch or given PostgreSQL. Every labelled query then runs through the real search
@@ -25,10 +25,12 @@ from typing import Any
 
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.search import Found
-from bench.search_corpus import KINDS, SMALLEST, Base, Query, queries, store_corpus
+from actors.memory.setup import add_embed_options, keeper_on
+from evals.command import add_command, groups_table, json_report
+from evals.search_corpus import KINDS, SMALLEST, Base, Query, queries, store_corpus
 from providers.embedding import EmbeddingError
-from transport.eval_io import add_command, groups_table, json_report
-from transport.memory_cli import add_db_options, add_embed_options, database, keeper_on
+from storage.embedded import migrated_database
+from transport.config import add_db_options
 
 RECALL_AT = 5
 MRR_AT = 10
@@ -127,7 +129,7 @@ async def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     chosen = queries(slice_=args.slice, held_out=args.held_out)
     run_id = uuid.uuid4().hex[:8]
-    async with database(args, scratch=True) as dsn, keeper_on(dsn, args) as keeper:
+    async with migrated_database(args.db, None) as dsn, keeper_on(dsn, args) as keeper:
         try:
             scored = await _measure(keeper, run_id, args.size, args.persons, chosen)
         except EmbeddingError as failure:

@@ -29,12 +29,12 @@ from typing import Any
 
 import aiohttp
 
+from cli import haproxy
+from cli.db import add_data_option
+from cli.supervise import Child
 from storage.embedded import EmbeddedPostgres, InUse
-from transport import haproxy
 from transport.config import Settings, env_value, longer_than_zero, positive
-from transport.db_cli import add_data_option
 from transport.identity import load_or_create_secret
-from transport.supervise import Child
 
 log = logging.getLogger("stillhere.cluster")
 
@@ -144,7 +144,7 @@ def _nodes(args: argparse.Namespace, dsn: str, extra: list[str]) -> list[Child]:
     nodes = []
     for i in range(1, args.nodes + 1):
         name = f"node-{i}"
-        argv = [sys.executable, "-m", "transport.cli", "serve", "--db", dsn]
+        argv = [sys.executable, "-m", "cli.main", "serve", "--db", dsn]
         argv += ["--host", NODE_HOST, "--port", str(first + i - 1), "--node-id", name]
         argv += ["--admin-port", str(first + args.nodes + i - 1)]
         argv += ["--data-dir", str(data / name), *extra]

@@ -21,9 +21,9 @@ from typing import Any
 import asyncpg
 
 from storage import revocations
-from transport.config import env_value
+from storage.embedded import migrated_database
+from transport.config import add_data_dir_option, add_db_options, env_value
 from transport.identity import Identity, load_or_create_secret
-from transport.memory_cli import add_data_dir_option, add_db_options, database
 
 log = logging.getLogger("stillhere.revoke")
 
@@ -75,7 +75,7 @@ async def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    async with database(args, scratch=False) as dsn:
+    async with migrated_database(args.db, args.data_dir) as dsn:
         conn = await asyncpg.connect(dsn)
         try:
             if args.lift:

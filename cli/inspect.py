@@ -33,7 +33,11 @@ class InspectError(Exception):
     """What went wrong, in words for the terminal. Never names the token."""
 
 
-def add_inspect_options(parser: argparse.ArgumentParser) -> None:
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "inspect", help="show live actors (or one) through a running server's admin API"
+    )
+    parser.set_defaults(run=run_inspect)
     parser.add_argument(
         "person", nargs="?", help="a person key as listed, or a unique prefix of one"
     )
