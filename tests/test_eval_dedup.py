@@ -12,10 +12,10 @@ import orjson
 import pytest
 
 from cli.main import _parser
+from evals import dedup as eval_dedup
 from tests.fakes.analysis_server import Answer, Asked, Down, FakeAnalysis
 from tests.fakes.embeddings_server import FakeEmbeddings
 from tests.memory_support import Script
-from evals import dedup as eval_dedup
 
 
 def memory(text: str, people: list[str] = [], themes: list[str] = []) -> dict[str, Any]:  # noqa: B006

@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from cli.main import _parser
+from evals import turns as eval_turns
 from evals.cases import Case
 from tests.fakes.analysis_server import Down, FakeAnalysis
-from evals import turns as eval_turns
 
 CASES = Path(__file__).parent / "data" / "turn_cases.jsonl"
 HOLDOUT = Path(__file__).parent / "data" / "turn_cases_holdout.jsonl"
