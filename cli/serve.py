@@ -14,9 +14,21 @@ from transport.drain import drain
 from transport.listener import serve
 from transport.logs import setup_logging
 
+DESCRIPTION = """\
+The conversation server on one port, until SIGTERM or Ctrl-C drains it. Each option is
+also an environment variable STILLHERE_<NAME> (--resume-window: STILLHERE_RESUME_WINDOW);
+durations take 250ms, 90s, 30m, 2h, 7d; sizes 65536, 64KiB, 1MiB. More on each:
+docs/configuration.md."""
+
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser("serve", help="run the conversation server")
+    parser = commands.add_parser(
+        "serve",
+        help="run the conversation server",
+        usage="%(prog)s [options]",
+        description=DESCRIPTION,
+        formatter_class=partial(argparse.HelpFormatter, max_help_position=30),
+    )
     add_options(parser)
     parser.set_defaults(run=partial(run, parser))
 

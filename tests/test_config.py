@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.persona import Persona
 from transport.config import Settings, add_options, collector_pace, parse_duration, settings_from
 
 
@@ -155,3 +156,50 @@ def test_a_dsn_is_shown_without_its_password() -> None:
         "postgresql://u:***@db:5432/x?sslmode=require"
     )
     assert without_password("postgresql:///x?host=/tmp") == "postgresql:///x?host=/tmp"
+
+
+def test_sizes_take_units_and_bad_ones_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _parse([]).limits.link_buffer == 1 << 20
+    assert _parse(["--link-buffer", "64KiB"]).limits.link_buffer == 65536
+    assert _parse(["--max-frame-bytes", "1MiB"]).limits.max_frame_bytes == 1 << 20
+    assert _parse(["--socket-send-buffer", "0"]).limits.socket_send_buffer == 0
+    for option, bad, says in (
+        ("--link-buffer", "0", "a size in bytes of at least 1"),
+        ("--link-buffer", "1 MB", "not a size"),
+        ("--socket-send-buffer", "-1", "not a size"),
+    ):
+        with pytest.raises(SystemExit):
+            _parse([option, bad])
+        assert says in capsys.readouterr().err
+
+
+def test_a_bad_value_in_the_environment_is_an_option_error_of_serve_alone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Read when `serve` parses its options, not when the parser is built: another command
+    goes on, and `serve` stops with the option's reason (not a traceback)."""
+    from cli.main import main
+
+    monkeypatch.setenv("STILLHERE_LOG_FORMAT", "xml")
+    monkeypatch.setenv("STILLHERE_SECRET", "a-signing-secret-of-32-bytes-or-more")
+    assert main(["token", "someone"]) == 0
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve"])
+    assert stopped.value.code == 2
+    assert "--log-format: invalid choice: 'xml'" in capsys.readouterr().err
+    assert _parse(["--log-format", "json"]).log_format == "json"  # the command line wins
+
+
+def test_a_persona_file_is_read_once_whether_named_by_option_or_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ada = tmp_path / "ada.toml"
+    ada.write_text('name = "Ada"\nwarmth = 0.25\n', encoding="utf-8")
+    monkeypatch.setenv("STILLHERE_PERSONA", str(tmp_path / "never-read.toml"))
+    assert _parse(["--persona", str(ada)]).persona == Persona("Ada", warmth=0.25)
+    monkeypatch.setenv("STILLHERE_PERSONA", str(ada))
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    args = parser.parse_args([])
+    ada.unlink()  # read by the parse, and by nothing after it
+    assert settings_from(args).persona == Persona("Ada", warmth=0.25)

