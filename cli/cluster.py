@@ -1,6 +1,6 @@
 """`stillhere cluster`: several nodes on one machine, behind HAProxy, supervised together.
 
-One process has one core; this uses them all. It runs the embedded PostgreSQL of DATA,
+One process has one core; this uses them all. It runs the embedded PostgreSQL of DATA_DIR,
 N `stillhere serve` nodes on it (node-1 ... node-N, on ports of their own on 127.0.0.1)
 and HAProxy in front on --host:--port, routing each person to the node that holds their
 conversation (deploy/haproxy.cfg). A node or HAProxy that dies is started again. SIGINT
@@ -8,11 +8,11 @@ conversation (deploy/haproxy.cfg). A node or HAProxy that dies is started again.
 then PostgreSQL.
 
 Every node signs and checks tokens and device keys with one secret: STILLHERE_SECRET if
-set, else DATA/secret (made once). It reaches the nodes through their environment, never a
+set, else DATA_DIR/secret (made once). It reaches the nodes through their environment, never a
 command line. Options after `--` go to every node's `serve` (as do STILLHERE_* variables);
 the cluster sets --db, --host, --port, --admin-port, --node-id, --data-dir and --secret
 itself.
-Each child's output is kept in DATA/logs/NAME.log.
+Each child's output is kept in DATA_DIR/logs/NAME.log.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ async def _run(args: argparse.Namespace, executable: str, extra: list[str]) -> i
     loop = asyncio.get_running_loop()
     for signo in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signo, _stop_on, signo, stopping)
-    data: Path = args.data
+    data: Path = args.data_dir
     postgres = await asyncio.to_thread(EmbeddedPostgres, data, alone=True)
     try:
         nodes = _nodes(args, postgres.dsn, extra)
@@ -136,7 +136,7 @@ def _stop_on(signo: int, stopping: asyncio.Event) -> None:
 
 
 def _nodes(args: argparse.Namespace, dsn: str, extra: list[str]) -> list[Child]:
-    data: Path = args.data
+    data: Path = args.data_dir
     env = dict(os.environ)
     env["STILLHERE_SECRET"] = env_value("secret") or load_or_create_secret(data)
     first = args.node_ports if args.node_ports is not None else args.port + 1
@@ -153,8 +153,8 @@ def _nodes(args: argparse.Namespace, dsn: str, extra: list[str]) -> list[Child]:
 
 
 def _haproxy(args: argparse.Namespace, executable: str, nodes: list[Child]) -> Child:
-    """HAProxy's child, its configuration written to DATA/haproxy.cfg and checked."""
-    data: Path = args.data
+    """HAProxy's child, its configuration written to DATA_DIR/haproxy.cfg and checked."""
+    data: Path = args.data_dir
     backends = [
         haproxy.Backend(node.name, NODE_HOST, int(node.argv[node.argv.index("--port") + 1]))
         for node in nodes
@@ -188,5 +188,5 @@ async def _announce_ready(args: argparse.Namespace, stopping: asyncio.Event) -> 
                     await asyncio.sleep(READY_POLL_S)
             return
         log.warning(
-            "no node ready behind HAProxy after %g s: see %s", READY_WAIT_S, args.data / "logs"
+            "no node ready behind HAProxy after %g s: see %s", READY_WAIT_S, args.data_dir / "logs"
         )

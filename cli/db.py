@@ -18,7 +18,7 @@ from typing import Any
 
 from storage.embedded import EmbeddedPostgres, InUse
 from transport.admin import is_loopback
-from transport.config import Settings, env_value
+from transport.config import add_data_dir_option
 
 log = logging.getLogger("stillhere.db")
 
@@ -45,19 +45,17 @@ def add_parser(commands: Any) -> None:
         "--host",
         help="with --port, the address to listen on (default 127.0.0.1: this machine only). "
         "Connections from this machine are trusted; a non-loopback address (0.0.0.0 for "
-        "all) lets other machines in with the password kept in DATA/db-password "
+        "all) lets other machines in with the password kept in DATA_DIR/db-password "
         "(scram-sha-256, no TLS: a private network only)",
     )
     db.set_defaults(run=run)
 
 
 def add_data_option(parser: argparse.ArgumentParser, holds: str) -> None:
-    """`--data`: the folder of the embedded PostgreSQL, as `serve --data-dir` has it."""
+    """`--data-dir`, as every command has it; `--data`, its older spelling, still works."""
+    add_data_dir_option(parser, holds)
     parser.add_argument(
-        "--data",
-        type=Path,
-        default=Path(env_value("data-dir") or Settings().data_dir),
-        help=f"folder of {holds} (env STILLHERE_DATA_DIR, default .stillhere)",
+        "--data", dest="data_dir", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
 
 
@@ -70,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # taken by sigtimedwait below
     try:
-        postgres = EmbeddedPostgres(args.data, alone=True)
+        postgres = EmbeddedPostgres(args.data_dir, alone=True)
     except InUse as busy:
         print(f"stillhere db: {busy}", file=sys.stderr)
         return 1

@@ -42,7 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_on_loop(args.run(args), getattr(args, "event_loop", "asyncio"))
     except InUse as busy:
-        print(f"stillhere {args.command}: {busy}", file=sys.stderr)
+        other_way = ", or pass --db with a DSN" if hasattr(args, "db") else ""
+        print(f"stillhere {args.command}: {busy}{other_way}", file=sys.stderr)
         return 1
 
 

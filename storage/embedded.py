@@ -57,7 +57,7 @@ class InUse(Exception):
         who = ", ".join(str(pid) for pid in pids)
         super().__init__(
             f"the embedded PostgreSQL in {pgdata} is in use by process {who} (a running "
-            "stillhere serve?): stop it first, or pass --db with a DSN"
+            "stillhere serve?): stop it first"
         )
         self.pids = pids
 

@@ -79,7 +79,7 @@ def start_cluster(tmp: Path, log_name: str = "cluster.log", *serve: str) -> Clus
                 str(NODES),
                 "--port",
                 str(port),
-                "--data",
+                "--data-dir",
                 str(tmp / "data"),
                 "--stop-timeout",
                 "30s",

@@ -203,3 +203,36 @@ def test_a_persona_file_is_read_once_whether_named_by_option_or_environment(
     args = parser.parse_args([])
     ada.unlink()  # read by the parse, and by nothing after it
     assert settings_from(args).persona == Persona("Ada", warmth=0.25)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve"],
+        ["db"],
+        ["cluster"],
+        ["token", "someone"],
+        ["revoke", "someone"],
+        ["memory", "consolidate"],
+        ["memory", "search", "cats", "--person", "p"],
+    ],
+)
+def test_every_command_takes_its_data_folder_as_data_dir(command: list[str]) -> None:
+    from cli.main import _parser
+
+    assert _parser().parse_args([*command, "--data-dir", "here"]).data_dir == Path("here")
+    assert _parser().parse_args(command).data_dir == Path(".stillhere")
+
+
+@pytest.mark.parametrize("command", ["db", "cluster"])
+def test_db_and_cluster_still_take_data(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cli.main import _parser
+
+    assert _parser().parse_args([command, "--data", "there"]).data_dir == Path("there")
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        _parser().parse_args([command, "--help"])
+    shown = capsys.readouterr().out
+    assert "--data-dir" in shown and "--data " not in shown  # the old spelling, unlisted

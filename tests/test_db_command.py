@@ -52,7 +52,7 @@ async def running_db(data: Path, *options: str) -> AsyncIterator[DbProcess]:
     proc = await asyncio.create_subprocess_exec(
         str(STILLHERE),
         "db",
-        "--data",
+        "--data-dir",
         str(data),
         *options,
         stdin=asyncio.subprocess.DEVNULL,
@@ -162,6 +162,7 @@ async def test_db_refuses_a_data_folder_in_use(tmp_path: Path) -> None:
             stderr = (await second.proc.stderr.read()).decode()  # type: ignore[union-attr]
             assert code == 1
             assert f"in use by process {first.proc.pid}" in stderr
+            assert "stop it first" in stderr and "--db" not in stderr  # db has no --db
         assert await query_one(first.dsn) == 1  # the first goes on
         assert await first.stop(signal.SIGTERM) == 0
 

@@ -88,6 +88,7 @@ async def test_a_restarted_server_adopts_the_postgresql_a_kill_left_and_stops_it
     status, refusal = await consolidate(data)
     assert second.proc is not None
     assert status == 1 and f"in use by process {second.proc.pid}" in refusal
+    assert "stop it first, or pass --db with a DSN" in refusal
     assert "stopped" not in refusal and postmaster(data) == started
 
     assert await second.stop() == 0

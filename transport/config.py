@@ -795,10 +795,13 @@ def add_db_options(parser: argparse.ArgumentParser, *, scratch: bool) -> None:
         add_data_dir_option(parser)
 
 
-def add_data_dir_option(parser: argparse.ArgumentParser) -> None:
+def add_data_dir_option(
+    parser: argparse.ArgumentParser, holds: str = "the server's secret and embedded PostgreSQL"
+) -> None:
+    """`--data-dir`, as `serve` has it, for every command."""
     parser.add_argument(
         "--data-dir",
         type=Path,
         default=Path(env_value("data-dir") or Settings().data_dir),
-        help="the server's data folder: its secret file and embedded PostgreSQL",
+        help=f"folder of {holds} (env STILLHERE_DATA_DIR, default {Settings().data_dir})",
     )
