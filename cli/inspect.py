@@ -125,7 +125,8 @@ def inspect(
 
 def _base_url(url: str) -> str:
     """The admin API's address; a bare host:port is taken as http, as people type it, and
-    the `/admin/` the server logs at start-up may be pasted with it."""
+    the live view's URL the server logs at start-up, or one ending in `/admin/`, may be
+    pasted as it is."""
     full = url if "://" in url else "http://" + url
     parts = urllib.parse.urlsplit(full)
     try:

@@ -387,9 +387,9 @@ async def test_inspect_explains_what_went_wrong(
 async def test_inspect_takes_the_admin_url_as_typed_or_as_logged(
     harness: Harness, capsys: pytest.CaptureFixture[str], form: str
 ) -> None:
-    """A bare host:port, or the `http://host:port/admin/` the server logs at start-up."""
+    """A bare host:port, or the live view's `http://host:port/` the server logs at start-up."""
     url = await _start(harness)
-    given = url.removeprefix("http://") if form == "bare" else f"{url}/admin/"
+    given = url.removeprefix("http://") if form == "bare" else f"{url}/"
     argv = ["inspect", "--admin-url", given, "--admin-token", TOKEN]
     assert await asyncio.to_thread(main, argv) == 0
     assert capsys.readouterr().out.strip() == "no live actors"

@@ -17,7 +17,7 @@ TOKEN = "admin-token-for-tests-0123456789abcdef"
 LINE = re.compile(
     r"INFO stillhere\.server: listening on http://127\.0\.0\.1:(\d+)/ "
     r"\(WebSocket ws://127\.0\.0\.1:(\d+)/v1/ws, events http://127\.0\.0\.1:(\d+)/v1/events\), "
-    r"admin http://127\.0\.0\.1:(\d+)/admin/$",
+    r"live view http://127\.0\.0\.1:(\d+)/$",
     re.MULTILINE,
 )
 
@@ -57,8 +57,11 @@ async def test_serve_logs_one_line_with_the_ports_it_bound(dsn: str, tmp_path: P
             auth = {"Authorization": f"Bearer {TOKEN}"}
             async with http.get(f"http://127.0.0.1:{admin}/admin/actors", headers=auth) as got:
                 assert got.status == 200
+            async with http.get(f"http://127.0.0.1:{admin}/") as live_view:
+                assert live_view.status == 200  # the page, which asks for the token
+                assert live_view.content_type == "text/html"
         text = log_path.read_text(errors="replace")
-        assert text.count("listening on ") == 1  # the admin URL is in it, not on a line apart
+        assert text.count("listening on ") == 1  # the live view's URL is in it, not apart
         assert TOKEN not in text
 
 

@@ -153,7 +153,8 @@ def runner_options(settings: Settings) -> dict[str, Any]:
 
 
 def listening_line(server: Server, port: int) -> str:
-    """Where a client (or a browser, for the admin API) finds this server, in one line."""
+    """Where a client finds this server, and a browser its live view (the admin listener's
+    root, which asks for the token), in one line."""
     settings = server.settings
     main = _authority(settings.host, port)
     where = (
@@ -162,7 +163,7 @@ def listening_line(server: Server, port: int) -> str:
     )
     if server.admin_port is None:
         return where + "admin off (no --admin-token)"
-    return where + f"admin http://{_authority(settings.admin_host, server.admin_port)}/admin/"
+    return where + f"live view http://{_authority(settings.admin_host, server.admin_port)}/"
 
 
 def log_listening(app: web.Application, port: int) -> None:
