@@ -80,3 +80,23 @@ def test_the_help_shows_a_default_from_the_environment_and_never_a_secret(
     assert "(default 90s)" in text and "(default set, not shown)" in text
     assert "(default postgresql://me:***@db/stillhere)" in " ".join(text.split())
     assert "admin-secret-in-env" not in text and "pg-secret" not in text
+
+
+_DOC_ROW = re.compile(r"^\| `--([a-z-]+)`(?: / `STILLHERE_[A-Z_]+`)? \| `([^`]+)` \|", re.MULTILINE)
+
+
+def test_other_pages_quoting_a_default_quote_the_parser_s() -> None:
+    """A page that shows one option's default in a table of its own (protocol.md's settings
+    that clients notice, context.md's) shows the one the parser has."""
+    options = {option.name: option for group in GROUPS for option in group.options}
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    quoted = [
+        (page.name, options[name], text)
+        for page in pages
+        if page != PAGE
+        for name, text in _DOC_ROW.findall(page.read_text(encoding="utf-8"))
+        if name in options
+    ]
+    assert len(quoted) > 5
+    for page, option, text in quoted:
+        assert option.kind(text) == default_of(option), f"{page}: --{option.name} {text}"
