@@ -91,7 +91,7 @@ def _size(text: str) -> int:
     return _no_less(_size_or_zero(text), 1, text, "a size in bytes")
 
 
-def shown_duration(seconds: float) -> str:
+def _shown_duration(seconds: float) -> str:
     """A duration as an option takes it: 1800 is `30m`, 0.5 is `500ms`."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         if seconds >= size and seconds % size == 0:
@@ -101,7 +101,7 @@ def shown_duration(seconds: float) -> str:
     return f"{round(seconds * 1000, 3):g}ms"
 
 
-def shown_size(size: int) -> str:
+def _shown_size(size: int) -> str:
     """A size as an option takes it: 1048576 is `1MiB`."""
     for unit, bytes_ in _SIZE_UNITS.items():
         if size >= bytes_ and size % bytes_ == 0 and unit != "B":
@@ -704,13 +704,13 @@ def without_password(dsn: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-def attr(option: Option) -> str:
+def _attr(option: Option) -> str:
     return option.name.replace("-", "_")
 
 
 def default_of(option: Option) -> Any:
     """The option's default as Settings (or Limits) has it, the environment aside."""
-    return getattr(Limits() if attr(option) in _LIMITS else Settings(), attr(option))
+    return getattr(Limits() if _attr(option) in _LIMITS else Settings(), _attr(option))
 
 
 def shown_default(option: Option, value: Any) -> str:
@@ -718,7 +718,7 @@ def shown_default(option: Option, value: Any) -> str:
     (`30m`, `1MiB`, `on`), a secret never."""
     if option.name in _SECRET_OPTIONS and value is not None:
         return "set, not shown"
-    if value is None or value == ():
+    if value in (None, (), ""):
         return option.unset
     if isinstance(value, str):  # from the environment, as typed
         return without_password(value) if option.name == "db" else value
@@ -727,13 +727,13 @@ def shown_default(option: Option, value: Any) -> str:
     if isinstance(value, tuple):
         return ",".join(map(str, value))
     if option.kind in _DURATIONS:
-        return shown_duration(value)
+        return _shown_duration(value)
     if option.kind in _SIZES:
-        return shown_size(value)
+        return _shown_size(value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def metavar_of(option: Option) -> str | None:
+def _metavar_of(option: Option) -> str | None:
     if option.metavar is not None:
         return option.metavar
     if isinstance(option.kind, OneOf):
@@ -756,14 +756,14 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                 f"--{option.name}",
                 type=option.kind,
                 default=default,
-                metavar=metavar_of(option),
+                metavar=_metavar_of(option),
                 help=option.help if shown == "none" else f"{option.help} (default {shown})",
             )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     values = vars(args)
-    names = [attr(option) for group in GROUPS for option in group.options]
+    names = [_attr(option) for group in GROUPS for option in group.options]
     limits = Limits(**{name: values[name] for name in names if name in _LIMITS})
     return Settings(**{name: values[name] for name in names if name not in _LIMITS}, limits=limits)
 
