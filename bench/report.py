@@ -45,20 +45,20 @@ async def run(args: argparse.Namespace) -> int:
     """Print, write or check the table; 2 when a file cannot be read."""
     try:
         table = render(load_all(args.results))
-        readme = args.readme.read_text() if args.write or args.check else ""
-        updated = replaced(readme, table) if readme else ""
-    except (OSError, ValueError, KeyError) as bad:
+        if not (args.write or args.check):
+            print(table)
+            return 0
+        readme = args.readme.read_text()
+        updated = replaced(readme, table)
+    except (OSError, ValueError, KeyError, TypeError) as bad:
         print(f"bench report: {bad}", file=sys.stderr)
         return 2
+    if updated == readme:
+        return 0
     if args.check:
-        if updated != readme:
-            print(f"{args.readme}: its table differs from {args.results}; run with --write")
-            return 1
-        return 0
-    if args.write:
-        args.readme.write_text(updated)
-        return 0
-    print(table)
+        print(f"{args.readme}: its table differs from {args.results}; run with --write")
+        return 1
+    args.readme.write_text(updated)
     return 0
 
 

@@ -130,10 +130,12 @@ def test_check_fails_on_a_stale_table_and_write_mends_it(tmp_path: Path) -> None
 def test_bad_input_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     folder, readme = tmp_path / "results", tmp_path / "README.md"
     write_results(folder, "d", [{"figure": "x", "value": 1}])
-    readme.write_text("# no markers here\n")
     options = ["bench", "report", "--results", str(folder), "--readme", str(readme)]
-    assert main([*options, "--write"]) == 2
-    assert readme.read_text() == "# no markers here\n"
+    for text in ("# no markers here\n", ""):
+        readme.write_text(text)
+        assert main([*options, "--write"]) == 2
+        assert main([*options, "--check"]) == 2
+        assert readme.read_text() == text
     readme.write_text(README_AROUND)
     (folder / "e.json").write_text(json.dumps({"command": "x", "runs": 1, "figures": [{}]}))
     assert main([*options, "--write"]) == 2
