@@ -40,7 +40,7 @@ import asyncpg
 import psutil
 
 from actors.clock import parse_duration as seconds
-from bench import flap_cluster, procs
+from bench import flap_cluster, procs, results
 from bench.crash import FOREVER_S, acked_lost, back_since
 from bench.flap import add_rehearsal_options, percentiles
 from bench.flap_db import dsn_of, stillhere_person, stillhere_stored
@@ -90,6 +90,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     add_rehearsal_options(parser)
     parser.add_argument("--event-loop", choices=["asyncio", "uvloop"], default="asyncio")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "cluster_kill")
     parser.add_argument("--timeout", type=seconds, default=1800.0, help="bound on the run")
 
 
@@ -343,7 +344,7 @@ def table(report: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> int:
     """0 when the kill lost or doubled nothing and the targets held; 1 if not; 2 if the
     run could not finish."""
-    return await procs.finish("cluster-kill", measure(args), args.json, table, _exit_code)
+    return await procs.finish("cluster-kill", measure(args), args, table, _exit_code)
 
 
 def _exit_code(report: dict[str, Any]) -> int:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import shutil
 import statistics
@@ -55,6 +54,7 @@ from actors.clock import ManualClock
 from actors.handles import TurnHandles
 from actors.messages import TurnRequest
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
+from bench import results
 from providers.rehearsal import RehearsalModel
 from storage.embedded import EmbeddedPostgres
 from storage.records import Card
@@ -280,6 +280,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--json", type=Path, default=None)
+    results.add_option(parser, "context")
     return parser.parse_args(argv)
 
 
@@ -297,9 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         if pg is not None:
             pg.stop()
         shutil.rmtree(folder, ignore_errors=True)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2, default=str))
+    results.save(args, report)
     target = report["target"]
     if target["measured"]:
         verdict = "met" if target["met"] else "NOT met"

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.clock import parse_duration as seconds
-from bench import procs
+from bench import procs, results
 from bench.flap import add_rehearsal_options, percentiles
 from bench.flap_db import Stored, stillhere_stored
 from bench.flap_phones import Fleet, FleetOptions, add_fleet_options, now
@@ -76,6 +76,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     add_rehearsal_options(parser)
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "crash")
     parser.add_argument("--timeout", type=seconds, default=3600.0, help="bound on the run (1h)")
 
 
@@ -312,7 +313,7 @@ def table(report: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> int:
     """0 when no crash lost, repeated or duplicated anything; 1 if one did; 2 if the run
     could not finish."""
-    return await procs.finish("crash", measure(args), args.json, table, _exit_code)
+    return await procs.finish("crash", measure(args), args, table, _exit_code)
 
 
 def _exit_code(report: dict[str, Any]) -> int:

@@ -51,7 +51,7 @@ import aiohttp
 import asyncpg
 import psutil
 
-from bench import procs
+from bench import procs, results
 from bench.flap_db import dsn_of
 from bench.flap_throughput import connect, say
 from providers.event_loop import run as run_on_loop
@@ -108,6 +108,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--idle", type=longer_than_zero, default=10.0, help="the idle stretch read first (10s)"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "db_cost")
 
 
 @dataclass
@@ -253,13 +254,13 @@ async def phases(args: argparse.Namespace, counters: Counters, url: str) -> dict
     await asyncio.sleep(args.idle)
     idle_reading = await counters.read()
     idle = {k: v / (idle_reading.at - start.at) for k, v in idle_reading.minus(start).items()}
-    results: list[Phase] = []
+    done: list[Phase] = []
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as http:
         loaded: Links = []
         serial: Links = []
         try:
-            results.append(
+            done.append(
                 await phase(
                     "hello",
                     counters,
@@ -277,7 +278,7 @@ async def phases(args: argparse.Namespace, counters: Counters, url: str) -> dict
                 ("memory", loaded, max(1, args.says // 2), _remember),
             )
             for name, links, says, text in plan:
-                results.append(
+                done.append(
                     await phase(
                         name, counters, idle, len(links) * says, partial(_talk, links, says, text)
                     )
@@ -293,7 +294,7 @@ async def phases(args: argparse.Namespace, counters: Counters, url: str) -> dict
                 "per_unit": p.per_unit(),
                 "top_statements": p.statements,
             }
-            for p in results
+            for p in done
         },
     }
 
@@ -370,9 +371,7 @@ def table(report: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> int:
     """The table (and --json); 2 if the run could not finish."""
     with tempfile.TemporaryDirectory(prefix="stillhere-db-cost-") as tmp:
-        return await procs.finish(
-            "db-cost", measure(args, Path(tmp)), args.json, table, lambda _: 0
-        )
+        return await procs.finish("db-cost", measure(args, Path(tmp)), args, table, lambda _: 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

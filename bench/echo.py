@@ -35,6 +35,7 @@ import orjson
 from aiohttp import web
 
 from actors.echo import EchoGuard, sources_for
+from bench import results
 from bench.in_process import finish, on_against_off, servers, serving
 from evals.cases import Case, case_turns
 from evals.turns import pieces, read_cases
@@ -179,6 +180,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=20.0, help="model words a second (20)")
     parser.add_argument("--db", default=None, help="PostgreSQL DSN; without it, an embedded one")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "echo")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.rate <= 0:
         parser.error("--rounds must be at least 1 and --rate above 0")

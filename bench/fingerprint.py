@@ -41,6 +41,7 @@ from __future__ import annotations
 import os
 import sys
 
+from bench import results
 from bench.threads import pin_threads
 
 _THREADS = pin_threads(sys.argv[1:], running=__name__ == "__main__")
@@ -48,7 +49,6 @@ _THREADS = pin_threads(sys.argv[1:], running=__name__ == "__main__")
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import hashlib  # noqa: E402
-import json  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
 import time  # noqa: E402
@@ -340,6 +340,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=7, help="seed of the texts (7)")
     parser.add_argument("--embed-path", default=None, help="folder of the weights")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "fingerprint")
     args = parser.parse_args(argv)
     if min(args.singles, args.batches, args.batch) <= 0:
         parser.error("--singles, --batches and --batch must be positive")
@@ -351,10 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = asyncio.run(measure(args))
     modes = ["single", f"batch{args.batch}"]
     print_table(report, modes)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"report written to {args.json}")
+    results.save(args, report)
     return 0 if all(report[mode]["under_target"]["p50"] for mode in modes) else 1
 
 

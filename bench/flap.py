@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench import flap_cluster, procs
+from bench import flap_cluster, procs, results
 from bench.flap_db import Stored, stateless_stored, stillhere_stored
 from bench.flap_metrics import server_buckets, server_figures
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
@@ -41,7 +41,6 @@ from bench.flap_throughput import Throughput
 from bench.flap_throughput import in_turn as throughput_in_turn
 from bench.phones_gc import MODES as PHONES_GC_MODES
 from bench.phones_gc import PhonesCollector
-from bench.procs import write_json
 from client import Backoff
 from providers.collector import tune_collector
 from providers.event_loop import LOOPS
@@ -123,6 +122,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transport", choices=["ws", "sse", "mixed"], default="mixed")
     parser.add_argument("--seed", type=int, default=1, help="seeds every phone's schedule")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "flap")
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG here")
     parser.add_argument(
         "--storm", action="store_true", help="after the flapping, drop every phone at once"
@@ -982,6 +982,15 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _name_results(args: argparse.Namespace) -> None:
+    """The storm's and the cluster comparison's figures are files of their own, which
+    `--results` given alone replaces."""
+    if args.cluster or args.storm:
+        args.results_name = "flap_cluster" if args.cluster else "flap_storm"
+        if args.results == results.RESULTS / "flap.json":
+            args.results = results.RESULTS / f"{args.results_name}.json"
+
+
 async def run(args: argparse.Namespace) -> int:
     """Run the bench; 0 when nothing was lost, duplicated or failed, 1 if so, 2 if it could
     not finish. Timing and memory targets are reported, not part of the exit code."""
@@ -991,6 +1000,7 @@ async def run(args: argparse.Namespace) -> int:
     # the whole run; while the phones flap, `--phones-gc off` (the default) holds their
     # collector off altogether (bench/phones_gc.py says why).
     tune_collector(PHONES_GC_THRESHOLDS)
+    _name_results(args)
     if args.cluster:
         return await _cluster(args)
     try:
@@ -1006,9 +1016,7 @@ async def run(args: argparse.Namespace) -> int:
         examples = report.get("examples") or {}
         for kind, seen in examples.items():
             print(f"  e.g. {kind}: " + "; ".join(seen[:3]))
-    if args.json is not None:
-        write_json(report, args.json)
-        print(f"report written to {args.json}")
+    results.save(args, report, steal_s=report["cpu_s_during_flapping"]["steal"])
     if args.plot is not None:
         from bench.flap_plot import plot
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import psutil
 
-from bench import procs
+from bench import procs, results
 from bench.flap_throughput import Throughput, in_turn
 
 # The nodes' options in the throughput phase, as bench flap gives its single server: a
@@ -230,7 +230,5 @@ async def run(args: argparse.Namespace, root: Path) -> int:
     report = await measure(args, root)
     report["seconds"] = round(time.perf_counter() - started, 1)
     print(table(report))
-    if args.json is not None:
-        procs.write_json(report, args.json)
-        print(f"report written to {args.json}")
+    results.save(args, report)
     return 1 if any(got["errors"] for got in report["by_nodes"].values()) else 0

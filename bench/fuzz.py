@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import procs
+from bench import procs, results
 from bench.flap_db import dsn_of
 from providers.event_loop import run as run_on_loop
 
@@ -52,6 +52,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="Hypothesis's seed (0)")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "fuzz")
     parser.add_argument("--timeout", type=float, default=3 * 3600.0, help="bound on the run, s")
 
 
@@ -128,7 +129,7 @@ async def run(args: argparse.Namespace) -> int:
     """0 when every property held and the server logged no error, 1 if not, 2 when the run
     could not finish."""
     try:
-        return await procs.finish("fuzz", measure(args), args.json, table, _exit_code)
+        return await procs.finish("fuzz", measure(args), args, table, _exit_code)
     except ModuleNotFoundError as missing:
         print(f"bench fuzz needs {missing.name}: pip install -e '.[test]'", file=sys.stderr)
         return 2

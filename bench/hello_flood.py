@@ -33,7 +33,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import procs
+from bench import procs, results
 from bench.flap import percentiles, ratio
 from bench.flap_throughput import connect, say
 from providers.event_loop import LOOPS
@@ -69,6 +69,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--event-loop", choices=LOOPS, default="uvloop")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "hello_flood")
     args = parser.parse_args(argv)
     if min(args.phones, args.resumes, args.flooders) < 1:
         parser.error("--phones, --resumes and --flooders must each be at least 1")
@@ -169,13 +170,13 @@ async def _phase(
         if flooding is not None:
             await asyncio.sleep(1.0)  # the flood at full strength before the first resume
         start.go.set()
-        results = await phones
+        answers = await phones
     finally:
         stop.set()
         if flooding is not None:
             await flooding
-    timings = [ms for r in results if isinstance(r, list) for ms in r]
-    errors = [f"{type(r).__name__}: {r}"[:120] for r in results if isinstance(r, BaseException)]
+    timings = [ms for r in answers if isinstance(r, list) for ms in r]
+    errors = [f"{type(r).__name__}: {r}"[:120] for r in answers if isinstance(r, BaseException)]
     figures: dict[str, Any] = {"resume_ms": percentiles(timings), "errors": len(errors)}
     if errors:
         figures["first_error"] = errors[0]
@@ -268,7 +269,7 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Figures to read, not a target to meet: exit 0 once the run finished."""
     args = parse_args(argv)
-    finishing = procs.finish("hello flood", run(args), args.json, table, lambda _: 0)
+    finishing = procs.finish("hello flood", run(args), args, table, lambda _: 0)
     return run_on_loop(finishing, "asyncio")
 
 

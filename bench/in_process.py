@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
+from bench import results
 from bench.flap import percentiles
-from bench.procs import write_json
 from providers.event_loop import run as run_on_loop
 from transport.app import build_app
 from transport.config import Settings
@@ -56,11 +56,10 @@ def finish(
     run: Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]],
     table: Callable[[dict[str, Any]], str],
 ) -> int:
-    """Run the bench on uvloop, print its table, write `--json` if given."""
+    """Run the bench on uvloop, print its table, write `--json` and `--results` if given."""
     result = run_on_loop(run(args), "uvloop")
     print(table(result))
-    if args.json is not None:
-        write_json(result, args.json)
+    results.save(args, result)
     return 0
 
 

@@ -31,7 +31,8 @@ import aiohttp
 import numpy as np
 import psutil
 
-from bench.procs import Server, log_problems, log_tail, wait_ready, write_json
+from bench import results
+from bench.procs import Server, log_problems, log_tail, wait_ready
 from bench.procs import start as start_server
 from bench.procs import stop as stop_server
 
@@ -423,6 +424,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1, help="seed of the resume sample")
     parser.add_argument("--timeout", type=float, default=1800.0, help="bound on the whole run (s)")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "live")
     parser.add_argument("--server-log", type=Path, default=None, help="keep the server log here")
     args = parser.parse_args(argv)
     if args.conversations < 1 or args.sample < 1 or args.concurrency < 1:
@@ -478,9 +480,7 @@ def report_main(
         print("problems:\n  " + "\n  ".join(found))
         if report.get("server_log_tail"):
             print("server log tail:\n  " + "\n  ".join(report["server_log_tail"]))
-    if args.json is not None:
-        write_json(report, args.json)
-        print(f"report written to {args.json}")
+    results.save(args, report)
     return 1 if found else 0
 
 

@@ -36,6 +36,7 @@ import aiohttp
 import psutil
 from playwright.async_api import Page, async_playwright
 
+from bench import results
 from bench.live import (
     Phone,
     Talk,
@@ -208,6 +209,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--chromium", default="/usr/bin/chromium", help="the browser to drive")
     parser.add_argument("--timeout", type=float, default=1800.0, help="bound on the whole run (s)")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "live_view")
     args = parser.parse_args(argv)
     if not 1 <= args.baseline < args.actors or args.runs < 1 or args.concurrency < 1:
         parser.error("need 1 <= --baseline < --actors, and --runs, --concurrency at least 1")

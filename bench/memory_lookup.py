@@ -55,6 +55,7 @@ from __future__ import annotations
 import os
 import sys
 
+from bench import results
 from bench.threads import THREAD_VARIABLES as _THREAD_VARIABLES
 from bench.threads import pin_threads
 
@@ -63,7 +64,6 @@ _THREADS = pin_threads(sys.argv[1:], running=__name__ == "__main__")
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import gc  # noqa: E402
-import json  # noqa: E402
 import platform  # noqa: E402
 import random  # noqa: E402
 import shutil  # noqa: E402
@@ -720,6 +720,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=11, help="seed of the data and queries (11)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="bound on the run (s)")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "memory_lookup")
     args = parser.parse_args(argv)
     if args.queries < 2 or args.warmup < 0 or args.builds < 1 or args.threads < 1:
         parser.error("--queries >= 2, --warmup >= 0, --builds >= 1, --threads >= 1")
@@ -760,10 +761,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench failed: {type(failed).__name__}: {failed}", file=sys.stderr)
         return 2
     print(table(report))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"report written to {args.json}")
+    results.save(args, report)
     return 0 if all(t["met"] for t in report["targets"] if t["subject"] == "faiss") else 1
 
 

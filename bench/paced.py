@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.clock import parse_duration
-from bench import procs
+from bench import procs, results
 from bench.flap import add_rehearsal_options, median_or_none, percentiles, process_cpu_s
 from bench.flap_throughput import Throughput, measure
 from providers.event_loop import LOOPS
@@ -56,6 +55,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add_rehearsal_options(parser)
     parser.add_argument("--event-loop", choices=LOOPS, default="uvloop")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "paced")
     args = parser.parse_args(argv)
     if min(args.phones, args.says, args.rounds) < 1:
         parser.error("--phones, --says and --rounds must each be at least 1")
@@ -154,8 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     result = run_on_loop(run(args), args.event_loop)
     print(table(result))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    results.save(args, result)
     errors = sum(f["errors"] for f in result["windows"].values())
     return 1 if errors else 0
 

@@ -7,9 +7,9 @@ PostgreSQL left behind in its data dir is stopped too.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -24,6 +24,8 @@ from typing import Any
 
 import aiohttp
 import psutil
+
+from bench import results
 
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 40
@@ -260,28 +262,22 @@ Report = dict[str, Any]
 async def finish(
     name: str,
     measuring: Awaitable[Report],
-    json_path: Path | None,
+    args: argparse.Namespace,
     table: Callable[[Report], str],
     exit_code: Callable[[Report], int],
 ) -> int:
     """How a bench run against its own servers ends: the table printed, the report written
-    to `json_path` (its folder made), and `exit_code` of it; 2 when the run could not
-    finish (a server did not start or died, a bound on the run's time passed)."""
+    to `--json` and its figures to `--results` when given, and `exit_code` of it; 2 when
+    the run could not finish (a server did not start or died, a bound on the run's time
+    passed)."""
     try:
         report = await measuring
     except (ServerError, TimeoutError) as failed:
         print(f"{name} bench failed: {type(failed).__name__}: {failed}", file=sys.stderr)
         return 2
     print(table(report))
-    if json_path is not None:
-        write_json(report, json_path)
+    results.save(args, report)
     return exit_code(report)
-
-
-def write_json(report: Report, path: Path) -> None:
-    """A bench's report as JSON at `path`, its folder made."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Any
 import psutil
 
 from actors.clock import parse_duration as seconds
-from bench import procs
+from bench import procs, results
 from bench.crash import FOREVER_S, back_since, ledger_figures, problems_exit_code
 from bench.flap import add_rehearsal_options, percentiles
 from bench.flap_cluster import start, wait_ready
@@ -104,6 +104,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     add_rehearsal_options(parser)
     parser.add_argument("--event-loop", choices=["uvloop", "asyncio"], default="uvloop")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "rolling")
     parser.add_argument("--timeout", type=seconds, default=1800.0, help="bound on the run (30m)")
 
 
@@ -244,7 +245,7 @@ def table(report: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> int:
     """0 when the rolling restart lost, repeated or duplicated nothing and every phone
     resumed; 1 if not; 2 if the run could not finish."""
-    return await procs.finish("rolling", measure(args), args.json, table, _exit_code)
+    return await procs.finish("rolling", measure(args), args, table, _exit_code)
 
 
 def _exit_code(report: dict[str, Any]) -> int:

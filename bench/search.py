@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import sys
 
+from bench import results
 from bench.threads import pin_threads
 
 _THREADS = pin_threads(sys.argv[1:], running=__name__ == "__main__")
@@ -41,7 +42,6 @@ _THREADS = pin_threads(sys.argv[1:], running=__name__ == "__main__")
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
@@ -207,6 +207,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--embed-key", default=None)
     parser.add_argument("--timeout", type=float, default=3600.0, help="bound on the run (s)")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "search")
     args = parser.parse_args(argv)
     if args.queries < 2 or args.warmup < 0 or args.cpu not in os.sched_getaffinity(0):
         parser.error("--queries >= 2, --warmup >= 0, --cpu one this process may run on")
@@ -226,10 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench failed: not done within {args.timeout:g} s", file=sys.stderr)
         return 2
     print(table(report))
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"report written to {args.json}")
+    results.save(args, report)
     return 0 if all(t["met"] for t in report["targets"]) else 1
 
 

@@ -36,7 +36,7 @@ import aiohttp
 import orjson
 from aiohappyeyeballs import AddrInfoType
 
-from bench import procs
+from bench import procs, results
 from bench.flap import ratio
 from bench.flap_throughput import ErrorFrame, connect, say
 from providers.event_loop import LOOPS
@@ -85,6 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--event-loop", choices=LOOPS, default="uvloop")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "slow_readers")
     args = parser.parse_args(argv)
     if min(args.phones, args.says) < 1:
         parser.error("--phones and --says must each be at least 1")
@@ -271,7 +272,7 @@ def table(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Figures to read, not a target to meet: exit 0 once the run finished."""
     args = parse_args(argv)
-    finishing = procs.finish("slow readers", run(args), args.json, table, lambda _: 0)
+    finishing = procs.finish("slow readers", run(args), args, table, lambda _: 0)
     return run_on_loop(finishing, "asyncio")
 
 

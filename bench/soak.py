@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from actors.clock import parse_duration as seconds
-from bench import procs
+from bench import procs, results
 from bench.flap import add_rehearsal_options
 from bench.flap_phones import Fleet, FleetOptions, add_fleet_options, now
 from bench.soak_sample import Sample, Sampler
@@ -100,6 +100,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--bytes-per-turn", type=float, default=2048.0, help="table growth per turn stored (2048)"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "soak")
     parser.add_argument(
         "--settle-timeout", type=seconds, default=120.0, help="bound on the final settling (120s)"
     )
@@ -288,7 +289,7 @@ def table(report: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> int:
     """0 within every bound; 1 outside one; 2 if the run could not finish."""
     return await procs.finish(
-        "soak", measure(args), args.json, table, lambda r: 0 if r["within_bounds"] else 1
+        "soak", measure(args), args, table, lambda r: 0 if r["within_bounds"] else 1
     )
 
 

@@ -44,6 +44,7 @@ import orjson
 from aiohttp import web
 
 from actors import context
+from bench import results
 from bench.in_process import finish, on_against_off, servers, serving
 from providers.rehearsal_analysis import loose_ends, reply_matching
 from storage.embedded import migrated_database
@@ -217,6 +218,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--analysis-ms", type=float, default=300.0, help="analysis answer (300)")
     parser.add_argument("--db", default=None, help="PostgreSQL DSN; without it, an embedded one")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    results.add_option(parser, "turns")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.context_ms < 0 or args.analysis_ms < 0:
         parser.error("--rounds must be at least 1, the delays 0 or more")
