@@ -120,18 +120,27 @@ async def name_synchronous(primary_dsn: str, name: str) -> None:
     try:
         await conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 (\"{name}\")'")
         await conn.execute("SELECT pg_reload_conf()")
-        deadline = time.monotonic() + SYNC_WAIT_S
+    finally:
+        await conn.close()
+    await wait_synchronous(primary_dsn, name, SYNC_WAIT_S)
+    log.info("standby %s is the primary's synchronous standby", name)
+
+
+async def wait_synchronous(primary_dsn: str, name: str, timeout: float) -> None:
+    """Until the primary counts `name` as its synchronous standby (streaming, named)."""
+    conn = await asyncpg.connect(primary_dsn)
+    try:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = await conn.fetchval(
                 "SELECT sync_state FROM pg_stat_replication WHERE application_name = $1", name
             )
             if state == "sync":
-                log.info("standby %s is the primary's synchronous standby", name)
                 return
             await asyncio.sleep(SYNC_POLL_S)
     finally:
         await conn.close()
-    raise ReplicationError(f"standby {name} was not streaming after {SYNC_WAIT_S:.0f} s")
+    raise ReplicationError(f"standby {name} was not synchronous after {timeout:.0f} s")
 
 
 async def unname_synchronous(primary_dsn: str, name: str) -> bool:

@@ -22,7 +22,9 @@ import pytest
 from storage import replication
 from storage.owners import Fenced, hold, take
 from storage.store import Store
+from tests.test_cluster import NODES, start_cluster, stop_cluster
 from tests.test_db_command import DbProcess, running_db
+from tests.test_deploy import needs_haproxy
 from tests.test_restart import STILLHERE, ServerProcess, free_port
 
 SAY_TIMEOUT_S = 60.0
@@ -216,3 +218,21 @@ async def _take(dsn: str, person: str, node: str) -> int:
         await pool.close()
     assert epoch is not None
     return epoch
+
+
+@needs_haproxy
+async def test_a_cluster_with_a_standby_acks_says_on_two_disks(tmp_path: Path) -> None:
+    cluster = await asyncio.to_thread(start_cluster, tmp_path, standby=True)
+    try:
+        async with aiohttp.ClientSession() as http:
+            phone = Phone(http, cluster.base)
+            await phone.say("one night or two?")
+        db_port = cluster.port + 1 + 2 * NODES
+        primary = f"postgresql://postgres@127.0.0.1:{db_port}/postgres"
+        [row] = await fetch(primary, "SELECT sync_state FROM pg_stat_replication")
+        assert row["sync_state"] == "sync"
+        standby = f"postgresql://postgres@127.0.0.1:{db_port + 1}/postgres"
+        says = await fetch(standby, STORED_SAYS, uuid.UUID(phone.conversation))
+        assert [r["client_id"] for r in says] == list(phone.acked)  # acked: on its disk too
+    finally:
+        assert await asyncio.to_thread(stop_cluster, cluster) == 0
