@@ -288,11 +288,4 @@ def table(report: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> int:
     """0 when no failover lost or doubled anything and the target held; 1 if not; 2 if the
     run could not finish."""
-    return await procs.finish("failover", measure(args), args.json, table, _exit_code)
-
-
-def _exit_code(report: dict[str, Any]) -> int:
-    found = problems(report)
-    if found:
-        print("problems:\n  " + "\n  ".join(found))
-    return 1 if found else 0
+    return await procs.finish("failover", measure(args), args.json, table, lambda report: procs.exit_code(problems(report)))

@@ -278,6 +278,14 @@ async def finish(
     return exit_code(report)
 
 
+def exit_code(found: list[str]) -> int:
+    """A bench run's exit code from the problems it found: 0 without any; else 1, after
+    printing them."""
+    if found:
+        print("problems:\n  " + "\n  ".join(found))
+    return 1 if found else 0
+
+
 def write_json(report: Report, path: Path) -> None:
     """A bench's report as JSON at `path`, its folder made."""
     path.parent.mkdir(parents=True, exist_ok=True)
