@@ -346,4 +346,10 @@ def table(report: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> int:
     """0 when the kill lost or doubled nothing and the targets held; 1 if not; 2 if the
     run could not finish."""
-    return await procs.finish("cluster-kill", measure(args), args.json, table, lambda report: procs.exit_code(problems(report)))
+    return await procs.finish(
+        "cluster-kill",
+        measure(args),
+        args.json,
+        table,
+        lambda report: procs.exit_code(problems(report)),
+    )

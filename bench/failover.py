@@ -288,4 +288,10 @@ def table(report: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> int:
     """0 when no failover lost or doubled anything and the target held; 1 if not; 2 if the
     run could not finish."""
-    return await procs.finish("failover", measure(args), args.json, table, lambda report: procs.exit_code(problems(report)))
+    return await procs.finish(
+        "failover",
+        measure(args),
+        args.json,
+        table,
+        lambda report: procs.exit_code(problems(report)),
+    )
