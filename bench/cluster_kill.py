@@ -251,11 +251,14 @@ def resumed(via: Fleet, k: Kill) -> dict[str, Any]:
     }
 
 
-async def ledgers(cluster: procs.Server, fleets: list[Fleet]) -> dict[str, Any]:
-    """Acked says lost and says stored twice, over every phone of the run."""
+async def ledgers(
+    cluster: procs.Server, fleets: list[Fleet], pgdata: Path | None = None
+) -> dict[str, Any]:
+    """Acked says lost and says stored twice, over every phone of the run, as the
+    PostgreSQL of `pgdata` (default: the cluster's) has them."""
     assert cluster.pgdata is not None and cluster.data_dir is not None
     said = {i: d for f in fleets for i, d in f.said_by().items()}
-    stored = await stillhere_stored(cluster.pgdata, cluster.data_dir, said)
+    stored = await stillhere_stored(pgdata or cluster.pgdata, cluster.data_dir, said)
     verdicts = [f.ledger.verdict(stored.rows, stored.answered) for f in fleets]
     return {
         "says": len(said),
@@ -344,11 +347,6 @@ def table(report: dict[str, Any]) -> str:
 async def run(args: argparse.Namespace) -> int:
     """0 when the kill lost or doubled nothing and the targets held; 1 if not; 2 if the
     run could not finish."""
-    return await procs.finish("cluster-kill", measure(args), args, table, _exit_code)
-
-
-def _exit_code(report: dict[str, Any]) -> int:
-    found = problems(report)
-    if found:
-        print("problems:\n  " + "\n  ".join(found))
-    return 1 if found else 0
+    return await procs.finish(
+        "cluster-kill", measure(args), args, table, lambda report: procs.exit_code(problems(report))
+    )

@@ -42,14 +42,20 @@ MACHINE = ("busy", "steal", "idle")
 
 
 def start(
-    root: Path, nodes: int, event_loop: str, serve: Sequence[str] = NODE_OPTIONS
+    root: Path,
+    nodes: int,
+    event_loop: str,
+    serve: Sequence[str] = NODE_OPTIONS,
+    options: Sequence[str] = (),
 ) -> procs.Server:
-    """`stillhere cluster --nodes NODES` in `root`, on free ports, not yet ready; `serve`:
-    the nodes' options."""
+    """`stillhere cluster --nodes NODES OPTIONS` in `root`, on free ports, not yet ready;
+    `serve`: the nodes' options. With `--standby`, PostgreSQL and its standby take the two
+    ports after the nodes'."""
     root.mkdir(parents=True, exist_ok=True)
-    port = procs.free_ports(1 + 2 * nodes)
+    port = procs.free_ports(1 + 2 * nodes + 2 * ("--standby" in options))
     command = [procs.stillhere_command(), "cluster", "--nodes", str(nodes), "--port", str(port)]
-    command += ["--data", str(root / "data"), "--", *serve, "--event-loop", event_loop]
+    command += ["--data", str(root / "data"), *options]
+    command += ["--", *serve, "--event-loop", event_loop]
     log_path = root / "cluster.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
@@ -83,10 +89,11 @@ def readings(cluster: procs.Server, nodes: int) -> dict[str, float]:
     out["bench"] = _cpu_s(psutil.Process())
     with contextlib.suppress(psutil.Error, OSError, ValueError):
         for child in cluster.ps().children():
-            side = "haproxy" if child.name() == "haproxy" else "nodes"
-            out[side] += _cpu_s(child)
-            if side == "nodes":
-                command = child.cmdline()
+            command = child.cmdline()
+            if child.name() == "haproxy":
+                out["haproxy"] += _cpu_s(child)
+            elif "--node-id" in command:  # not a standby's `stillhere db`
+                out["nodes"] += _cpu_s(child)
                 out[command[command.index("--node-id") + 1]] += _cpu_s(child)
         assert cluster.pgdata is not None
         pid = int((cluster.pgdata / "postmaster.pid").read_text().split()[0])

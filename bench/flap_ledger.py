@@ -80,6 +80,7 @@ class Ledger:
         self.welcomes: list[Welcome] = []
         self.acks: dict[str, set[tuple[str, int | None]]] = defaultdict(set)  # (conv, seq)
         self.repeated_acks: set[str] = set()  # ids acked again for a resend
+        self.ack_at: dict[str, float] = {}  # id -> when its first ack (or repeat) came
         self.unknown_frames: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.byes: Counter[str] = Counter()
@@ -137,6 +138,7 @@ class Ledger:
         seq = frame.get("seq")
         if kind == "ack":
             id_ = str(frame.get("id"))
+            self.ack_at.setdefault(id_, at)
             if frame.get("repeat") is True:
                 self.repeated_acks.add(id_)
                 return  # outside the stream: its seq may be another conversation's

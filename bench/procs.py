@@ -280,6 +280,14 @@ async def finish(
     return exit_code(report)
 
 
+def exit_code(found: list[str]) -> int:
+    """A bench run's exit code from the problems it found: 0 without any; else 1, after
+    printing them."""
+    if found:
+        print("problems:\n  " + "\n  ".join(found))
+    return 1 if found else 0
+
+
 @dataclass
 class RssSampler:
     """Samples a server's RSS and thread count every `interval` seconds, in a task."""

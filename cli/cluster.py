@@ -13,6 +13,11 @@ command line. Options after `--` go to every node's `serve` (as do STILLHERE_* v
 the cluster sets --db, --host, --port, --admin-port, --node-id, --data-dir and --secret
 itself.
 Each child's output is kept in DATA_DIR/logs/NAME.log.
+
+With --standby, PostgreSQL listens on 127.0.0.1 (DB_PORT) and a synchronous standby of it
+runs beside it (`stillhere db --standby-of`, in DATA_DIR/standby, on DB_PORT+1); the nodes
+get both hosts in one DSN and follow whichever accepts writes. `stillhere db --promote
+--data-dir DATA_DIR/standby` promotes the standby when the primary is gone.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import aiohttp
 from cli import haproxy
 from cli.db import add_data_option
 from cli.supervise import Child
+from storage import replication
 from storage.embedded import EmbeddedPostgres, InUse
 from transport.config import Settings, env_value, longer_than_zero, positive
 from transport.identity import load_or_create_secret
@@ -44,6 +50,7 @@ RESERVED = ("--db", "--port", "--admin-port", "--node-id", "--data-dir", "--secr
 HAPROXY_STOP_S = 10.0
 READY_WAIT_S = 300.0  # a first start runs initdb and loads the local models
 READY_POLL_S = 0.5
+STANDBY_NAME = "stillhere_standby"
 
 
 def add_parser(commands: Any) -> None:
@@ -75,6 +82,17 @@ def add_parser(commands: Any) -> None:
         "above the nodes' --drain-timeout)",
     )
     cluster.add_argument(
+        "--standby",
+        action="store_true",
+        help="run a synchronous standby of PostgreSQL too, the nodes on both (see above)",
+    )
+    cluster.add_argument(
+        "--db-port",
+        type=int,
+        help="with --standby: PostgreSQL's TCP port, the standby's the next one "
+        "(default: after the nodes' admin ports)",
+    )
+    cluster.add_argument(
         "--haproxy", help="the haproxy executable (default: found on PATH or in /usr/sbin)"
     )
     cluster.add_argument(
@@ -99,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         return asyncio.run(_run(args, executable, extra))
-    except (InUse, haproxy.BadConfig) as refused:
+    except (InUse, haproxy.BadConfig, replication.ReplicationError) as refused:
         print(f"stillhere cluster: {refused}", file=sys.stderr)
         return 1
 
@@ -112,15 +130,18 @@ async def _run(args: argparse.Namespace, executable: str, extra: list[str]) -> i
     data: Path = args.data_dir
     postgres = await asyncio.to_thread(EmbeddedPostgres, data, alone=True)
     try:
-        nodes = _nodes(args, postgres.dsn, extra)
+        dsn, standby = await _database(args, postgres)
+        nodes = _nodes(args, dsn, extra)
         front = _haproxy(args, executable, nodes)
-        children = [*nodes, front]
-        running = [asyncio.create_task(child.run()) for child in children]
+        running = [asyncio.create_task(child.run()) for child in (*nodes, front)]
+        running += [task for _, task in standby]
         watch = asyncio.create_task(_announce_ready(args, stopping))
         await stopping.wait()
         watch.cancel()
         await asyncio.gather(*(node.stop(args.stop_timeout) for node in nodes))
         await front.stop(HAPROXY_STOP_S)
+        for child, _ in standby:
+            await child.stop(HAPROXY_STOP_S)
         await asyncio.gather(*running)
     finally:
         await asyncio.to_thread(postgres.stop)
@@ -133,6 +154,32 @@ def _stop_on(signo: int, stopping: asyncio.Event) -> None:
         "stopping on %s: nodes first, then HAProxy, then PostgreSQL", signal.Signals(signo).name
     )
     stopping.set()
+
+
+async def _database(
+    args: argparse.Namespace, postgres: EmbeddedPostgres
+) -> tuple[str, list[tuple[Child, asyncio.Task[None]]]]:
+    """The nodes' DSN, and the standby's child running, synchronous, if asked for one."""
+    if not args.standby:
+        return postgres.dsn, []
+    first = args.db_port or (args.node_ports or args.port + 1) + 2 * args.nodes
+    primary = await asyncio.to_thread(postgres.listen, NODE_HOST, first, remote=False)
+    argv = [sys.executable, "-m", "cli.main", "db", "--data-dir", str(args.data_dir / "standby")]
+    argv += ["--port", str(first + 1), "--standby-of", primary, "--standby-name", STANDBY_NAME]
+    log_path = args.data_dir / "logs" / "standby.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    standby = Child("standby", argv, env=dict(os.environ), log_path=log_path)
+    task = asyncio.create_task(standby.run())
+    try:  # no node acks a say on one disk
+        await replication.wait_synchronous(primary, STANDBY_NAME, READY_WAIT_S)
+    except BaseException:
+        await standby.stop(HAPROXY_STOP_S)
+        await task
+        raise
+    hosts = f"{NODE_HOST}:{first},{NODE_HOST}:{first + 1}"
+    return f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write", [
+        (standby, task)
+    ]
 
 
 def _nodes(args: argparse.Namespace, dsn: str, extra: list[str]) -> list[Child]:

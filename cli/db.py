@@ -4,11 +4,16 @@ Nodes that share one database (docs/architecture.md, "Several nodes") need it ou
 one of them. This prints the DSN on standard output, alone on its line, so that a script
 can read it, and runs until SIGINT or SIGTERM, when it stops PostgreSQL and exits 0; it
 exits 1 if PostgreSQL stops under it.
+
+With `--standby-of DSN` it runs a streaming, synchronous standby of that PostgreSQL instead
+(cloned on its first start), and `--promote` makes a running standby a primary: see
+storage/replication.py for what each promises.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import signal
 import subprocess
@@ -16,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from storage import replication
 from storage.embedded import EmbeddedPostgres, InUse
 from transport.admin import is_loopback
 from transport.config import add_data_dir_option
@@ -48,6 +54,24 @@ def add_parser(commands: Any) -> None:
         "all) lets other machines in with the password kept in DATA_DIR/db-password "
         "(scram-sha-256, no TLS: a private network only)",
     )
+    db.add_argument(
+        "--standby-of",
+        metavar="DSN",
+        help="run a streaming standby of this PostgreSQL (cloned with pg_basebackup on the "
+        "first start) and make it the primary's synchronous standby: a commit there returns "
+        "once it is on this standby's disk too",
+    )
+    db.add_argument(
+        "--standby-name",
+        default="stillhere_standby",
+        help="with --standby-of: its replication slot and name on the primary "
+        "(default stillhere_standby)",
+    )
+    db.add_argument(
+        "--promote",
+        action="store_true",
+        help="promote the standby running in the data folder to a primary, then exit",
+    )
     db.set_defaults(run=run)
 
 
@@ -66,11 +90,15 @@ def run(args: argparse.Namespace) -> int:
             "stillhere db: --host needs --port (without it: the unix socket only)", file=sys.stderr
         )
         return 2
+    if args.promote:
+        return _promote(args.data_dir)
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # taken by sigtimedwait below
     try:
+        if args.standby_of and not (args.data_dir / "pgdata" / "PG_VERSION").exists():
+            replication.clone(args.data_dir, args.standby_of, args.standby_name)
         postgres = EmbeddedPostgres(args.data_dir, alone=True)
-    except InUse as busy:
-        print(f"stillhere db: {busy}", file=sys.stderr)
+    except (InUse, replication.ReplicationError) as refused:
+        print(f"stillhere db: {refused}", file=sys.stderr)
         return 1
     try:
         dsn = postgres.dsn
@@ -92,10 +120,29 @@ def run(args: argparse.Namespace) -> int:
                     "or set PGPASSWORD)",
                     postgres.password_file(),
                 )
+        if args.standby_of:
+            try:
+                asyncio.run(replication.name_synchronous(args.standby_of, args.standby_name))
+            except replication.ReplicationError as failed:
+                print(f"stillhere db: {failed}", file=sys.stderr)
+                return 1
         print(dsn, flush=True)
         return _wait(postgres)
     finally:
+        if args.standby_of and asyncio.run(
+            replication.unname_synchronous(args.standby_of, args.standby_name)
+        ):
+            log.info("the primary no longer waits for standby %s", args.standby_name)
         postgres.stop()
+
+
+def _promote(data: Path) -> int:
+    try:
+        replication.promote(data)
+    except replication.ReplicationError as failed:
+        print(f"stillhere db: {failed}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _wait(postgres: EmbeddedPostgres) -> int:

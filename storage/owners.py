@@ -59,12 +59,22 @@ _NODE_ALIVE = """
               AND l.classid = {classes}::oid AND l.objid = hashtext({node})::oid)
 """
 
+# A new epoch: the sequence's next value, tagged with the timeline PostgreSQL writes its WAL
+# on (a promoted standby starts a new one). After a failover to a standby that had not
+# received the last takes, the sequence could hand out their epochs again; an epoch taken on
+# the lost timeline then differs from every epoch of the new one, so a node still holding it
+# is fenced, never trusted. 2^40 takes per timeline; timelines count from 1.
+_NEW_EPOCH = """
+    (('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint << 40)
+    | nextval('owner_epochs')
+"""
+
 # Taken when free, expired, the node's own (an earlier run of it), or its node is gone. The
 # row as it was (read from the statement's snapshot) says whom the person was taken from.
 _TAKE = f"""
 WITH before AS (SELECT node, expires_at < now() AS expired FROM owners WHERE person = $1)
 INSERT INTO owners AS o (person, node, epoch, expires_at)
-VALUES ($1, $2, nextval('owner_epochs'), now() + $3 * interval '1 second')
+VALUES ($1, $2, {_NEW_EPOCH}, now() + $3 * interval '1 second')
 ON CONFLICT (person) DO UPDATE
 SET node = excluded.node, epoch = excluded.epoch, expires_at = excluded.expires_at
 WHERE o.node = excluded.node OR o.expires_at < now()

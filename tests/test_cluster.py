@@ -66,9 +66,12 @@ class Cluster:
         return [top, *top.children(recursive=True), postmaster, *postmaster.children()]
 
 
-def start_cluster(tmp: Path, log_name: str = "cluster.log", *serve: str) -> Cluster:
-    """`stillhere cluster` in `tmp`, ready; `serve`: options for every node's serve."""
-    port = free_ports(1 + 2 * NODES)
+def start_cluster(
+    tmp: Path, log_name: str = "cluster.log", *serve: str, standby: bool = False
+) -> Cluster:
+    """`stillhere cluster` in `tmp`, ready; `serve`: options for every node's serve;
+    `standby`: with a synchronous standby of PostgreSQL (two more ports, after the nodes')."""
+    port = free_ports(1 + 2 * NODES + 2 * standby)
     log = tmp / log_name
     with log.open("wb") as output:
         proc = subprocess.Popen(
@@ -83,6 +86,7 @@ def start_cluster(tmp: Path, log_name: str = "cluster.log", *serve: str) -> Clus
                 str(tmp / "data"),
                 "--stop-timeout",
                 "30s",
+                *(["--standby"] if standby else []),
                 *(["--", *serve] if serve else []),
             ],
             stdin=subprocess.DEVNULL,
