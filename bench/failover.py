@@ -292,7 +292,7 @@ async def run(args: argparse.Namespace) -> int:
     return await procs.finish(
         "failover",
         measure(args),
-        args.json,
+        args,
         table,
         lambda report: procs.exit_code(problems(report)),
     )
