@@ -308,7 +308,9 @@ async def run_turn(
     )
     guard = EchoGuard(sources_for(req.history, req.new) if rt.settings.echo_guard else ())
     writer = ReplyWriter(stream, reply, rt.settings.delta_window_s, guard)
-    tools = ToolContext(rt, req.conversation, req.person, stream.epoch, req.handles, mailbox)
+    tools = ToolContext(
+        rt, req.conversation, req.person, stream.epoch, req.handles, mailbox, reply=reply
+    )
     try:
         error = await _converse_unless_interrupted(rt, messages, writer, tools, job)
     except BaseException:
