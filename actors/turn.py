@@ -321,7 +321,14 @@ async def run_turn(
     else:
         writer.flush()
     text = writer.text_since(0) or (FALLBACK if error else "")
-    turn = Turn("assistant", text, started, interrupted=job.interrupted, reply_id=reply)
+    turn = Turn(
+        "assistant",
+        text,
+        started,
+        interrupted=job.interrupted,
+        reply_id=reply,
+        follow_on=req.follow_on,
+    )
     end: dict[str, object] = {"reply": str(reply), "text": text, "interrupted": turn.interrupted}
     if error:
         end["error"] = error

@@ -77,10 +77,12 @@ class Turn:
     interrupted: bool = False
     reply_id: UUID | None = None  # an assistant turn's id: its reply's
     match: ReplyMatch | None = None  # a say's: what it answers, when matched by analysis
+    follow_on: bool = False  # an assistant message sent on its own after a lull
 
     def wire(self) -> dict[str, Any]:
-        """A `welcome.history` item (PROTOCOL 1.1 adds `id`, `reply`, `reply_to`; a reply
-        that was cut off carries `interrupted: true`, as its `reply.end` did)."""
+        """A `welcome.history` item (PROTOCOL 1.1 adds `id`, `reply`, `reply_to`). A reply
+        keeps the marks it was sent with: `interrupted: true` when it was cut off (as its
+        `reply.end` had it), `follow_on: true` for a follow-on (as its `reply.start`)."""
         item: dict[str, Any] = {"role": self.role, "text": self.text, "at": self.at.isoformat()}
         if self.client_id is not None:
             item["id"] = self.client_id
@@ -88,6 +90,8 @@ class Turn:
             item["reply"] = str(self.reply_id)
         if self.interrupted:
             item["interrupted"] = True
+        if self.follow_on:
+            item["follow_on"] = True
         if self.match is not None and self.match.shown:
             item["reply_to"] = self.match.reply_to()
         return item

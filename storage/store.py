@@ -88,6 +88,7 @@ def _turn(row: asyncpg.Record) -> Turn:
         interrupted=row["interrupted"],
         reply_id=row.get("reply_id"),
         match=ReplyMatch.from_stored(match) if (match := row.get("reply_match")) else None,
+        follow_on=bool(row.get("follow_on")),
     )
 
 

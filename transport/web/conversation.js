@@ -170,7 +170,7 @@ export class Conversation {
         if (item.reply_to) this.replyingTo(id, item.reply_to.excerpt, item.reply_to.guessed);
       } else {
         const reply = item.reply || `history-${this.replies.size}`;
-        this.endReply({ reply, text: item.text, interrupted: item.interrupted === true });
+        this.endReply({ reply, text: item.text, interrupted: item.interrupted === true, follow_on: item.follow_on === true });
       }
     }
     this.current = null;
