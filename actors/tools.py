@@ -43,6 +43,7 @@ class ToolContext:
     handles: TurnHandles
     mailbox: Mailbox
     calls: list[str] = field(default_factory=list)  # a line per call, for the turn's trace
+    reply: UUID | None = None  # the turn's reply: what a card it shows is shown with
 
 
 def _text(name: str) -> dict[str, Any]:
@@ -222,7 +223,7 @@ async def _remember(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     outcome = await keeper.remember(
         ctx.person, draft, conversation=ctx.conversation, epoch=ctx.epoch
     )
-    card = outcome.memory.card()
+    card = outcome.memory.card(ctx.reply)
     ctx.handles.screen.show_card(card)
     ctx.mailbox.tell(CardCreated(card))
     result: dict[str, Any] = {

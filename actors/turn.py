@@ -308,7 +308,9 @@ async def run_turn(
     )
     guard = EchoGuard(sources_for(req.history, req.new) if rt.settings.echo_guard else ())
     writer = ReplyWriter(stream, reply, rt.settings.delta_window_s, guard)
-    tools = ToolContext(rt, req.conversation, req.person, stream.epoch, req.handles, mailbox)
+    tools = ToolContext(
+        rt, req.conversation, req.person, stream.epoch, req.handles, mailbox, reply=reply
+    )
     try:
         error = await _converse_unless_interrupted(rt, messages, writer, tools, job)
     except BaseException:
@@ -319,7 +321,14 @@ async def run_turn(
     else:
         writer.flush()
     text = writer.text_since(0) or (FALLBACK if error else "")
-    turn = Turn("assistant", text, started, interrupted=job.interrupted, reply_id=reply)
+    turn = Turn(
+        "assistant",
+        text,
+        started,
+        interrupted=job.interrupted,
+        reply_id=reply,
+        follow_on=req.follow_on,
+    )
     end: dict[str, object] = {"reply": str(reply), "text": text, "interrupted": turn.interrupted}
     if error:
         end["error"] = error

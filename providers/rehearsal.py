@@ -41,6 +41,7 @@ _APOS = "['\u2019]"  # voice transcripts often write a curly apostrophe
 _NAME = r"([^\W\d_][\w'-]*)"
 _FLAGS = re.IGNORECASE | re.DOTALL
 _QUOTED = re.compile(r'"[^"]*"')
+_SENTENCE_END = re.compile(r"""[.!?]+["'\u201d)]* """)  # stops, closing quotes, a space
 
 _REMEMBER = re.compile(_LEAD + r"(?:(?:note|remember)\s+that|remember)\s+(.+?)" + _END, _FLAGS)
 _REMIND = re.compile(_LEAD + r"remind\s+me\s+to\s+(.+?)" + _END, _FLAGS)
@@ -224,14 +225,43 @@ def _has_note(messages: list[ChatMessage], note: str) -> bool:
     return any(m.role == "system" and note in m.content for m in messages)
 
 
+def _quote(text: str, limit: int = QUOTE_CHARS) -> str:
+    """The start of `text` on one line, "…" when cut: all of it within `limit` characters,
+    else its first sentence if that fits, else whole words up to `limit` (a first word
+    longer than that is cut inside)."""
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line
+    first = _SENTENCE_END.search(line)
+    if first is not None and first.end() - 1 <= limit:
+        words = line[: first.end() - 1]
+    elif " " in line[: limit + 1]:
+        words = line[: limit + 1].rsplit(" ", 1)[0]
+    else:
+        words = line[:limit]
+    return (words.rstrip(_TRAILING) or words) + "…"
+
+
+def _said(message: ChatMessage) -> str:
+    """What an assistant message said, without the cut mark or the rehearsal's label."""
+    return message.content.replace(CUT_MARK, "").strip().removeprefix(PREFIX).strip()
+
+
 def _echo(messages: list[ChatMessage], start: int) -> str:
-    """The everyday reply: say back what the model was handed, so tests can read it."""
+    """The everyday reply: say back what the model was handed, so tests can read it. Asked
+    again with an instruction after the talk (an echo cut), the says are the ones before it;
+    a quote is never empty: with nothing to quote, the sentence is left out."""
+    while start == len(messages) and messages and messages[-1].role == "system":
+        messages = messages[:-1]
+        start = _new_start(messages)
     new, before = messages[start:], messages[:start]
-    parts = [f'{PREFIX}You said "{new[-1].content.strip() if new else ""}".']
-    previous = next((m for m in reversed(before) if m.role == "assistant"), None)
-    if previous is not None:
-        said = previous.content.replace(CUT_MARK, "").strip()[-QUOTE_CHARS:]
-        parts.append(f'Just before, I said: "{said}".')
+    parts = [PREFIX.strip()]
+    if new and new[-1].content.strip():
+        parts.append(f'You said "{new[-1].content.strip()}".')
+    said = (_said(m) for m in reversed(before) if m.role == "assistant")
+    previous = next((text for text in said if text), "")
+    if previous:
+        parts.append(f'Just before, I said: "{_quote(previous)}".')
     if len(new) > 1:
         during = " while I was writing" if _has_note(messages, NOTE_DURING_REPLY) else ""
         parts.append(f"You sent {len(new)} messages{during}.")
@@ -290,7 +320,8 @@ def _summary(messages: list[ChatMessage]) -> str:
     lines = [line.strip() for line in transcript.splitlines()]
     spoken = [line for line in lines if line.startswith(("You:", "Me:"))]
     first = next((line[4:].strip() for line in spoken if line.startswith("You:")), "")
-    return f'Summary: {len(spoken)} turns. It began with "{first[:SUMMARY_QUOTE_CHARS]}".'
+    began = f' It began with "{_quote(first, SUMMARY_QUOTE_CHARS)}".' if first else ""
+    return f"Summary: {len(spoken)} turns.{began}"
 
 
 def _is_summary_request(messages: list[ChatMessage]) -> bool:

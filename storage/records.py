@@ -77,14 +77,21 @@ class Turn:
     interrupted: bool = False
     reply_id: UUID | None = None  # an assistant turn's id: its reply's
     match: ReplyMatch | None = None  # a say's: what it answers, when matched by analysis
+    follow_on: bool = False  # an assistant message sent on its own after a lull
 
     def wire(self) -> dict[str, Any]:
-        """A `welcome.history` item (PROTOCOL 1.1 adds `id`, `reply`, `reply_to`)."""
+        """A `welcome.history` item (PROTOCOL 1.1 adds `id`, `reply`, `reply_to`). A reply
+        keeps the marks it was sent with: `interrupted: true` when it was cut off (as its
+        `reply.end` had it), `follow_on: true` for a follow-on (as its `reply.start`)."""
         item: dict[str, Any] = {"role": self.role, "text": self.text, "at": self.at.isoformat()}
         if self.client_id is not None:
             item["id"] = self.client_id
         if self.reply_id is not None:
             item["reply"] = str(self.reply_id)
+        if self.interrupted:
+            item["interrupted"] = True
+        if self.follow_on:
+            item["follow_on"] = True
         if self.match is not None and self.match.shown:
             item["reply_to"] = self.match.reply_to()
         return item
@@ -113,14 +120,18 @@ class Card:
     kind: str
     text: str
     created_at: datetime
+    reply: UUID | None = None  # the reply it was shown with (the last one shown), if known
 
     def wire(self) -> dict[str, Any]:
-        return {
+        card = {
             "id": str(self.id),
             "kind": self.kind,
             "text": self.text,
             "created_at": self.created_at.isoformat(),
         }
+        if self.reply is not None:
+            card["reply"] = str(self.reply)
+        return card
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,9 +231,9 @@ class Memory:
             self.all_day,
         )
 
-    def card(self) -> Card:
-        """The memory as the protocol's `card` shows it."""
-        return Card(id=self.id, kind=self.type, text=self.text, created_at=self.created_at)
+    def card(self, reply: UUID | None = None) -> Card:
+        """The memory as the protocol's `card` shows it, shown with the reply `reply`."""
+        return Card(self.id, self.type, self.text, self.created_at, reply)
 
     def wire(self) -> dict[str, Any]:
         """The memory as the memories API shows it (docs/memories.md): everything a person

@@ -88,11 +88,25 @@ def _turn(row: asyncpg.Record) -> Turn:
         interrupted=row["interrupted"],
         reply_id=row.get("reply_id"),
         match=ReplyMatch.from_stored(match) if (match := row.get("reply_match")) else None,
+        follow_on=bool(row.get("follow_on")),
     )
 
 
-def _card(row: asyncpg.Record) -> Card:
-    return Card(id=row["id"], kind=row["kind"], text=row["text"], created_at=row["created_at"])
+def _card(row: asyncpg.Record, shown_with: dict[str, UUID]) -> Card:
+    reply = shown_with.get(str(row["id"]))
+    return Card(row["id"], row["kind"], row["text"], row["created_at"], reply)
+
+
+# The reply each card of a conversation was last shown with: the reply whose reply.start
+# came last before its `card` event (a tool runs within its turn's reply).
+_SHOWN_WITH = """
+SELECT DISTINCT ON (c.frame->'card'->>'id') c.frame->'card'->>'id' AS card,
+       (SELECT (s.frame->>'reply')::uuid FROM events s
+        WHERE s.conversation = c.conversation AND s.seq < c.seq AND s.frame->>'type' = 'reply.start'
+        ORDER BY s.seq DESC LIMIT 1) AS reply
+FROM events c WHERE c.conversation = $1 AND c.frame->>'type' = 'card'
+ORDER BY c.frame->'card'->>'id', c.seq DESC
+"""
 
 
 class Store:
@@ -180,6 +194,8 @@ class Store:
                 "ORDER BY created_at, id",
                 row["id"],
             )
+            shown = await conn.fetch(_SHOWN_WITH, row["id"])
+        shown_with = {r["card"]: r["reply"] for r in shown if r["reply"] is not None}
         return ConversationRecord(
             id=row["id"],
             person=row["person"],
@@ -189,7 +205,7 @@ class Store:
             speaker_at=row["speaker_at"],
             seq_ceiling=row["seq_ceiling"],
             window=[_turn(t) for t in turns],
-            cards=[_card(c) for c in cards],
+            cards=[_card(c, shown_with) for c in cards],
         )
 
     async def create_conversation(self, person: str, now: datetime, epoch: int) -> UUID:

@@ -33,7 +33,15 @@ from typing import Any
 
 import asyncpg
 import pytest
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    FloatRect,
+    Locator,
+    Page,
+    sync_playwright,
+)
 
 from tests.conftest import _with_database
 from tests.test_restart import ROOT, START_TIMEOUT, STILLHERE, free_port
@@ -213,6 +221,13 @@ def tabs(browser: Browser) -> Iterator[list[Tab]]:
     for tab in opened:
         tab.context.close()
     assert errors == [], errors
+
+
+def box(locator: Locator) -> FloatRect:
+    """Where the element is on the page, in CSS pixels; it must be shown."""
+    found = locator.bounding_box()
+    assert found is not None, f"{locator} is not shown"
+    return found
 
 
 def open_tab(

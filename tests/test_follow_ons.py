@@ -194,6 +194,17 @@ async def test_a_follow_on_sent_while_the_phone_was_away_is_replayed(harness: Ha
     end = await back.expect("reply.end")
     assert start["follow_on"] is True and start["seq"] > seen
     assert end["reply"] == start["reply"] and end["text"].startswith("[rehearsal] One more thing")
+    # The history marks it too, from the actor and from the record read back.
+    for welcome in (back.welcome, await _welcome_after_restart(harness, phone.device)):
+        marked = [t["reply"] for t in welcome["history"] if t.get("follow_on")]
+        assert marked == [start["reply"]]
+
+
+async def _welcome_after_restart(harness: Harness, device: str) -> dict[str, Any]:
+    await harness.recorded()
+    await harness.stop()
+    await harness.start(follow_ons="always")
+    return (await harness.phone(device)).welcome
 
 
 async def _sent(harness: Harness) -> bool:

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, FloatRect, Locator, Page, expect
 
-from tests.browser_support import Served, Tab, browser, open_tab, serving, tabs
+from tests.browser_support import Served, Tab, box, browser, open_tab, serving, tabs
 from tests.test_restart import ROOT, free_port
 from tests.test_web_app import turn
 
@@ -55,6 +55,36 @@ def view(browser: Browser, tabs: list[Tab], live: Live, width: int = 1280) -> Pa
     page.set_default_timeout(WAIT_MS)
     page.goto(live.admin.base + "/")
     return page
+
+
+def right(rect: FloatRect) -> float:
+    return rect["x"] + rect["width"]
+
+
+def whole_table_shown(page: Page, row: Locator) -> None:
+    """Every column and its header, whole, inside the table's panel: nothing cut at the
+    right, nothing to scroll sideways for."""
+    panel = box(page.get_by_role("region", name="Live actors", exact=True))
+    table = page.get_by_role("table", name="Live actors, one row each")
+    last = table.get_by_role("columnheader").last
+    expect(last).to_have_text("Last activity")
+    for cell in (last, row.get_by_role("cell").last):
+        assert right(box(cell)) <= right(panel), (box(cell), panel)
+    assert table.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth")
+
+
+def labels_beside_their_fields(page: Page) -> None:
+    """Each of the table's filters: its label on the line of its field, just before it."""
+    for name in ("State", "Filter by person or conversation"):
+        label = box(page.locator("label", has_text=name))
+        field = box(page.get_by_label(name))
+        middle = label["y"] + label["height"] / 2
+        same_line = field["y"] <= middle <= field["y"] + field["height"]
+        below = field["y"] >= label["y"] + label["height"] and field["x"] <= label["x"] + 1
+        if name == "State":  # a short pair: always side by side
+            assert same_line and 0 <= field["x"] - right(label) <= 16, (name, label, field)
+        else:  # a long label may have its field on the line below, under it
+            assert (same_line and field["x"] >= right(label)) or below, (name, label, field)
 
 
 def sign_in(page: Page, token: str) -> None:
@@ -103,9 +133,13 @@ def test_the_live_view_shows_an_actor_and_follows_it(
     expect(cells.nth(7)).to_have_text("4")
     expect(page.get_by_role("figure", name="Turns per second")).to_be_visible()
 
+    whole_table_shown(page, actor_row)
     page.screenshot(path=ROOT / "docs" / "live-view-1280.png", full_page=True)
     page.set_viewport_size({"width": 360, "height": 800})
     page.screenshot(path=ROOT / "docs" / "live-view-360.png", full_page=True)
+    for width in (390, 360):
+        page.set_viewport_size({"width": width, "height": 800})
+        labels_beside_their_fields(page)
     page.set_viewport_size({"width": 1280, "height": 900})
 
     # Filter: the person's key matches, another does not.

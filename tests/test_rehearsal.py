@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from actors.echo import NO_REPEAT
 from actors.prompt import build_messages
 from providers.chat import ChatEvent, ChatMessage, TextDelta, ToolCall, ToolSpec
 from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED, SUMMARY_PROMPT
@@ -129,10 +130,61 @@ async def test_interrupted_reply_is_quoted_without_the_cut_mark() -> None:
     assert "I know I was interrupted." in text
 
 
-async def test_long_previous_reply_is_shortened_to_its_last_80_chars() -> None:
+async def test_a_long_previous_reply_is_quoted_by_its_first_sentence() -> None:
+    said = "Sentence 1 of the story about a lighthouse, told slowly. " * 3
+    text = await reply(window([turn("user", "go on"), turn("assistant", said)], ["ok"]))
+    quoted = "Sentence 1 of the story about a lighthouse, told slowly…"
+    assert f'Just before, I said: "{quoted}".' in text
+
+
+async def test_a_first_sentence_that_quotes_keeps_its_closing_quote() -> None:
+    said = 'You said "yes, loved it!". Just before, I said: "Did you finish that book?".'
+    said += " (6 earlier turns in view.)"
+    text = await reply(window([turn("user", "go on"), turn("assistant", said)], ["ok"]))
+    assert 'Just before, I said: "You said "yes, loved it!"…".' in text
+
+
+async def test_a_long_first_sentence_is_quoted_to_a_word_boundary() -> None:
     said = " ".join(f"word{i}" for i in range(40))
     text = await reply(window([turn("user", "go on"), turn("assistant", said)], ["ok"]))
-    assert f'Just before, I said: "{said[-80:]}".' in text
+    quoted = " ".join(f"word{i}" for i in range(13))  # 79 characters; with word13, 86
+    assert f'Just before, I said: "{quoted}…".' in text
+
+
+async def test_a_first_word_longer_than_the_quote_is_cut_inside_it() -> None:
+    said = "x" * 100
+    text = await reply(window([turn("user", "go on"), turn("assistant", said)], ["ok"]))
+    assert f'Just before, I said: "{"x" * 80}…".' in text
+
+
+async def test_the_previous_reply_is_quoted_without_its_label() -> None:
+    """Its start is what it said, not the label "[rehearsal] "."""
+    history = [
+        turn("user", "yes, loved it!"),
+        turn("assistant", '[rehearsal] You said "yes, loved it!". (6 earlier turns in view.)'),
+    ]
+    text = await reply(window(history, ["it was great, went hiking"]))
+    assert 'Just before, I said: "You said "yes, loved it!". (6 earlier turns in view.)".' in text
+    assert text.count("[rehearsal]") == 1
+
+
+async def test_asked_again_after_an_echo_it_quotes_the_say_never_an_empty_quote() -> None:
+    """The echo guard's second call ends with an instruction not to repeat: the say is the
+    last before it, and there is no empty quote of anything."""
+    history = [turn("user", "hi"), turn("assistant", "", interrupted=True)]
+    messages = window(history, ["ask me: how was your weekend?"])
+    messages.append(ChatMessage("system", NO_REPEAT))
+    text = await reply(messages)  # the reply cut before its first word is no message
+    assert (
+        text == '[rehearsal] You said "ask me: how was your weekend?". (1 earlier turns in view.)'
+    )
+    assert '""' not in text
+
+
+async def test_nothing_to_quote_leaves_the_quote_out() -> None:
+    messages = window([turn("assistant", "  ")], [])
+    text = await reply(messages)
+    assert text == "[rehearsal] (1 earlier turns in view.)"
 
 
 async def test_several_new_messages_are_counted() -> None:
@@ -357,8 +409,13 @@ async def test_summary_of_a_transcript() -> None:
     ]
     messages = [ChatMessage("system", SUMMARY_PROMPT), user("\n".join(lines))]
     text = await reply(messages, tools=[])
-    first = "Could you help me plan Saturday? I have a lot on and little time."[:60]
+    first = "Could you help me plan Saturday…"
     assert text == f'Summary: 3 turns. It began with "{first}".'
+
+
+async def test_summary_without_a_say_quotes_nothing() -> None:
+    messages = [ChatMessage("system", SUMMARY_PROMPT), user("Me: Hello")]
+    assert await reply(messages, tools=[]) == "Summary: 1 turns."
 
 
 async def test_summary_wins_over_tool_phrasings() -> None:

@@ -63,3 +63,38 @@ async def test_two_means_two_nights_after_a_tunnel(harness: Harness, fake_llm: F
         ("user", "two"),
     ]
     assert "Owen arrives Friday evening" in handed[0][1]  # the session's card
+
+
+async def test_a_restart_keeps_each_card_by_its_reply_and_each_cut_marked(
+    harness: Harness,
+) -> None:
+    """What the app places and marks after a reload, from the record alone (a new server
+    process reads it back): a card names the reply it came with, a cut reply is marked."""
+    await harness.start(rehearsal_rate=200.0)
+    phone = await harness.phone()
+    await phone.say("Note that Owen arrives Friday evening")
+    start = await phone.expect("reply.start")
+    card = await phone.expect("card")
+    assert card["card"]["reply"] == start["reply"]
+    await phone.reply()
+    await phone.say("tell me a story about the sea")
+    await phone.expect("reply.delta")
+    await phone.send({"type": "interrupt"})
+    cut = await phone.reply()
+    assert cut["interrupted"] is True
+    await phone.say("and after the story")
+    await phone.reply()
+    live = await harness.phone(phone.device)  # another link, from the actor in memory
+    await harness.recorded()
+    await harness.stop()
+
+    await harness.start()
+    again = await harness.phone(phone.device)
+    assert again.welcome["resumed"] is True
+    for welcome in (live.welcome, again.welcome):
+        [shown] = welcome["cards"]
+        assert shown["reply"] == start["reply"]
+        marked = [t for t in welcome["history"] if t.get("interrupted")]
+        assert [(t["reply"], t["text"], t["interrupted"]) for t in marked] == [
+            (cut["reply"], cut["text"], True)
+        ]

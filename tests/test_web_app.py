@@ -10,13 +10,22 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
-from playwright.sync_api import Browser, Locator, Page, Request, WebSocketRoute, expect
+from playwright.sync_api import (
+    Browser,
+    FloatRect,
+    Locator,
+    Page,
+    Request,
+    WebSocketRoute,
+    expect,
+)
 
 from tests.browser_support import (
     SECRET,
     STORY,
     Served,
     Tab,
+    box,
     browser,
     elsewhere,
     open_tab,
@@ -235,9 +244,10 @@ def test_the_event_stream_carries_the_talk_when_websocket_cannot(
     assert streams, "the page never opened the event stream"
 
 
-def test_stop_cuts_the_reply_and_marks_it(
+def test_stop_cuts_the_reply_and_marks_it_for_good(
     browser: Browser, server: Served, tabs: list[Tab]
 ) -> None:
+    """The mark is the stored reply's: a reload (the welcome's history) shows it again."""
     page = open_tab(browser, tabs, server.base + "/").page
     send(page, STORY)
     expect(replies(page).last).to_contain_text(FIRST_SENTENCE)
@@ -245,6 +255,85 @@ def test_stop_cuts_the_reply_and_marks_it(
     expect(replies(page).last).to_contain_text("Stopped")
     assert LAST_SENTENCE not in replies(page).last.inner_text()
     expect(page.get_by_role("button", name="Stop")).to_be_hidden()
+    cut = replies(page).last.locator(".text").inner_text()
+
+    page.reload()
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    expect(replies(page)).to_have_count(1)
+    expect(replies(page).last.locator(".text")).to_have_text(cut)
+    expect(replies(page).last).to_contain_text("Stopped")
+
+
+def bottom(rect: FloatRect) -> float:
+    return rect["y"] + rect["height"]
+
+
+def test_the_offline_say_shows_its_line_above_the_message_box(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    """At a laptop's 1280 by 800, with the conversation longer than the screen."""
+    tab = open_tab(browser, tabs, server.base + "/", width=1280, height=800)
+    page = tab.page
+    for n in range(1, 8):
+        turn(page, f"line {n} of a conversation longer than the screen", f"line {n} of")
+    tab.context.set_offline(True)
+    expect(page.get_by_role("status")).to_have_text("Offline")
+    send(page, "typed in the tunnel")
+    pending = said(page, "typed in the tunnel").get_by_text("Not sent yet")
+    expect(pending).to_be_visible()
+    line, log = box(pending), box(log_of(page))
+    assert bottom(line) <= bottom(log), (line, log)
+    assert bottom(line) <= box(page.get_by_role("textbox", name="Message"))["y"]
+    tab.context.set_offline(False)
+    expect(said(page, "typed in the tunnel")).to_contain_text("Sent")
+
+
+def test_cards_sit_beside_their_reply_whatever_the_saved_state(
+    browser: Browser, server: Served, tabs: list[Tab]
+) -> None:
+    """A browser whose saved state is older than its cards (it last kept the state before
+    the card came) reloads: the card is beside the reply it came with, not at the end, and
+    the next reply comes after the last say, as ever."""
+    page = open_tab(browser, tabs, server.base + "/").page
+    turn(page, "hello before the card", 'You said "hello before the card"')
+    older = page.evaluate("JSON.stringify(localStorage)")
+    turn(page, "Note that the spare key is under the blue pot", "Noted: the spare key")
+    turn(page, "and after the card", 'You said "and after the card"')
+    card_beside_its_reply(page)
+    page.evaluate(
+        """(older) => {
+            for (const [name, value] of Object.entries(JSON.parse(older)))
+                localStorage.setItem(name, value);
+        }""",
+        older,
+    )
+    page.reload()
+    expect(page.get_by_role("status")).to_have_text("Connected")
+    expect(replies(page)).to_have_count(3)
+    card_beside_its_reply(page)
+    turn(page, "one more after the reload", 'You said "one more after the reload"')
+    card_beside_its_reply(page)
+    chip = box(log_of(page).get_by_role("group", name="Shown with this reply"))
+    last = box(replies(page).last)
+    assert last["y"] > box(said(page, "one more after the reload"))["y"] > chip["y"]
+
+    # Another browser of the same person, with no saved chips at all: the same place.
+    other = open_tab(browser, tabs, "").page
+    device = json.dumps(json.dumps(stored(page, "device")))
+    other.add_init_script(f"localStorage.setItem('stillhere.device', {device})")
+    other.goto(server.base + "/")
+    expect(other.get_by_role("status")).to_have_text("Connected")
+    card_beside_its_reply(other)
+
+
+def card_beside_its_reply(page: Page) -> None:
+    """The one card's row is below the reply that made it and above the next say."""
+    chip = log_of(page).get_by_role("group", name="Shown with this reply")
+    expect(chip).to_have_count(1)
+    expect(chip).to_contain_text("Remembered the spare key is under the blue pot")
+    noted = replies(page).filter(has_text=re.compile("^Noted: the spare key"))
+    after = said(page, "and after the card")
+    assert bottom(box(noted)) <= box(chip)["y"] < box(after)["y"]
 
 
 def test_the_weekend_story_shows_what_a_say_replies_to(

@@ -2,6 +2,8 @@
 // stream, "↩ replying to …", and chips for cards, reminders and pages. Every message is
 // keyed by its id (a say's client id, a reply's id), so whatever arrives twice (history and
 // replay after a reload, a resend's repeated ack) updates the one message, never adds one.
+// Chips sit in a row just after the reply they were shown with (a card names it, `reply`;
+// a reminder or a page comes within its reply's seqs), whatever order they arrive in.
 
 import { $, el } from "./dom.js";
 import { schedule } from "./reminders.js";
@@ -30,26 +32,30 @@ export class Conversation {
         el("span", { class: "meta" }),
       );
       this.says.set(id, node);
-      this.append(node);
+      this.log.append(node);
     }
     node.classList.toggle("pending", pending);
     node.querySelector(".meta").textContent = pending ? "Not sent yet" : at ? time(at) : "";
+    this.scroll(); // with its meta line: the newest line is never left under the message box
     return node;
   }
 
   acked(id) {
-    const node = this.says.get(id);
-    if (node === undefined) return;
-    node.classList.remove("pending");
-    node.querySelector(".meta").textContent = "Sent";
+    this.mark(id, "Sent");
   }
 
   refused(id, message) {
+    this.mark(id, `Not sent: ${message}`)?.classList.add("failed");
+  }
+
+  /** A say's meta line, now that the server answered it. */
+  mark(id, words) {
     const node = this.says.get(id);
-    if (node === undefined) return;
+    if (node === undefined) return undefined;
     node.classList.remove("pending");
-    node.classList.add("failed");
-    node.querySelector(".meta").textContent = `Not sent: ${message}`;
+    node.querySelector(".meta").textContent = words;
+    this.scroll();
+    return node;
   }
 
   replyingTo(id, excerpt, guessed) {
@@ -57,6 +63,7 @@ export class Conversation {
     if (node === undefined || node.querySelector(".replying-to")) return;
     const words = `↩ replying to “${excerpt}”${guessed ? " (a guess)" : ""}`;
     node.prepend(el("span", { class: "replying-to", text: words }));
+    this.scroll();
   }
 
   // -- replies ---------------------------------------------------------------------------
@@ -73,6 +80,8 @@ export class Conversation {
     );
     this.replies.set(frame.reply, { node, text: "", done: false });
     this.append(node);
+    const chips = this.chipsFor(frame.reply);
+    if (chips) node.after(chips); // shown before their reply was (a reload mid-reply)
     this.streaming();
   }
 
@@ -104,25 +113,46 @@ export class Conversation {
 
   // -- chips -----------------------------------------------------------------------------
 
-  chip(kind, data, reply = this.current, { keep = true } = {}) {
-    const key = `${kind}:${data.id || data.title}`;
-    if (this.log.querySelector(`[data-chip="${CSS.escape(key)}"]`)) return;
+  /**
+   * A chip beside the reply `reply` (a card's own `reply` first). One shown again with
+   * another reply (a memory reinforced) moves there. A reply not on the page yet gets its
+   * row at the end, or, `earlier` (a welcome's card of a reply before its history), at the
+   * start; the row moves beside the reply when it comes.
+   */
+  chip(kind, data, reply = this.current, { keep = true, earlier = false } = {}) {
+    const key = chipKey({ kind, data });
+    const shownWith = data.reply || reply || "";
+    const shown = this.log.querySelector(`[data-chip="${CSS.escape(key)}"]`);
+    if (shown?.parentElement.dataset.reply === shownWith) return;
+    if (shown) this.unchip(shown);
     const label = kind === "page" ? data.title : kind === "reminder" ? `${data.text} (${data.due})` : data.text;
     const what = el("span", { class: "what", text: NAMES[kind] });
     const chip =
       kind === "page"
         ? el("button", { type: "button", class: "chip", "data-chip": key, onclick: () => openPage(data) }, what, " ", label)
         : el("span", { class: "chip", "data-chip": key }, what, " ", label);
-    const after = this.replies.get(reply)?.node;
-    let row = after?.nextElementSibling;
-    if (!row?.classList.contains("chips")) {
-      row = el("div", { class: "chips", role: "group", "aria-label": "Shown with this reply" });
+    let row = this.chipsFor(shownWith);
+    if (!row) {
+      row = el("div", { class: "chips", role: "group", "aria-label": "Shown with this reply", "data-reply": shownWith });
+      const after = this.replies.get(shownWith)?.node;
       if (after) after.after(row);
+      else if (earlier) this.log.prepend(row);
       else this.append(row);
     }
     row.append(chip);
-    if (keep) write("chips", [...read("chips", []), { kind, data, reply }]);
-    if (kind === "reminder") schedule(data);
+    this.scroll();
+    if (keep) write("chips", [...read("chips", []).filter((saved) => chipKey(saved) !== key), { kind, data, reply: shownWith }]);
+    if (kind === "reminder" && !shown) schedule(data);
+  }
+
+  chipsFor(reply) {
+    return this.log.querySelector(`.chips[data-reply="${CSS.escape(reply)}"]`);
+  }
+
+  unchip(chip) {
+    const row = chip.parentElement;
+    chip.remove();
+    if (!row.children.length) row.remove();
   }
 
   // -- whole conversations ---------------------------------------------------------------
@@ -140,11 +170,13 @@ export class Conversation {
         if (item.reply_to) this.replyingTo(id, item.reply_to.excerpt, item.reply_to.guessed);
       } else {
         const reply = item.reply || `history-${this.replies.size}`;
-        this.endReply({ reply, text: item.text, interrupted: false });
+        this.endReply({ reply, text: item.text, interrupted: item.interrupted === true, follow_on: item.follow_on === true });
       }
     }
-    for (const saved of read("chips", [])) this.chip(saved.kind, saved.data, saved.reply, { keep: false });
-    for (const card of welcome.cards || []) this.chip("card", card, null, { keep: false });
+    this.current = null;
+    // The welcome's cards last: where they were shown is the server's word.
+    for (const saved of read("chips", [])) this.chip(saved.kind, saved.data, saved.reply, { keep: false, earlier: true });
+    for (const card of welcome.cards || []) this.chip("card", card, null, { earlier: true });
     this.waiting(outbox);
   }
 
@@ -161,6 +193,11 @@ export class Conversation {
   scroll() {
     this.log.scrollTop = this.log.scrollHeight;
   }
+}
+
+/** A chip's key, kept or not: one chip per card, reminder or page. */
+function chipKey({ kind, data }) {
+  return `${kind}:${data.id || data.title}`;
 }
 
 function time(iso) {
