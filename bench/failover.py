@@ -244,7 +244,25 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     report.update(nodes=args.nodes, clients=args.clients, seed=args.seed, detect_s=args.detect)
+    report["summary"] = summary(report["runs"])
     return report
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Over the runs: the ledger's counts added up, the waits' median and worst run."""
+    waits = [got["ack_wait_after_promotion_s"] for got in runs]
+    p99s = sorted(w["p99"] for w in waits if w["p99"] is not None)
+    p50s = sorted(w["p50"] for w in waits if w["p50"] is not None)
+    promoted = sorted(got["promoted_after_s"] for got in runs)
+    return {
+        **{key: sum(got["ledger"][key] for got in runs) for key in MUST_BE_ZERO[:4]},
+        "phones_lost_conversation": sum(got["phones_lost_conversation"] for got in runs),
+        "says": sum(got["ledger"]["says"] for got in runs),
+        "wait_p50_s": p50s[len(p50s) // 2] if p50s else None,
+        "wait_p99_s": p99s[len(p99s) // 2] if p99s else None,
+        "wait_p99_worst_s": p99s[-1] if p99s else None,
+        "promoted_after_s": promoted[len(promoted) // 2] if promoted else None,
+    }
 
 
 def problems(report: dict[str, Any]) -> list[str]:
