@@ -64,8 +64,9 @@ async def start_admin(server: Server) -> web.AppRunner | None:
         build_admin_app(server, settings.admin_token), access_log_class=AccessLogger
     )
     await runner.setup()
+    tls = server.certificate.context if server.certificate and settings.admin_tls else None
     try:
-        await web.TCPSite(runner, settings.admin_host, settings.admin_port).start()
+        await web.TCPSite(runner, settings.admin_host, settings.admin_port, ssl_context=tls).start()
     except OSError:
         await runner.cleanup()
         raise

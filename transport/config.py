@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import secrets
 import socket
@@ -103,6 +104,17 @@ def _origins(text: str) -> tuple[str, ...]:
     return tuple(origins)
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _networks(text: str) -> tuple[Network, ...]:
+    """Addresses and networks (`10.0.0.5`, `10.0.0.0/8`, `::1`), comma-separated."""
+    try:
+        return tuple(ipaddress.ip_network(word, strict=False) for word in _words(text))
+    except ValueError as wrong:
+        raise argparse.ArgumentTypeError(f"needs addresses or networks: {wrong}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Protocol limits, documented in docs/protocol.md."""
@@ -170,6 +182,12 @@ class Settings:
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     # Web origins besides the server's own whose pages may open links and write (origin.py).
     allowed_origins: tuple[str, ...] = ()
+    # TLS on the listeners (transport/tls.py); the admin one too with admin_tls.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    admin_tls: bool = False
+    # Peers whose X-Forwarded-For and X-Forwarded-Proto are believed (transport/forwarded.py).
+    trusted_proxies: tuple[Network, ...] = ()
     secret: str | None = field(default=None, repr=False)  # a secret: never shown
     log_format: str = "text"
     embed_url: str | None = None
@@ -251,6 +269,14 @@ _OPTIONS: list[tuple[str, object, str]] = [
         "allowed-origins",
         _origins,
         "comma-separated web origins, besides the server's own, whose pages may use the API",
+    ),
+    ("tls-cert", Path, "PEM certificate (chain) to serve HTTPS and WSS with; SIGHUP reloads it"),
+    ("tls-key", Path, "PEM private key of --tls-cert, without a passphrase"),
+    ("admin-tls", _on_off, "on: the admin API speaks HTTPS too, with --tls-cert"),
+    (
+        "trusted-proxies",
+        _networks,
+        "comma-separated addresses or networks of proxies whose X-Forwarded-For/-Proto count",
     ),
     ("secret", str, "signs account tokens; made once and kept in the data dir if absent"),
     ("log-format", str, "text or json"),
