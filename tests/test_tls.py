@@ -6,7 +6,6 @@ load; and the client's address through a trusted proxy, a forged one ignored."""
 from __future__ import annotations
 
 import ipaddress
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +16,11 @@ from aiohttp import web
 
 from actors.clock import ManualClock
 from client import Phone
-from tests.conftest import Harness, eventually
+from tests.conftest import Harness
 from tests.test_client import answered
 from tests.tls_support import Authority, needs_openssl, presented
-from transport import server as server_module
 from transport.app import build_app, runner_options
-from transport.config import Limits, Settings
-from transport.forwarded import forwarded
+from transport.config import Settings
 from transport.listener import AcceptingSite
 from transport.server import SERVER_KEY, Server
 from transport.tls import Certificate, CertificateError
