@@ -18,20 +18,16 @@ from actors.clock import ManualClock
 from client import Phone
 from tests.conftest import Harness
 from tests.test_client import answered
-from tests.tls_support import Authority, needs_openssl, presented
+from tests.tls_support import Authority, authority, needs_openssl, presented
 from transport.app import build_app, runner_options
 from transport.config import Settings
 from transport.listener import AcceptingSite
 from transport.server import SERVER_KEY, Server
 from transport.tls import Certificate, CertificateError
 
+__all__ = ["authority"]  # the fixture
 pytestmark = needs_openssl
 LOCAL = ipaddress.ip_network("127.0.0.1/32")
-
-
-@pytest.fixture(scope="module")
-def authority(tmp_path_factory: pytest.TempPathFactory) -> Authority:
-    return Authority.make(tmp_path_factory.mktemp("ca"))
 
 
 @pytest.fixture(scope="module")

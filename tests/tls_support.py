@@ -102,6 +102,12 @@ class Authority:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
 
+@pytest.fixture(scope="module")
+def authority(tmp_path_factory: pytest.TempPathFactory) -> Authority:
+    """The test's certificate authority (a module's tests share it)."""
+    return Authority.make(tmp_path_factory.mktemp("ca"))
+
+
 def presented(context: ssl.SSLContext, authority: Authority) -> str:
     """The fingerprint of the certificate a server with `context` presents in a handshake
     (in memory, no socket) to a client that trusts `authority`."""
