@@ -981,6 +981,7 @@ def table(report: dict[str, Any]) -> str:
 
 def problems(report: dict[str, Any]) -> list[str]:
     found = [f"{k}: {report[k]}" for k in CORRECTNESS_KEYS if report.get(k)]
+    found += flap_tls.problems(report)
     if report.get("ramp_failed"):
         found.append(f"{report['ramp_failed']} phones failed to start")
     if report.get("phone_failures"):

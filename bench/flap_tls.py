@@ -1,11 +1,14 @@
 """`bench flap --tls`: stillhere flapped a second time over TLS, right after the plain run
 and with the same phones, schedule and seed, to show what TLS costs a reconnect.
 
-Each reconnect of a phone over TLS is a new TLS connection before its hello. The phones
-reuse their aiohttp session, whose connector keeps the TLS session the server handed out,
-so a reconnect resumes it (an abbreviated handshake, no certificate and no key exchange
-signature) where one can. The run's authority and server certificate are made with the
-system's openssl (bench/certificates.py), and the phones verify the certificate against it.
+Each reconnect of a phone over TLS is a new TLS connection before its hello. The server
+hands out session tickets (the standard library's default: two per TLS 1.3 connection), so
+a phone's TLS stack can resume the session on its next connection, skipping the
+certificate and the key exchange's signature; browsers and phone HTTP stacks do. These
+phones cannot: asyncio's connections take no TLS session to resume (there is no such
+parameter), so every reconnect here is a full handshake, the most TLS can cost. The run's
+authority and server certificate are made with the system's openssl
+(bench/certificates.py), and the phones verify the certificate against it.
 Compared: the resume time at the phones (an SSE phone's from the request's start, so it
 holds the connection and its TLS handshake; a WebSocket phone's from its upgrade's end,
 after them) and the server's CPU during the flapping, every handshake included, per say.
@@ -54,6 +57,12 @@ def figures(run: dict[str, Any]) -> dict[str, Any]:
         "wall_s": cpu.get("wall"),
         "lost": sum(run.get(k) or 0 for k in ("lost_says", "lost_replies", "lost_events")),
     }
+
+
+def problems(report: dict[str, Any]) -> list[str]:
+    """What the TLS run lost, as `problems` in bench/flap.py lists the plain run's."""
+    lost = ((report.get("tls") or {}).get("tls") or {}).get("lost")
+    return [f"over TLS: {lost} says, replies or events lost"] if lost else []
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -1,14 +1,17 @@
 """TLS on the main listener (the real `AcceptingSite`, in this process): a conversation over
 `wss://` and over SSE on `https://` with the certificate verified, refused by a client that
-does not trust the server's authority, HSTS over HTTPS only; a certificate that does not
-load; and the client's address through a trusted proxy, a forged one ignored."""
+does not trust the server's authority, HSTS over HTTPS only, a TLS session resumed; and a
+certificate that does not load, at start or on reload."""
 
 from __future__ import annotations
 
-import ipaddress
+import asyncio
+import socket
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -27,7 +30,6 @@ from transport.tls import Certificate, CertificateError
 
 __all__ = ["authority"]  # the fixture
 pytestmark = needs_openssl
-LOCAL = ipaddress.ip_network("127.0.0.1/32")
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +143,30 @@ def test_a_failed_reload_keeps_the_certificate_in_use(
     key.write_bytes(second.key.read_bytes())
     assert certificate.reload()
     assert presented(certificate.context, authority) == second.fingerprint()
+
+
+def _get_page(port: int, context: ssl.SSLContext, session: ssl.SSLSession | None) -> ssl.SSLSocket:
+    """`GET /` over a new TLS connection (offering `session` to resume), read to the end:
+    TLS 1.3 session tickets arrive after the handshake, with the first data."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    tls = context.wrap_socket(raw, server_hostname="localhost", session=session)
+    tls.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    while tls.recv(65536):
+        pass
+    return tls
+
+
+async def test_a_reconnecting_client_resumes_its_tls_session(
+    tls_server: TlsServer, authority: Authority
+) -> None:
+    """The server hands out session tickets: a client that offers one on its next
+    connection resumes the session (no certificate, no full key exchange)."""
+    port = urlsplit(tls_server.base).port
+    assert port is not None
+    context = authority.client_context()
+    first = await asyncio.to_thread(_get_page, port, context, None)
+    assert first.version() in ("TLSv1.2", "TLSv1.3") and not first.session_reused
+    again = await asyncio.to_thread(_get_page, port, context, first.session)
+    assert again.session_reused
+    for tls in (first, again):
+        tls.close()
