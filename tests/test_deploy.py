@@ -3,13 +3,22 @@ Debian's packages, as the example stands and as `stillhere cluster` fills it in.
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cli import haproxy
+from tests.test_restart import free_port
 from tests.tls_support import Authority, needs_openssl
 
 try:
@@ -84,3 +93,88 @@ def test_the_nginx_example_passes_nginx_check(tmp_path: Path) -> None:
     )
     assert checked.returncode == 0, checked.stderr
     assert "hash $arg_r consistent;" in NGINX_CONF.read_text()
+
+
+class _Node(BaseHTTPRequestHandler):
+    """A stand-in node: answers every GET with the forwarding headers it was sent (each
+    header's lines joined, as HAProxy may add a line of its own)."""
+
+    def do_GET(self) -> None:
+        names = ("X-Forwarded-For", "X-Forwarded-Proto", "Host")
+        body = json.dumps({h: ",".join(self.headers.get_all(h) or []) for h in names}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any) -> None:
+        return None
+
+
+@needs_haproxy
+@needs_openssl
+def test_the_example_redirects_to_https_and_tells_the_node_who_asked(tmp_path: Path) -> None:
+    """deploy/haproxy.cfg as it stands, run by HAProxy with its ports and node changed:
+    plain HTTP is redirected to HTTPS; over HTTPS the answer carries HSTS, and the node is
+    told the scheme and the client's address, appended after one the client wrote."""
+    assert HAPROXY is not None
+    authority = Authority.make(tmp_path / "ca")
+    pem = authority.issue("edge").joined(tmp_path / "edge.pem")
+    node = ThreadingHTTPServer(("127.0.0.1", 0), _Node)
+    threading.Thread(target=node.serve_forever, daemon=True).start()
+    plain, secure = free_port(), free_port()
+    config = re.sub(
+        r"# nodes: begin\n.*# nodes: end",
+        f"server node-1 127.0.0.1:{node.server_address[1]}",
+        haproxy.TEMPLATE.read_text(),
+        flags=re.DOTALL,
+    )
+    config = config.replace("bind :80", f"bind 127.0.0.1:{plain}")
+    config = config.replace(
+        f"bind :443 ssl crt {EXAMPLE_PEM}", f"bind 127.0.0.1:{secure} ssl crt {pem}"
+    )
+    (tmp_path / "haproxy.cfg").write_text(config)
+    running = subprocess.Popen(
+        haproxy.command(HAPROXY, tmp_path / "haproxy.cfg"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        opener = urllib.request.build_opener(_NoRedirects)
+        redirected = _until_up(lambda: opener.open(f"http://127.0.0.1:{plain}/app/x?r=1"))
+        assert redirected.code == 301
+        assert redirected.headers["Location"] == f"https://127.0.0.1:{plain}/app/x?r=1"
+        context = authority.client_context()
+        forged = urllib.request.Request(
+            f"https://localhost:{secure}/readyz", headers={"X-Forwarded-For": "203.0.113.9"}
+        )
+        with urllib.request.urlopen(forged, timeout=10, context=context) as answer:
+            assert answer.headers["Strict-Transport-Security"] == "max-age=63072000"
+            seen = json.loads(answer.read())
+        assert seen["X-Forwarded-Proto"] == "https"
+        assert seen["X-Forwarded-For"].replace(" ", "") == "203.0.113.9,127.0.0.1"
+        assert seen["Host"] == f"localhost:{secure}"
+    finally:
+        running.terminate()
+        running.wait(10)
+        node.shutdown()
+        node.server_close()
+
+
+def _until_up(request: Any) -> Any:
+    """`request()`'s answer (an HTTPError is one), once HAProxy listens."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return request()
+        except urllib.error.HTTPError as answer:
+            return answer
+        except OSError:
+            assert time.monotonic() < deadline, "HAProxy did not listen"
+            time.sleep(0.1)
