@@ -385,7 +385,7 @@ async def flap_one(
         tls=tls,
         home=None if tls is None else root / f"{name}-tls",
     )
-    out: dict[str, Any] = {"server": name, "transport": transport}
+    out: dict[str, Any] = {"server": name, "transport": transport, "url": server.base_url}
     fleet: Fleet | None = None
     sampler_task: asyncio.Task[None] | None = None
     progress = Progress(False, 1, "")

@@ -45,6 +45,7 @@ def figures(run: dict[str, Any]) -> dict[str, Any]:
     says = run.get("says") or 0
     server_s = cpu.get("server")
     return {
+        "url": run.get("url"),
         "reconnects": run.get("reconnects"),
         "resumed": run.get("resumed"),
         "says": says,
