@@ -81,15 +81,21 @@ def test_the_app_over_https_links_up_in_a_secure_context(
     expect(tab.page.get_by_role("status")).to_have_text("Connected")
     assert tab.page.evaluate("window.isSecureContext") is True
     expect(tab.page.get_by_role("note", name="Insecure page")).to_be_hidden()
+    tab.context.grant_permissions(["notifications"], origin=at(secure_server, TEST_HOST)[:-1])
     tab.page.get_by_role("button", name="Settings").click()
-    expect(tab.page.get_by_role("button", name="Allow reminder notifications")).to_be_enabled()
+    tab.page.get_by_role("button", name="Allow reminder notifications").click()
+    assert tab.page.evaluate("Notification.permission") == "granted"
 
 
 def test_over_plain_http_from_afar_the_app_says_what_is_withheld(
     browser: Browser, tabs: list[Tab], server: Served
 ) -> None:
-    tab = open_tab(browser, tabs, at(server, PLAIN_HOST))
+    tab = open_tab(browser, tabs, "")
+    with pytest.raises(PlaywrightError, match="can't be granted"):  # what the page says
+        tab.context.grant_permissions(["notifications"], origin=at(server, PLAIN_HOST)[:-1])
+    tab.page.goto(at(server, PLAIN_HOST))
     expect(tab.page.get_by_role("status")).to_have_text("Connected")
+    assert tab.page.evaluate("window.isSecureContext") is False
     notice = tab.page.get_by_role("note", name="Insecure page")
     expect(notice).to_be_visible()
     expect(notice).to_contain_text("withholds reminder notifications")
