@@ -1,7 +1,7 @@
 """The app in a secure context: Chromium opens it over HTTPS from `stillhere serve
 --tls-cert`, the test's certificate trusted by the browser (its public key pinned with
 `--ignore-certificate-errors-spki-list`), and links up over `wss://` ("Connected"), with
-HSTS and the notifications button on offer. Over plain HTTP from a name that is not this
+HSTS, and notifications granted. Over plain HTTP from a name that is not this
 computer, the page says which features the browser withholds and why; from 127.0.0.1
 (a secure context too) it says nothing."""
 
