@@ -14,6 +14,9 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
+
+from cli.inspect import InspectError, inspect
 from client import Phone
 from tests.browser_support import Served, serving
 from tests.test_restart import ROOT, STILLHERE, free_port
@@ -93,6 +96,10 @@ def test_sighup_reloads_the_certificate_and_links_stay_up(
         )
         with urllib.request.urlopen(admin, timeout=10, context=served.tls) as answer:
             assert answer.status == 200
+        admin_url = f"https://127.0.0.1:{admin_port}"
+        assert inspect(admin_url, ADMIN_TOKEN, None, ca_file=authority.ca_file) == "no live actors"
+        with pytest.raises(InspectError, match="CERTIFICATE_VERIFY_FAILED"):
+            inspect(admin_url, ADMIN_TOKEN, None)  # the system's authorities: not this one
         asyncio.run(renewals(served, authority, cert, key, admin_port))
 
 
