@@ -163,10 +163,10 @@ def listening_line(server: Server, port: int) -> str:
     """Where a client (or a browser, for the admin API) finds this server, in one line."""
     settings = server.settings
     main = _authority(settings.host, port)
-    web_, ws = ("https", "wss") if server.certificate is not None else ("http", "ws")
+    http, ws = ("https", "wss") if server.certificate is not None else ("http", "ws")
     where = (
-        f"listening on {web_}://{main}/ "
-        f"(WebSocket {ws}://{main}/v1/ws, events {web_}://{main}/v1/events), "
+        f"listening on {http}://{main}/ "
+        f"(WebSocket {ws}://{main}/v1/ws, events {http}://{main}/v1/events), "
     )
     if server.admin_port is None:
         return where + "admin off (no --admin-token)"
