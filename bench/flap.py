@@ -33,9 +33,10 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench import flap_cluster, procs, results
+from bench import flap_cluster, flap_tls, procs, results
+from bench.certificates import Pair
 from bench.flap_db import Stored, stateless_stored, stillhere_stored
-from bench.flap_metrics import server_buckets, server_figures
+from bench.flap_metrics import Buckets, server_buckets, server_figures
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
 from bench.flap_throughput import Throughput
 from bench.flap_throughput import in_turn as throughput_in_turn
@@ -189,6 +190,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--server-logs", type=Path, default=None, help="keep the servers' logs in this folder"
+    )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="after the plain run, flap stillhere again over TLS (a certificate of an "
+        "authority made with openssl, verified by the phones): resume and CPU side by side",
     )
     parser.add_argument(
         "--phones-gc",
@@ -358,9 +365,16 @@ class _CoresUsed:
 
 
 async def flap_one(
-    name: str, root: Path, args: argparse.Namespace, *, duration: float, storm: bool
+    name: str,
+    root: Path,
+    args: argparse.Namespace,
+    *,
+    duration: float,
+    storm: bool,
+    tls: tuple[Pair, Path] | None = None,
 ) -> dict[str, Any]:
-    """Start `name`, ramp the phones, flap them for `duration`, settle, check, stop."""
+    """Start `name`, ramp the phones, flap them for `duration`, settle, check, stop; over
+    TLS with `tls` (the certificate, and the authority's file the phones verify it with)."""
     transport = args.transport if name == "stillhere" else "ws"  # baselines: WebSocket only
     server = procs.start(
         name,
@@ -368,8 +382,10 @@ async def flap_one(
         latency=args.rehearsal_latency,
         rate=args.rehearsal_rate,
         event_loop=args.event_loop,
+        tls=tls,
+        home=None if tls is None else root / f"{name}-tls",
     )
-    out: dict[str, Any] = {"server": name, "transport": transport}
+    out: dict[str, Any] = {"server": name, "transport": transport, "url": server.base_url}
     fleet: Fleet | None = None
     sampler_task: asyncio.Task[None] | None = None
     progress = Progress(False, 1, "")
@@ -387,6 +403,7 @@ async def flap_one(
                 kinds=dict(KINDS),
                 backoff=Backoff(first=args.backoff_first, jitter=args.backoff_jitter),
                 seed=args.seed,
+                ca_file=server.ca_file,
             )
             fleet = Fleet(options, args.clients)
             collector.start()
@@ -423,7 +440,7 @@ async def flap_one(
                 key: [] for key in ("t", "live", "rss_mb", "threads", *SERIES_CORES)
             }
             cpu0 = cpu_seconds(server)
-            server0 = await server_buckets(server.base_url) if name == "stillhere" else None
+            server0 = await _buckets(server) if name == "stillhere" else None
             t0 = time.perf_counter()
             progress = Progress(args.progress, duration, f"{name}: flapping")
             sampler_task = asyncio.get_running_loop().create_task(
@@ -437,7 +454,7 @@ async def flap_one(
             out["cpu_s_during_flapping"] = cpu_used(server, cpu0, t0)
             out["bench_loop_lag_ms"] = lag_ms(bench_lags)
             if server0 is not None:
-                out.update(server_figures(server0, await server_buckets(server.base_url)))
+                out.update(server_figures(server0, await _buckets(server)))
             progress.to(duration)
             progress.close()
             settle_timeout = (
@@ -490,6 +507,11 @@ async def flap_one(
             args.server_logs.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(OSError):
                 shutil.copyfile(server.log_path, args.server_logs / f"{name}.log")
+
+
+async def _buckets(server: procs.Server) -> dict[str, Buckets]:
+    async with server.session() as http:
+        return await server_buckets(server.base_url, http)
 
 
 def process_cpu_s(process: psutil.Process) -> float:
@@ -693,6 +715,9 @@ async def _run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     if args.baselines:
         baselines["throughput"] = await throughput(root, args)
     main = await flap_one("stillhere", root, args, duration=args.duration, storm=args.storm)
+    if args.tls:
+        again = partial(flap_one, "stillhere", root, args, duration=args.duration, storm=False)
+        report["tls"] = await flap_tls.measure(lambda tls: again(tls=tls), root, main)
     report.update(_main_figures(main))
     if args.baselines:
         flaps = {}
@@ -945,6 +970,7 @@ def table(report: dict[str, Any]) -> str:
             f"not resumed {report.get('storm_not_resumed')}, "
             f"reconnect ms {storm.get('reconnect_ms')}"
         )
+    lines += flap_tls.lines(report)
     lines += baseline_rows(report)
     lines.append("  targets:")
     for name, t in report.get("targets", {}).items():
@@ -955,6 +981,7 @@ def table(report: dict[str, Any]) -> str:
 
 def problems(report: dict[str, Any]) -> list[str]:
     found = [f"{k}: {report[k]}" for k in CORRECTNESS_KEYS if report.get(k)]
+    found += flap_tls.problems(report)
     if report.get("ramp_failed"):
         found.append(f"{report['ramp_failed']} phones failed to start")
     if report.get("phone_failures"):
@@ -983,10 +1010,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _name_results(args: argparse.Namespace) -> None:
-    """The storm's and the cluster comparison's figures are files of their own, which
-    `--results` given alone replaces."""
-    if args.cluster or args.storm:
-        args.results_name = "flap_cluster" if args.cluster else "flap_storm"
+    """The storm's, the cluster comparison's and TLS's figures are files of their own,
+    which `--results` given alone replaces."""
+    if args.cluster or args.storm or args.tls:
+        args.results_name = (
+            "flap_cluster" if args.cluster else "flap_storm" if args.storm else "flap_tls"
+        )
         if args.results == results.RESULTS / "flap.json":
             args.results = results.RESULTS / f"{args.results_name}.json"
 

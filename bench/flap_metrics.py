@@ -12,6 +12,7 @@ flapping, the difference of each is the flapping's, and its buckets bound each p
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import aiohttp
@@ -33,19 +34,25 @@ HISTOGRAMS: dict[str, tuple[str, dict[str, str]]] = {
 }
 
 
-async def scrape(base_url: str) -> list[Sample]:
-    """Every sample of one read of a running server's `/metrics`."""
-    async with aiohttp.ClientSession() as http, http.get(base_url + "/metrics") as response:
+async def scrape(base_url: str, http: aiohttp.ClientSession | None = None) -> list[Sample]:
+    """Every sample of one read of a running server's `/metrics` (with `http`, a session
+    that reaches it: one verifying its certificate, over TLS)."""
+    async with contextlib.AsyncExitStack() as stack:
+        if http is None:
+            http = await stack.enter_async_context(aiohttp.ClientSession())
+        response = await stack.enter_async_context(http.get(base_url + "/metrics"))
         response.raise_for_status()
         text = await response.text()
     return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
-async def server_buckets(base_url: str) -> dict[str, Buckets]:
+async def server_buckets(
+    base_url: str, http: aiohttp.ClientSession | None = None
+) -> dict[str, Buckets]:
     """The buckets of each of HISTOGRAMS, by report key, from one scrape of a running
-    server."""
+    server (through `http`, as `scrape`)."""
     out: dict[str, Buckets] = {key: {} for key in HISTOGRAMS}
-    for sample in await scrape(base_url):
+    for sample in await scrape(base_url, http):
         for key, (name, labels) in HISTOGRAMS.items():
             if sample.name == name and labels.items() <= sample.labels.items():
                 out[key][float(sample.labels["le"])] = sample.value

@@ -40,6 +40,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -47,6 +48,7 @@ import aiohttp
 from actors.clock import parse_duration
 from bench.flap_ledger import Ledger
 from client import Backoff, HeldConnection, LinkState, Phone
+from client.links import verifying
 
 KINDS: dict[str, float] = {  # relative weights of the link events
     "tunnel": 0.20,
@@ -173,6 +175,7 @@ class FleetOptions:
     kinds: dict[str, float]
     backoff: Backoff
     seed: int
+    ca_file: Path | None = None  # the server speaks TLS, its certificate of this authority
 
     @classmethod
     def of(cls, args: argparse.Namespace, base_url: str, backoff: Backoff) -> FleetOptions:
@@ -273,7 +276,9 @@ class Fleet:
                     _abort(self._response)
 
         fleet_cuts = self.cuts
-        connector = GatedConnector(run.gate, limit=0, force_close=False)
+        connector = GatedConnector(
+            run.gate, limit=0, force_close=False, ssl=verifying(self.o.ca_file)
+        )
         return aiohttp.ClientSession(
             connector=connector, ws_response_class=CuttingWebSocket, trace_configs=[trace]
         )

@@ -2,7 +2,8 @@
 
 Every server runs as its own process on 127.0.0.1 with a free port and a tmp data dir, is
 sampled with psutil (RSS, threads), and is stopped with SIGINT, then SIGKILL; an embedded
-PostgreSQL left behind in its data dir is stopped too.
+PostgreSQL left behind in its data dir is stopped too. stillhere started with a
+certificate speaks HTTPS and WSS, and is reached verified against the run's own authority.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import aiohttp
 import psutil
 
 from bench import results
+from bench.certificates import Pair
+from client.links import verifying
 
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 40
@@ -62,10 +65,15 @@ class Server:
     port: int
     data_dir: Path | None
     log_path: Path
+    ca_file: Path | None = None  # it speaks TLS, with a certificate of this authority
 
     @property
     def base_url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"{'http' if self.ca_file is None else 'https'}://{HOST}:{self.port}"
+
+    def session(self) -> aiohttp.ClientSession:
+        """A client session that reaches it (verifying its certificate, over TLS)."""
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=verifying(self.ca_file)))
 
     @property
     def pgdata(self) -> Path | None:
@@ -175,11 +183,14 @@ def start(
     event_loop: str = "uvloop",
     extra: list[str] | None = None,
     port: int | None = None,
+    tls: tuple[Pair, Path] | None = None,
+    home: Path | None = None,
 ) -> Server:
-    """Start one server in `root/<name>` on `port` (default a free one) of 127.0.0.1, on
-    `event_loop` (every server of a run on the same one, so the comparison is of designs).
-    Started again in the same `root`, it takes up the same data, and its log goes on."""
-    home = root / name
+    """Start one server in `home` (default `root/<name>`) on `port` (default a free one) of
+    127.0.0.1, on `event_loop` (every server of a run on the same one, so the comparison is
+    of designs); stillhere over TLS with `tls`, its certificate and the authority's file.
+    Started again in the same folder, it takes up the same data, and its log goes on."""
+    home = home or root / name
     home.mkdir(parents=True, exist_ok=True)
     port, log_path = port or free_port(), home / "server.log"
     data_dir: Path | None = home / "data"
@@ -189,6 +200,8 @@ def start(
         command += ["--data-dir", str(data_dir), "--sweep-interval", "1h"]
         command += ["--resume-window", "30m"]
         command += [timing[0], f"{latency}s", timing[2], timing[3]]
+        if tls is not None:
+            command += ["--tls-cert", str(tls[0].cert), "--tls-key", str(tls[0].key)]
     elif name == "link-bound":
         data_dir = None
         command = [sys.executable, "-m", "bench.baselines.link_bound", "--port", str(port)]
@@ -209,14 +222,14 @@ def start(
             env=clean_env(),
             start_new_session=True,  # a Ctrl-C on the bench reaches it via `finally` only
         )
-    return Server(name, proc, port, data_dir, log_path)
+    return Server(name, proc, port, data_dir, log_path, None if tls is None else tls[1])
 
 
 async def wait_ready(server: Server) -> float:
     """Seconds until `/v1/ws` accepts a WebSocket (bounded)."""
     started = time.perf_counter()
     deadline = started + READY_TIMEOUT_S
-    async with aiohttp.ClientSession() as http:
+    async with server.session() as http:
         while time.perf_counter() < deadline:
             if server.proc.poll() is not None:
                 tail = "\n  ".join(log_tail(server.log_path, 20))

@@ -3,7 +3,9 @@
 One process has one core; this uses them all. It runs the embedded PostgreSQL of DATA_DIR,
 N `stillhere serve` nodes on it (node-1 ... node-N, on ports of their own on 127.0.0.1)
 and HAProxy in front on --host:--port, routing each person to the node that holds their
-conversation (deploy/haproxy.cfg). A node or HAProxy that dies is started again. SIGINT
+conversation (deploy/haproxy.cfg). With --tls-cert and --tls-key, HAProxy speaks HTTPS and
+WSS (the two joined into DATA/haproxy.pem, HAProxy's form) and the nodes behind it plain
+HTTP, trusting HAProxy's X-Forwarded-For. A node or HAProxy that dies is started again. SIGINT
 (Ctrl-C) or SIGTERM stops the nodes (SIGTERM: each drains as `serve` does), then HAProxy,
 then PostgreSQL.
 
@@ -41,12 +43,19 @@ from storage import replication
 from storage.embedded import EmbeddedPostgres, InUse
 from transport.config import Settings, env_value, longer_than_zero, positive
 from transport.identity import load_or_create_secret
+from transport.tls import Certificate, CertificateError
 
 log = logging.getLogger("stillhere.cluster")
 
 NODE_HOST = "127.0.0.1"
 # The options the cluster gives each node itself; a node given them twice would be ambiguous.
-RESERVED = ("--db", "--port", "--admin-port", "--node-id", "--data-dir", "--secret", "--host")
+RESERVED = (
+    "--db", "--port", "--admin-port", "--node-id", "--data-dir", "--secret", "--host",
+    "--tls-cert", "--tls-key",
+)  # fmt: skip
+# HAProxy reaches the nodes from this address: their X-Forwarded-For is believed from it.
+TRUSTED = "127.0.0.1"
+NODE_UNSET = frozenset({"STILLHERE_TLS_CERT", "STILLHERE_TLS_KEY"})
 HAPROXY_STOP_S = 10.0
 READY_WAIT_S = 300.0  # a first start runs initdb and loads the local models
 READY_POLL_S = 0.5
@@ -95,6 +104,13 @@ def add_parser(commands: Any) -> None:
     cluster.add_argument(
         "--haproxy", help="the haproxy executable (default: found on PATH or in /usr/sbin)"
     )
+    for name, what in (("cert", "PEM certificate (chain)"), ("key", "PEM private key")):
+        cluster.add_argument(
+            f"--tls-{name}",
+            type=Path,
+            default=env_value(f"tls-{name}"),
+            help=f"{what} HAProxy serves HTTPS and WSS with (env STILLHERE_TLS_{name.upper()})",
+        )
     cluster.add_argument(
         "serve_options",
         nargs=argparse.REMAINDER,
@@ -110,10 +126,15 @@ def run(args: argparse.Namespace) -> int:
     if reserved:
         print(f"stillhere cluster: the cluster sets {', '.join(reserved)} itself", file=sys.stderr)
         return 2
+    if (args.tls_cert is None) != (args.tls_key is None):
+        print("stillhere cluster: --tls-cert and --tls-key go together", file=sys.stderr)
+        return 2
     try:
         executable = haproxy.find(args.haproxy)
-    except haproxy.HAProxyMissing as missing:
-        print(f"stillhere cluster: {missing}", file=sys.stderr)
+        if args.tls_cert is not None:
+            Certificate.load(args.tls_cert, args.tls_key)
+    except (haproxy.HAProxyMissing, CertificateError) as refused:
+        print(f"stillhere cluster: {refused}", file=sys.stderr)
         return 2
     try:
         return asyncio.run(_run(args, executable, extra))
@@ -184,7 +205,7 @@ async def _database(
 
 def _nodes(args: argparse.Namespace, dsn: str, extra: list[str]) -> list[Child]:
     data: Path = args.data_dir
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in NODE_UNSET}  # TLS is HAProxy's
     env["STILLHERE_SECRET"] = env_value("secret") or load_or_create_secret(data)
     first = args.node_ports if args.node_ports is not None else args.port + 1
     (data / "logs").mkdir(parents=True, exist_ok=True)
@@ -193,7 +214,7 @@ def _nodes(args: argparse.Namespace, dsn: str, extra: list[str]) -> list[Child]:
         name = f"node-{i}"
         argv = [sys.executable, "-m", "cli.main", "serve", "--db", dsn]
         argv += ["--host", NODE_HOST, "--port", str(first + i - 1), "--node-id", name]
-        argv += ["--admin-port", str(first + args.nodes + i - 1)]
+        argv += ["--admin-port", str(first + args.nodes + i - 1), "--trusted-proxies", TRUSTED]
         argv += ["--data-dir", str(data / name), *extra]
         nodes.append(Child(name, argv, env=env, log_path=data / "logs" / f"{name}.log"))
     return nodes
@@ -208,7 +229,11 @@ def _haproxy(args: argparse.Namespace, executable: str, nodes: list[Child]) -> C
     ]
     config = data / "haproxy.cfg"
     bind = f"[{args.host}]:{args.port}" if ":" in args.host else f"{args.host}:{args.port}"
-    config.write_text(haproxy.fill(haproxy.TEMPLATE.read_text(), bind, backends))
+    pem = None
+    if args.tls_cert is not None:
+        pem = data / "haproxy.pem"
+        haproxy.write_pem(args.tls_cert, args.tls_key, pem)
+    config.write_text(haproxy.fill(haproxy.TEMPLATE.read_text(), bind, backends, pem))
     haproxy.check(executable, config)
     command = haproxy.command(executable, config)
     return Child("haproxy", command, env=dict(os.environ), log_path=data / "logs" / "haproxy.log")
@@ -217,8 +242,10 @@ def _haproxy(args: argparse.Namespace, executable: str, nodes: list[Child]) -> C
 async def _announce_ready(args: argparse.Namespace, stopping: asyncio.Event) -> None:
     """Log once HAProxy's `/readyz` answers 200 (a node behind it is ready)."""
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
-    url = f"http://{host}:{args.port}/readyz"
-    async with aiohttp.ClientSession() as http:
+    scheme = "http" if args.tls_cert is None else "https"
+    url = f"{scheme}://{host}:{args.port}/readyz"
+    # The cluster asks its own HAProxy, by address: the certificate names the public host.
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as http:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(READY_WAIT_S):
                 while not stopping.is_set():
@@ -226,7 +253,8 @@ async def _announce_ready(args: argparse.Namespace, stopping: asyncio.Event) -> 
                         async with http.get(url) as answer:
                             if answer.status == 200:
                                 log.info(
-                                    "cluster ready: http://%s:%d/ (%d nodes behind HAProxy)",
+                                    "cluster ready: %s://%s:%d/ (%d nodes behind HAProxy)",
+                                    scheme,
                                     host,
                                     args.port,
                                     args.nodes,

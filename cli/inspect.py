@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -51,6 +53,12 @@ def add_parser(commands: Any) -> None:
         default=env_value("admin-token"),
         help="the server's admin token (env STILLHERE_ADMIN_TOKEN)",
     )
+    parser.add_argument(
+        "--ca-file",
+        type=Path,
+        help="with an https --admin-url: the authority its certificate is checked against "
+        "(default: the system's)",
+    )
     parser.add_argument("--json", action="store_true", help="print the API's JSON as it is")
     parser.add_argument(
         "--turns",
@@ -79,6 +87,7 @@ def run_inspect(args: argparse.Namespace) -> int:
                 turns=args.turns,
                 cluster=args.cluster,
                 people=args.people,
+                ca_file=args.ca_file,
             )
         )
     except InspectError as error:
@@ -100,6 +109,7 @@ def inspect(
     turns: bool = False,
     cluster: bool = False,
     people: bool = False,
+    ca_file: Path | None = None,
 ) -> str:
     if not token:
         raise InspectError("no admin token: pass --admin-token or set STILLHERE_ADMIN_TOKEN")
@@ -109,7 +119,7 @@ def inspect(
         raise InspectError("--cluster lists the nodes: give it no PERSON and no --turns")
     if people and not cluster:
         raise InspectError("--people goes with --cluster")
-    api = AdminClient(url, token)
+    api = AdminClient(url, token, ca_file=ca_file)
     if cluster:
         listing = api.get("/admin/nodes?people=on" if people else "/admin/nodes")
         return _pretty(listing) if raw else nodes_text(listing)
@@ -139,13 +149,19 @@ def _base_url(url: str) -> str:
 
 
 class AdminClient:
-    def __init__(self, url: str, token: str, timeout: float = 10.0) -> None:
+    def __init__(
+        self, url: str, token: str, timeout: float = 10.0, ca_file: Path | None = None
+    ) -> None:
         self.url = _base_url(url)
         self._token = token
         self._timeout = timeout
         # The admin API is usually on loopback: an http_proxy from the environment must
-        # not carry the request (and its token) elsewhere.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        # not carry the request (and its token) elsewhere. Over https (--admin-tls on), its
+        # certificate is checked, against `ca_file` if given.
+        verify = ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
+        self._opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=verify)
+        )
 
     def get(self, path: str) -> Any:
         request = urllib.request.Request(

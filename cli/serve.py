@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from functools import partial
 from typing import Any
 
 from providers.event_loop import run as run_on_loop
 from transport.admin import AdminExposed, check_admin_host
 from transport.app import build_app, log_listening, runner_options
-from transport.config import add_options, settings_from
+from transport.config import Settings, add_options, settings_from
 from transport.drain import drain
 from transport.listener import serve
 from transport.logs import setup_logging
+from transport.tls import Certificate, CertificateError
 
 DESCRIPTION = """\
 The conversation server on one port, until SIGTERM or Ctrl-C drains it. Each option is
@@ -39,8 +41,17 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         check_admin_host(settings)
     except AdminExposed as exposed:
         parser.error(str(exposed))
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together: give both, or neither")
+    if settings.admin_tls and settings.tls_cert is None:
+        parser.error("--admin-tls on needs --tls-cert and --tls-key")
+    try:
+        certificate = _certificate(settings)
+    except CertificateError as wrong:
+        print(f"stillhere serve: TLS certificate: {wrong}", file=sys.stderr)
+        return 2
     setup_logging(settings.log_format)
-    app = build_app(settings)
+    app = build_app(settings, certificate=certificate)
     serving = serve(
         app,
         settings.host,
@@ -49,7 +60,15 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         send_buffer=settings.limits.socket_send_buffer,
         on_listening=partial(log_listening, app),
         drain=drain,
+        certificate=certificate,
+        handshake_timeout=settings.limits.hello_timeout,
         **runner_options(settings),
     )
     run_on_loop(serving, settings.event_loop)
     return 0
+
+
+def _certificate(settings: Settings) -> Certificate | None:
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    return Certificate.load(settings.tls_cert, settings.tls_key)

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import struct
 from abc import ABC, abstractmethod
 from collections import deque
@@ -74,6 +75,13 @@ class Credentials:
         if self.device:
             headers["X-Stillhere-Device"] = self.device
         return headers
+
+
+def verifying(ca_file: str | os.PathLike[str] | None = None) -> ssl.SSLContext | bool:
+    """How `https://` and `wss://` links check the server: against `ca_file` (a private CA,
+    a test's) when given, else the system's certificate authorities (aiohttp's `True`).
+    Never unchecked: a phone that skips verification talks to whoever answers."""
+    return True if ca_file is None else ssl.create_default_context(cafile=os.fspath(ca_file))
 
 
 def endpoint(base_url: str, path: str, creds: Credentials) -> str:

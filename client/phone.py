@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import secrets
 import time
@@ -39,6 +40,7 @@ from client.links import (
     Refused,
     Transient,
     WebSocketLink,
+    verifying,
 )
 
 log = logging.getLogger("stillhere.client")
@@ -84,6 +86,8 @@ class Phone:
     `events`/`delivered` lists (a long load run counts in `on_event` instead).
     `max_text_chars` and `max_id_chars` are the server's limits (its defaults here): `say`
     refuses a say over them at once rather than keep sending one the server cannot read.
+    An `https://` base URL gives `wss://` links, the server's certificate checked against
+    the system's authorities, or `ca_file`'s (a session passed in brings its own).
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class Phone:
         record: bool = True,
         max_text_chars: int = MAX_TEXT_CHARS,
         max_id_chars: int = MAX_ID_CHARS,
+        ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if transport not in ("ws", "sse"):
             raise ValueError(f"transport is 'ws' or 'sse', not {transport!r}")
@@ -127,6 +132,7 @@ class Phone:
         self.record = record
         self.max_text_chars = max_text_chars
         self.max_id_chars = max_id_chars
+        self.ca_file = ca_file
         self._sleep = sleep
         self._clock = clock
 
@@ -168,7 +174,8 @@ class Phone:
             raise RuntimeError("a phone starts once; make a new one to come back")
         self._started = True
         if self._http is None:
-            self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            connector = aiohttp.TCPConnector(limit=0, ssl=verifying(self.ca_file))
+            self._http = aiohttp.ClientSession(connector=connector)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="phone")
         try:
             await self.wait_until(

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import re
+import ssl
 import subprocess
 import threading
 import time
@@ -62,6 +63,7 @@ class Served:
     process: subprocess.Popen[bytes]
     log_path: Path
     dsn: str  # its database, for what a test does beside it (another node's notice)
+    tls: ssl.SSLContext | None = None  # a client's, trusting its certificate: base is https
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -76,13 +78,20 @@ class Served:
         )
         request.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=30, context=self.tls) as response:
                 return response.status, json.loads(response.read() or b"null")
         except urllib.error.HTTPError as refused:
             return refused.code, json.loads(refused.read() or b"null")
 
 
-def serve(dsn: str, data_dir: Path, log_path: Path, options: list[str]) -> Served:
+def serve(
+    dsn: str,
+    data_dir: Path,
+    log_path: Path,
+    options: list[str],
+    tls: ssl.SSLContext | None = None,
+) -> Served:
+    """`stillhere serve`, ready; with `tls` (a client's context), over HTTPS."""
     port = free_port()
     argv = [str(STILLHERE), "serve", "--db", dsn, "--data-dir", str(data_dir), "--secret", SECRET]
     with log_path.open("wb") as log:
@@ -93,13 +102,14 @@ def serve(dsn: str, data_dir: Path, log_path: Path, options: list[str]) -> Serve
             stderr=log,
             cwd=ROOT,
         )
-    served = Served(f"http://127.0.0.1:{port}", process, log_path, dsn)
+    scheme = "http" if tls is None else "https"
+    served = Served(f"{scheme}://127.0.0.1:{port}", process, log_path, dsn, tls)
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"the server exited early:\n{served.log()}")
         try:
-            with urllib.request.urlopen(served.base + "/", timeout=1):
+            with urllib.request.urlopen(served.base + "/", timeout=1, context=tls):
                 return served
         except OSError:
             time.sleep(0.1)
@@ -123,14 +133,16 @@ def run_sql(dsn: str, statement: str) -> None:
 
 
 @contextlib.contextmanager
-def serving(postgres: str, folder: Path, options: list[str]) -> Iterator[Served]:
+def serving(
+    postgres: str, folder: Path, options: list[str], tls: ssl.SSLContext | None = None
+) -> Iterator[Served]:
     """`stillhere serve OPTIONS` on a database of its own, for as long as the block lasts
-    (a module's tests share it: each test is another person)."""
+    (a module's tests share it: each test is another person); `tls` as for `serve`."""
     name = "b_" + uuid.uuid4().hex[:12]
     run_sql(postgres, f"CREATE DATABASE {name}")
     try:
         served = serve(
-            _with_database(postgres, name), folder / "data", folder / "serve.log", options
+            _with_database(postgres, name), folder / "data", folder / "serve.log", options, tls
         )
         try:
             yield served

@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from bench import flap, flap_plot, procs
+from bench import flap, flap_plot, flap_tls, procs
 from bench.flap_metrics import bounded_percentiles
 from bench.flap_throughput import measure as measure_throughput
 
@@ -67,6 +67,30 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str, tmp_pa
     assert png.read_bytes().startswith(b"\x89PNG"), "the plot is drawn, cores panel and all"
     stop = report["server_stop"]
     assert stop["exit_code"] == 0 and not stop["killed"] and stop["log_problems"] == 0
+
+
+@pytest.mark.timeout(150)
+async def test_flapping_over_tls_beside_plain_loses_nothing() -> None:
+    """`--tls`: the same phones flapped again against stillhere over TLS, verified against
+    the run's own authority; both runs resume every reconnect and lose nothing."""
+    args = flap.parse_args(
+        [
+            "--clients", "12", "--duration", "6s", "--rss-settle", "0.5s", "--seed", "5",
+            "--think", "2s", "--flap-every", "2s", "--rehearsal-latency", "100ms",
+            "--rehearsal-rate", "40", "--no-baselines", "--no-progress", "--tls",
+            "--settle-timeout", "60s", "--timeout", "140s",
+        ]
+    )  # fmt: skip
+    report = await flap.measure(args)
+    side = report["tls"]
+    assert side["plain"]["url"].startswith("http://")
+    assert side["tls"]["url"].startswith("https://")
+    for run in ("plain", "tls"):
+        assert side[run]["reconnects"] > 0
+        assert side[run]["resumed"] == side[run]["reconnects"]
+        assert side[run]["lost"] == 0
+    assert flap_tls.problems(report) == []
+    assert "over TLS vs plain" in flap.table(report)
 
 
 @pytest.mark.timeout(240)

@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +39,11 @@ class Cluster:
     port: int
     data: Path
     log: Path
+    scheme: str = "http"  # https with --tls-cert
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -67,11 +68,11 @@ class Cluster:
 
 
 def start_cluster(
-    tmp: Path, log_name: str = "cluster.log", *serve: str, standby: bool = False
+    tmp: Path, log_name: str = "cluster.log", *serve: str, options: Sequence[str] = ()
 ) -> Cluster:
-    """`stillhere cluster` in `tmp`, ready; `serve`: options for every node's serve;
-    `standby`: with a synchronous standby of PostgreSQL (two more ports, after the nodes')."""
-    port = free_ports(1 + 2 * NODES + 2 * standby)
+    """`stillhere cluster OPTIONS` in `tmp`, ready; `serve`: options for every node's serve.
+    With `--standby`, PostgreSQL and its standby take two more ports, after the nodes'."""
+    port = free_ports(1 + 2 * NODES + 2 * ("--standby" in options))
     log = tmp / log_name
     with log.open("wb") as output:
         proc = subprocess.Popen(
@@ -86,7 +87,7 @@ def start_cluster(
                 str(tmp / "data"),
                 "--stop-timeout",
                 "30s",
-                *(["--standby"] if standby else []),
+                *options,
                 *(["--", *serve] if serve else []),
             ],
             stdin=subprocess.DEVNULL,
@@ -94,7 +95,7 @@ def start_cluster(
             stderr=output,
             cwd=ROOT,
         )
-    cluster = Cluster(proc, port, tmp / "data", log)
+    cluster = Cluster(proc, port, tmp / "data", log, "https" if "--tls-cert" in options else "http")
     deadline = time.monotonic() + START_TIMEOUT_S
     while "cluster ready" not in cluster.output():
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -222,7 +222,7 @@ async def _take(dsn: str, person: str, node: str) -> int:
 
 @needs_haproxy
 async def test_a_cluster_with_a_standby_acks_says_on_two_disks(tmp_path: Path) -> None:
-    cluster = await asyncio.to_thread(start_cluster, tmp_path, standby=True)
+    cluster = await asyncio.to_thread(start_cluster, tmp_path, options=("--standby",))
     try:
         async with aiohttp.ClientSession() as http:
             phone = Phone(http, cluster.base)

@@ -4,7 +4,8 @@ The admin API is off unless an admin token is configured, and then listens on a 
 its own, apart from the one phones connect to: it shows what people said, so it listens on
 loopback only unless `--admin-remote on` allows another address. Every request needs
 `Authorization: Bearer <admin token>`, compared in constant time (`hmac.compare_digest`);
-the token is never logged (the access log records paths only).
+the token is never logged (the access log records paths only). With `--admin-tls on` it
+speaks HTTPS with the main listener's certificate (`--tls-cert`), reloaded with it.
 
 Like all loop-side code it never blocks on an actor: each actor is asked for a `Snapshot`
 through a `Reply`, all of them at once and with a timeout, so one stuck actor costs one
@@ -64,8 +65,9 @@ async def start_admin(server: Server) -> web.AppRunner | None:
         build_admin_app(server, settings.admin_token), access_log_class=AccessLogger
     )
     await runner.setup()
+    tls = server.certificate.context if server.certificate and settings.admin_tls else None
     try:
-        await web.TCPSite(runner, settings.admin_host, settings.admin_port).start()
+        await web.TCPSite(runner, settings.admin_host, settings.admin_port, ssl_context=tls).start()
     except OSError:
         await runner.cleanup()
         raise

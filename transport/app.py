@@ -37,6 +37,7 @@ from storage.store import Store
 from transport.admin import metrics_handler, start_admin
 from transport.config import Settings, collector_pace, node_name
 from transport.errors import DISK_SPACE_KEY, json_errors
+from transport.forwarded import forwarded, strict_transport
 from transport.health import add_routes as add_health_routes
 from transport.identity import Identity, load_or_create_secret
 from transport.logs import AccessLogger
@@ -47,6 +48,7 @@ from transport.rules_api import add_routes as add_rule_routes
 from transport.server import SERVER_KEY, Server, close_links, close_revoked
 from transport.sse import events_handler, interrupt_handler, leave_handler, say_handler
 from transport.threads_api import add_routes as add_thread_routes
+from transport.tls import Certificate
 from transport.web_app import add_routes as add_web_app_routes
 from transport.websocket import websocket_handler
 
@@ -116,17 +118,22 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
     )
 
 
-def build_app(settings: Settings, clock: Clock | None = None) -> web.Application:
+def build_app(
+    settings: Settings, clock: Clock | None = None, certificate: Certificate | None = None
+) -> web.Application:
+    """The app; `certificate`: the listeners' TLS, when `serve` has one (the admin API's)."""
     extra = frozenset(map(normalise, settings.allowed_origins))
     app = web.Application(
         client_max_size=settings.limits.max_frame_bytes * 4,
         middlewares=[
+            forwarded(settings.trusted_proxies),
             json_errors("the endpoints are listed in docs/protocol.md"),
             origin_check(extra),
         ],
     )
-    app.cleanup_ctx.append(partial(_lifecycle, settings, clock or SystemClock()))
+    app.cleanup_ctx.append(partial(_lifecycle, settings, clock or SystemClock(), certificate))
     app.on_shutdown.append(close_links)
+    app.on_response_prepare.append(strict_transport)
     app.router.add_get("/v1/ws", websocket_handler)
     app.router.add_get("/v1/events", events_handler)
     app.router.add_post("/v1/say", say_handler)
@@ -157,13 +164,15 @@ def listening_line(server: Server, port: int) -> str:
     root, which asks for the token), in one line."""
     settings = server.settings
     main = _authority(settings.host, port)
+    http, ws = ("https", "wss") if server.certificate is not None else ("http", "ws")
     where = (
-        f"listening on http://{main}/ "
-        f"(WebSocket ws://{main}/v1/ws, events http://{main}/v1/events), "
+        f"listening on {http}://{main}/ "
+        f"(WebSocket {ws}://{main}/v1/ws, events {http}://{main}/v1/events), "
     )
     if server.admin_port is None:
         return where + "admin off (no --admin-token)"
-    return where + f"live view http://{_authority(settings.admin_host, server.admin_port)}/"
+    admin = "https" if server.certificate is not None and settings.admin_tls else "http"
+    return where + f"live view {admin}://{_authority(settings.admin_host, server.admin_port)}/"
 
 
 def log_listening(app: web.Application, port: int) -> None:
@@ -175,7 +184,9 @@ def _authority(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address: bracketed
 
 
-async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> AsyncIterator[None]:
+async def _lifecycle(
+    settings: Settings, clock: Clock, certificate: Certificate | None, app: web.Application
+) -> AsyncIterator[None]:
     loop = asyncio.get_running_loop()
     limit_compute_threads(settings.compute_threads)
     tune_collector(settings.gc_thresholds)
@@ -224,7 +235,9 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
         # Started last: only the block below stops it, and a thread left running would
         # keep the process from exiting after a start that failed.
         supervisor = Supervisor.start(rt, directory)
-        app[SERVER_KEY] = Server(settings, rt, identity, directory, supervisor)
+        app[SERVER_KEY] = Server(
+            settings, rt, identity, directory, supervisor, certificate=certificate
+        )
         app[DISK_SPACE_KEY] = store.space
         with (
             switch_interval(settings.switch_interval),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import secrets
@@ -149,6 +150,17 @@ def _origins(text: str) -> tuple[str, ...]:
     return tuple(origins)
 
 
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _networks(text: str) -> tuple[Network, ...]:
+    """Addresses and networks (`10.0.0.5`, `10.0.0.0/8`, `::1`), comma-separated."""
+    try:
+        return tuple(ipaddress.ip_network(word, strict=False) for word in _words(text))
+    except ValueError as wrong:
+        raise argparse.ArgumentTypeError(f"needs addresses or networks: {wrong}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Protocol limits, documented in docs/protocol.md."""
@@ -216,6 +228,12 @@ class Settings:
     interrupt_words: tuple[str, ...] = DEFAULT_INTERRUPT_WORDS
     # Web origins besides the server's own whose pages may open links and write (origin.py).
     allowed_origins: tuple[str, ...] = ()
+    # TLS on the listeners (transport/tls.py); the admin one too with admin_tls.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    admin_tls: bool = False
+    # Peers whose X-Forwarded-For and X-Forwarded-Proto are believed (transport/forwarded.py).
+    trusted_proxies: tuple[Network, ...] = ()
     secret: str | None = field(default=None, repr=False)  # a secret: never shown
     log_format: str = "text"
     embed_url: str | None = None
@@ -303,6 +321,31 @@ GROUPS: tuple[Group, ...] = (
                 more="Such as `https://app.example.org`; a browser request from any other "
                 "origin is refused ([protocol.md](protocol.md#the-origin-check)).",
                 metavar="ORIGINS",
+            ),
+            Option(
+                "tls-cert",
+                Path,
+                "PEM certificate chain: the port speaks HTTPS and WSS (TLS 1.2 at least)",
+                unset="none: plain HTTP",
+                more="HSTS on every answer. SIGHUP reloads it and `--tls-key`; files that do not "
+                "load leave the certificate in use "
+                "([protocol.md](protocol.md#on-the-internet-tls)).",
+                metavar="FILE",
+            ),
+            Option(
+                "tls-key",
+                Path,
+                "PEM private key of --tls-cert, without a passphrase",
+                metavar="FILE",
+            ),
+            Option(
+                "trusted-proxies",
+                _networks,
+                "comma-separated addresses or networks of proxies whose X-Forwarded-For and "
+                "X-Forwarded-Proto name the client",
+                more="The per-address limits and the logs then use the phone's own address, which "
+                "a client cannot forge. Never list a network clients can reach the nodes from.",
+                metavar="NETWORKS",
             ),
         ),
     ),
@@ -640,6 +683,12 @@ GROUPS: tuple[Group, ...] = (
                 _on_off,
                 "on: let --admin-host be a non-loopback address",
                 more="Otherwise `serve` refuses one: the admin API shows what people said.",
+            ),
+            Option(
+                "admin-tls",
+                _on_off,
+                "on: the admin API speaks HTTPS too, with --tls-cert",
+                more="One SIGHUP renews both listeners' certificate.",
             ),
         ),
     ),

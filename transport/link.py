@@ -83,9 +83,12 @@ class QueuedLink(ABC):
         return True
 
     def held(self) -> int:
-        """Bytes this link holds for its phone: frames waiting, and the socket's buffer."""
+        """Bytes this link holds for its phone: frames waiting, and the socket's buffer (none
+        once it closes: asyncio's TLS transport, closed, has no buffer left to ask about)."""
         transport = cast(asyncio.WriteTransport | None, self.transport)
-        buffered = 0 if transport is None else transport.get_write_buffer_size()
+        buffered = 0
+        if transport is not None and not transport.is_closing():
+            buffered = transport.get_write_buffer_size()
         return self._queued_bytes + self._writing_bytes + buffered
 
     def _cut_off(self) -> None:

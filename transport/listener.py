@@ -17,6 +17,10 @@ With `--socket-send-buffer`, each accepted socket's kernel send buffer is fixed 
 size instead of growing with the connection (up to `net.ipv4.tcp_wmem`'s maximum, 4 MB by
 default): a phone that stops reading then holds that much kernel memory at most, beside
 what `--link-buffer` lets the server hold. A chat's replies need little of it.
+
+With `--tls-cert`, each accepted socket is wrapped in TLS (transport/tls.py) before aiohttp
+sees it; a handshake not done within `--hello-timeout` closes the connection, as a hello
+not sent in time does.
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ import asyncio
 import logging
 import signal
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+
+from transport.tls import Certificate
 
 log = logging.getLogger("stillhere.server")
 
@@ -67,19 +74,29 @@ class _Listening(asyncio.AbstractServer):
 class AcceptingSite(web.BaseSite):
     """A TCP site that accepts every waiting connection whenever its socket is ready."""
 
-    __slots__ = ("_accepting", "_host", "_port", "_send_buffer")
+    __slots__ = ("_accepting", "_handshake_timeout", "_host", "_port", "_send_buffer")
 
     def __init__(
-        self, runner: web.BaseRunner, host: str, port: int, *, backlog: int, send_buffer: int = 0
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        backlog: int,
+        send_buffer: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+        handshake_timeout: float = 10.0,
     ) -> None:
-        super().__init__(runner, backlog=backlog)
+        super().__init__(runner, backlog=backlog, ssl_context=ssl_context)
         self._host, self._port = host, port
         self._send_buffer = send_buffer  # SO_SNDBUF of each accepted socket; 0: the kernel's
+        self._handshake_timeout = handshake_timeout  # of TLS, with an ssl_context
         self._accepting: set[asyncio.Task[Any]] = set()
 
     @property
     def name(self) -> str:
-        return f"http://{self._host}:{self._port}"
+        scheme = "https" if self._ssl_context else "http"
+        return f"{scheme}://{self._host}:{self._port}"
 
     async def start(self) -> None:
         await super().start()
@@ -120,9 +137,12 @@ class AcceptingSite(web.BaseSite):
         if factory is None:  # shutting down
             conn.close()
             return
+        tls: dict[str, Any] = {}
+        if self._ssl_context is not None:
+            tls = {"ssl": self._ssl_context, "ssl_handshake_timeout": self._handshake_timeout}
         try:
-            await loop.connect_accepted_socket(factory, conn)
-        except OSError as failed:  # the phone left before we got to it
+            await loop.connect_accepted_socket(factory, conn, **tls)
+        except (OSError, TimeoutError) as failed:  # the phone left, or its handshake failed
             log.info("an accepted connection could not be served: %s", failed)
             conn.close()
 
@@ -136,21 +156,35 @@ async def serve(
     send_buffer: int = 0,
     on_listening: Callable[[int], None] | None = None,
     drain: Callable[[web.Application], Awaitable[None]] | None = None,
+    certificate: Certificate | None = None,
+    handshake_timeout: float = 10.0,
     **runner_options: Any,
 ) -> None:
     """Serve `app` on `host:port` until SIGINT or SIGTERM, then shut it down cleanly (what
     `web.run_app` does, with `AcceptingSite` in place of its TCP site). `on_listening` is
     called with the bound port (the one the system chose, for port 0) once it accepts.
     `drain` runs after the signal while the site still accepts (a load balancer's health
-    checks are answered meanwhile), before the runner closes the site and the app."""
+    checks are answered meanwhile), before the runner closes the site and the app.
+    With a `certificate`, the site speaks TLS and SIGHUP reloads the certificate."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if certificate is not None:
+        loop.add_signal_handler(signal.SIGHUP, certificate.reload)
     runner = web.AppRunner(app, handle_signals=False, **runner_options)
     await runner.setup()
+    site = AcceptingSite(
+        runner,
+        host,
+        port,
+        backlog=backlog,
+        send_buffer=send_buffer,
+        ssl_context=None if certificate is None else certificate.context,
+        handshake_timeout=handshake_timeout,
+    )
     try:
-        await AcceptingSite(runner, host, port, backlog=backlog, send_buffer=send_buffer).start()
+        await site.start()
         if on_listening is not None:
             on_listening(runner.addresses[0][1])
         await stop.wait()

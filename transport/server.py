@@ -21,6 +21,7 @@ from transport.errors import error_response
 from transport.identity import Identity
 from transport.link import QueuedLink
 from transport.protocol import CLOSE_REVOKED, KeyedRates, error_frame
+from transport.tls import Certificate
 
 
 @dataclass(slots=True)
@@ -30,6 +31,7 @@ class Server:
     identity: Identity
     directory: Directory
     supervisor: pykka.ActorRef[Supervisor]
+    certificate: Certificate | None = None  # the listeners' TLS (`--tls-cert`), if any
     links: WeakSet[QueuedLink] = field(default_factory=WeakSet)
     address_links: Counter[str] = field(default_factory=Counter)  # open links per IP address
     admin_port: int | None = None  # where the admin API listens, once started (if on)

@@ -6,6 +6,7 @@ import { $ } from "./dom.js";
 import { Memories } from "./memories.js";
 import { MAX_TEXT_CHARS, Phone } from "./phone.js";
 import { schedule } from "./reminders.js";
+import { sayWhatIsWithheld } from "./secure.js";
 import { credentials, forgetConversation, read, write } from "./store.js";
 
 const conversation = new Conversation($("log"), (streaming) => {
@@ -155,5 +156,6 @@ $("notifications").addEventListener("click", async () => {
   }
 });
 
+sayWhatIsWithheld($("insecure"), $("notifications"));
 conversation.waiting(phone.outbox);
 phone.start();
