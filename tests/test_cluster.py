@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from bench.procs import free_ports
+from tests.conftest import INSTANT_OPTIONS
 from tests.test_db_command import gone
 from tests.test_deploy import HAPROXY, needs_haproxy
 from tests.test_restart import ROOT, STILLHERE
@@ -83,7 +84,9 @@ def start_cluster(tmp: Path, log_name: str = "cluster.log", *serve: str) -> Clus
                 str(tmp / "data"),
                 "--stop-timeout",
                 "30s",
-                *(["--", *serve] if serve else []),
+                "--",
+                *INSTANT_OPTIONS,  # the test's own options come after, and win
+                *serve,
             ],
             stdin=subprocess.DEVNULL,
             stdout=output,
