@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,12 @@ from typing import Any
 from aiohttp import web
 
 log = logging.getLogger("stillhere.server")
+
+
+class StartupError(Exception):
+    """A start that cannot go on, said in one line: what failed, the option that names it
+    and what to do (`stillhere serve` prints it and exits with code 2)."""
+
 
 # After an accept fails for want of resources (descriptors, memory), the socket stays ready:
 # accepting again at once would spin. asyncio's own loop waits this long too.
@@ -67,14 +74,22 @@ class _Listening(asyncio.AbstractServer):
 class AcceptingSite(web.BaseSite):
     """A TCP site that accepts every waiting connection whenever its socket is ready."""
 
-    __slots__ = ("_accepting", "_host", "_port", "_send_buffer")
+    __slots__ = ("_accepting", "_host", "_port", "_send_buffer", "_sock")
 
     def __init__(
-        self, runner: web.BaseRunner, host: str, port: int, *, backlog: int, send_buffer: int = 0
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        backlog: int,
+        send_buffer: int = 0,
+        sock: socket.socket | None = None,
     ) -> None:
         super().__init__(runner, backlog=backlog)
         self._host, self._port = host, port
         self._send_buffer = send_buffer  # SO_SNDBUF of each accepted socket; 0: the kernel's
+        self._sock = sock  # bound and listening already (`listen`), or bound by `start`
         self._accepting: set[asyncio.Task[Any]] = set()
 
     @property
@@ -84,9 +99,7 @@ class AcceptingSite(web.BaseSite):
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
-        [(family, *_), *_] = await loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
-        sock = socket.create_server((self._host, self._port), family=family, backlog=self._backlog)
-        sock.setblocking(False)
+        sock = self._sock or await listen(self._host, self._port, self._backlog)
         self._port = sock.getsockname()[1]
         self._server = _Listening(loop, sock)
         loop.add_reader(sock.fileno(), self._accept_waiting, loop, sock)
@@ -127,6 +140,25 @@ class AcceptingSite(web.BaseSite):
             conn.close()
 
 
+def reason(failed: OSError) -> str:
+    """What the system said, without the address Python adds to it."""
+    return os.strerror(failed.errno) if failed.errno else str(failed)
+
+
+async def listen(host: str, port: int, backlog: int) -> socket.socket:
+    """A non-blocking socket listening on `host:port`; StartupError if it cannot be."""
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        sock = socket.create_server((host, port), family=infos[0][0], backlog=backlog)
+    except OSError as failed:
+        raise StartupError(
+            f"cannot listen on {host}:{port} (--host, --port): {reason(failed)}; "
+            "stop what uses that port, or choose another --port"
+        ) from failed
+    sock.setblocking(False)
+    return sock
+
+
 async def serve(
     app: web.Application,
     host: str,
@@ -142,15 +174,25 @@ async def serve(
     `web.run_app` does, with `AcceptingSite` in place of its TCP site). `on_listening` is
     called with the bound port (the one the system chose, for port 0) once it accepts.
     `drain` runs after the signal while the site still accepts (a load balancer's health
-    checks are answered meanwhile), before the runner closes the site and the app."""
+    checks are answered meanwhile), before the runner closes the site and the app.
+    The port is bound first, before the app starts (its models and database), so a port in
+    use is said at once; connections made meanwhile wait in the backlog."""
+    sock = await listen(host, port, backlog)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(app, handle_signals=False, **runner_options)
-    await runner.setup()
     try:
-        await AcceptingSite(runner, host, port, backlog=backlog, send_buffer=send_buffer).start()
+        await runner.setup()
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        site = AcceptingSite(
+            runner, host, port, backlog=backlog, send_buffer=send_buffer, sock=sock
+        )
+        await site.start()
         if on_listening is not None:
             on_listening(runner.addresses[0][1])
         await stop.wait()
