@@ -44,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InUse as busy:
         print(f"stillhere {args.command}: {busy}", file=sys.stderr)
         return 1
+    except memory.UnknownPerson as unknown:
+        print(f"stillhere {args.command}: {unknown}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
