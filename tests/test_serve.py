@@ -116,6 +116,18 @@ async def test_a_port_in_use_is_one_line_before_anything_starts(dsn: str, tmp_pa
     assert lines == lines[-1:], "the port is bound before anything else starts"
 
 
+async def test_an_admin_port_in_use_is_one_line_too(dsn: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        admin = str(taken.getsockname()[1])
+        options = ["--db", dsn, "--data-dir", str(tmp_path / "data"), "--port", "0"]
+        options += ["--admin-token", TOKEN, "--admin-port", admin]
+        code, lines = await refused_start(options, tmp_path / "serve.log")
+    assert code == 2
+    said_once(lines, "--admin-port", f"127.0.0.1:{admin}", "Address already in use")
+
+
 @pytest.mark.parametrize(
     ("given", "needles"),
     [
