@@ -54,6 +54,7 @@ def _list(name: str) -> dict[str, Any]:
     return {"type": "array", "items": {"type": "string"}, "description": name}
 
 
+UNSPECIFIED = "unspecified"  # a reminder's time, when it was not said
 MEMORY_TYPES = ("fact", "appointment", "reminder", "task", "memo", "preference")
 # A page's title is read at a glance on a phone: a few words, never a sentence.
 PAGE_TITLE_WORDS = 3
@@ -308,17 +309,33 @@ async def _show_page(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _schedule_reminder(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Schedule the reminder on the phone, and keep it as a memory of type `reminder`, which
+    the person lists, mutes and forgets like any other (the clean-up sheet counts it)."""
     rt = ctx.runtime
+    text, when = str(args["text"]), str(args["when"])
     reminder = await rt.store.add_reminder(
-        ctx.conversation,
-        ctx.person,
-        ctx.epoch,
-        str(args["text"]),
-        str(args["when"]),
-        rt.clock.now(),
+        ctx.conversation, ctx.person, ctx.epoch, text, when, rt.clock.now()
     )
     ctx.handles.reminders.schedule(reminder)
-    return {"scheduled": True, "reminder": str(reminder.id)}
+    result: dict[str, Any] = {"scheduled": True, "reminder": str(reminder.id)}
+    if rt.memory is not None:
+        draft = reminder_draft(text, when)
+        kept = await rt.memory.remember(
+            ctx.person, draft, conversation=ctx.conversation, epoch=ctx.epoch
+        )
+        result["memory"] = str(kept.memory.id)
+    return result
+
+
+def reminder_draft(text: str, when: str) -> MemoryDraft:
+    """A reminder as a memory: its text with its time in words, due then if that is an
+    ISO 8601 time."""
+    try:
+        due = _time({"when": when}, "when")
+    except BadArgument:
+        due = None
+    said = text if when in ("", UNSPECIFIED) or due is not None else f"{text} ({when})"
+    return MemoryDraft(text=said.strip(), type="reminder", due_at=due)
 
 
 async def _set_speaker(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:

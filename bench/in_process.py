@@ -20,6 +20,8 @@ from transport.app import build_app
 from transport.config import Settings
 
 HOST = "127.0.0.1"
+# The rehearsal model answering at once unless a bench paces it (its default is a reader's).
+INSTANT = {"rehearsal_latency": 0.0, "rehearsal_rate": 0.0}
 
 
 @contextlib.asynccontextmanager
@@ -46,7 +48,9 @@ async def servers(
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
         urls = {}
         for mode, overrides in modes.items():
-            settings = Settings(db=dsn, data_dir=folder, secret=secret, **shared, **overrides)
+            settings = Settings(
+                db=dsn, data_dir=folder, secret=secret, **(INSTANT | shared | overrides)
+            )
             urls[mode] = await stack.enter_async_context(serving(build_app(settings)))
         yield urls
 

@@ -22,7 +22,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ FRAME_TIMEOUT_S = 30.0
 PHONE_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 5.0
 MAX_FRAMES_PER_WAIT = 10_000
+Report = dict[str, Any]
 DESCRIPTION = "memory per live conversation, and resume latency against new devices"
 
 
@@ -432,33 +433,47 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-async def _bounded(server: Server, args: argparse.Namespace) -> dict[str, Any]:
-    async with asyncio.timeout(args.timeout):
-        return await measure(server, args)
+async def _within(job: Coroutine[Any, Any, Report], timeout: float) -> Report:
+    async with asyncio.timeout(timeout):
+        return await job
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Start the server, measure, stop it and remove its tmp dir whatever happens."""
+def served(
+    measure: Callable[[Server], Coroutine[Any, Any, Report]],
+    timeout: float,
+    extra: Sequence[str] = (),
+    keep: Path | None = None,
+) -> Report:
+    """Start a server (the rehearsal model instant, `extra` options) in a temporary dir, run
+    `measure` on it for at most `timeout` seconds, stop it and remove the dir whatever
+    happens: what `measure` returned, with the server's stop and its log's problems and tail
+    (the log kept at `keep` if given)."""
     root = Path(tempfile.mkdtemp(prefix="stillhere-bench-"))
-    measured: dict[str, Any] | None = None
+    measured: Report | None = None
     try:
-        server = start_server("stillhere", root, latency=0.0, rate=0.0)
+        server = start_server("stillhere", root, latency=0.0, rate=0.0, extra=list(extra))
         try:
-            measured = asyncio.run(_bounded(server, args))
+            measured = asyncio.run(_within(measure(server), timeout))
         finally:
             stop = stop_server(server)
             found, tail = log_problems(server.log_path), log_tail(server.log_path)
-            keep_log(server.log_path, args.server_log)
+            keep_log(server.log_path, keep)
             if measured is None:
                 print("server log tail:\n  " + "\n  ".join(tail), file=sys.stderr)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    report = report_from(args, measured)
-    report.update(server_stop=stop, server_log_problems=len(found), server_log_tail=tail)
-    return report
+    return {
+        **measured,
+        "server_stop": stop,
+        "server_log_problems": len(found),
+        "server_log_tail": tail,
+    }
 
 
-Report = dict[str, Any]
+def run(args: argparse.Namespace) -> Report:
+    """Measure on a server of its own, started and stopped around the run."""
+    measured = served(lambda server: measure(server, args), args.timeout, keep=args.server_log)
+    return report_from(args, measured)
 
 
 def report_main(

@@ -26,7 +26,6 @@ import random
 import secrets
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,10 +46,9 @@ from bench.live import (
     percentiles,
     ramp,
     report_main,
+    served,
 )
-from bench.procs import Server, free_port, log_problems, log_tail, wait_ready
-from bench.procs import start as start_server
-from bench.procs import stop as stop_server
+from bench.procs import Server, free_port, wait_ready
 
 DESCRIPTION = "the live view's load and update time in Chromium, at N actors against B"
 WAIT_MS = 60_000
@@ -219,35 +217,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Start the server, measure, stop it and remove its tmp dir whatever happens."""
-    root = Path(tempfile.mkdtemp(prefix="stillhere-bench-"))
+    """Measure on a server of its own, its admin listener on, started and stopped around
+    the run."""
     token, admin_port = secrets.token_hex(16), free_port()
     extra = ["--admin-token", token, "--admin-port", str(admin_port)]
-    measured: dict[str, Any] | None = None
-    try:
-        server = start_server("stillhere", root, latency=0.0, rate=0.0, extra=extra)
-        try:
-            bounded = asyncio.wait_for(
-                measure(server, f"http://127.0.0.1:{admin_port}", token, args), args.timeout
-            )
-            measured = asyncio.run(bounded)
-        finally:
-            stop = stop_server(server)
-            found = log_problems(server.log_path)
-            if measured is None:
-                print(
-                    "server log tail:\n  " + "\n  ".join(log_tail(server.log_path)), file=sys.stderr
-                )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    admin = f"http://127.0.0.1:{admin_port}"
+    measured = served(lambda server: measure(server, admin, token, args), args.timeout, extra)
     return {
         "actors": args.actors,
         "baseline": args.baseline,
         "runs": args.runs,
         **measured,
         "ratios": ratios(measured["sizes"]),
-        "server_stop": stop,
-        "server_log_problems": len(found),
         "machine": {
             "cpu_count": os.cpu_count(),
             "memory_mb": round(psutil.virtual_memory().total / (1024 * 1024)),

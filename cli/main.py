@@ -45,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         other_way = ", or pass --db with a DSN" if hasattr(args, "db") else ""
         print(f"stillhere {args.command}: {busy}{other_way}", file=sys.stderr)
         return 1
+    except memory.UnknownPerson as unknown:
+        print(f"stillhere {args.command}: {unknown}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -9,22 +9,28 @@ run (`actors.memory.search`), for one person, printed one memory a line with why
 The server runs the same pass on the supervisor's schedule; this runs it now, on every
 person whose memories changed since their last pass (or `--all`, or one `--person`), and
 can undo one merge (`--unmerge ID --person P`). It talks to the database directly, so it
-can run beside a server: the server's fingerprint index notices the change (the person's
-memory generation moved) and rebuilds.
+can run beside a server, on the embedded PostgreSQL of the server's `--data-dir` while the
+server runs on it: the server's fingerprint index notices the change (the person's memory
+generation moved) and rebuilds.
+
+`--person` takes a person key as `inspect` shows it: the whole key, or a prefix only one
+person's key starts with.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
 import orjson
 
 from actors.memory.consolidation import consolidate, maintain, unmerge
-from actors.memory.keeper import NoSuchMention
+from actors.memory.keeper import MemoryKeeper, NoSuchMention
 from actors.memory.search import BadQuery, Found, query_text
 from actors.memory.setup import (
     add_embed_options,
@@ -37,6 +43,29 @@ from transport.config import add_db_options
 from transport.memory_api import SEARCH_LIMIT, SEARCH_MAX
 
 log = logging.getLogger("stillhere.memory")
+PERSON_HELP = "the person key, or a prefix of it only one person's key starts with"
+
+
+class UnknownPerson(Exception):
+    """A `--person` no key is, or starts with, or that starts several."""
+
+
+@contextlib.asynccontextmanager
+async def opened(args: argparse.Namespace) -> AsyncIterator[MemoryKeeper]:
+    """The keeper on `--db` or on the data dir's PostgreSQL (beside a server running on it),
+    with `args.person` made a whole key; UnknownPerson if it names nobody or several."""
+    async with (
+        migrated_database(args.db, args.data_dir, beside=True) as dsn,
+        keeper_on(dsn, args) as keeper,
+    ):
+        if args.person:
+            keys = await keeper.store.persons_starting(args.person, 2)
+            if not keys:
+                raise UnknownPerson(f"no person's key is or starts with {args.person}")
+            if len(keys) > 1:
+                raise UnknownPerson(f"several people's keys start with {args.person}: give more")
+            args.person = keys[0]
+        yield keeper
 
 
 def add_parser(subparsers: Any) -> None:
@@ -51,7 +80,7 @@ def add_parser(subparsers: Any) -> None:
     )
     who = run_.add_mutually_exclusive_group()
     who.add_argument("--all", action="store_true", help="every person, changed or not")
-    who.add_argument("--person", help="only this person (the person key, as in the database)")
+    who.add_argument("--person", help=f"only this person ({PERSON_HELP})")
     run_.add_argument(
         "--unmerge",
         type=UUID,
@@ -67,7 +96,7 @@ def add_parser(subparsers: Any) -> None:
         description="Search one person's memories as the model's search_memories tool does.",
     )
     search.add_argument("query", help="a name, a topic or a question")
-    search.add_argument("--person", required=True, help="the person key, as in the database")
+    search.add_argument("--person", required=True, help=PERSON_HELP)
     search.add_argument(
         "--limit",
         type=_limit,
@@ -85,7 +114,7 @@ def add_parser(subparsers: Any) -> None:
         "again; with it, make that mention a memory of its own, as it was said.",
     )
     split.add_argument("memory", type=UUID, help="the memory's id")
-    split.add_argument("--person", required=True, help="the person key, as in the database")
+    split.add_argument("--person", required=True, help=PERSON_HELP)
     split.add_argument("--mention", type=int, help="the mention to split out (see the list)")
     add_db_options(split, scratch=False)
     add_embed_options(split)
@@ -93,7 +122,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 async def run_split(args: argparse.Namespace) -> int:
-    async with migrated_database(args.db, args.data_dir) as dsn, keeper_on(dsn, args) as keeper:
+    async with opened(args) as keeper:
         try:
             if args.mention is None:
                 for said in await keeper.mentions(args.person, args.memory):
@@ -124,7 +153,7 @@ async def run_search(args: argparse.Namespace) -> int:
     except BadQuery as wrong:
         print(f"stillhere memory search: {wrong}", file=sys.stderr)
         return 2
-    async with migrated_database(args.db, args.data_dir) as dsn, keeper_on(dsn, args) as keeper:
+    async with opened(args) as keeper:
         try:
             found = await keeper.search(args.person, query, args.limit)
         except EmbeddingError as failure:
@@ -152,7 +181,7 @@ async def run(args: argparse.Namespace) -> int:
     if args.unmerge is not None and not args.person:
         print("--unmerge needs --person: a memory is only ever changed for its own person")
         return 2
-    async with migrated_database(args.db, args.data_dir) as dsn, keeper_on(dsn, args) as keeper:
+    async with opened(args) as keeper:
         if args.unmerge is not None:
             reference = await unmerge(keeper, args.person, args.unmerge)
             if reference is None:

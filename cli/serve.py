@@ -12,7 +12,7 @@ from transport.admin import AdminExposed, check_admin_host
 from transport.app import build_app, log_listening, runner_options
 from transport.config import Settings, add_options, settings_from
 from transport.drain import drain
-from transport.listener import serve
+from transport.listener import StartupError, serve
 from transport.logs import setup_logging
 from transport.tls import Certificate, CertificateError
 
@@ -64,7 +64,11 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         handshake_timeout=settings.limits.hello_timeout,
         **runner_options(settings),
     )
-    run_on_loop(serving, settings.event_loop)
+    try:
+        run_on_loop(serving, settings.event_loop)
+    except StartupError as failed:  # one line, naming the option and what to do
+        print(f"stillhere serve: {failed}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -90,7 +90,8 @@ class EmbeddedPostgres:
         if not self.adopted:
             log.info("embedded PostgreSQL started in %s (postmaster %d)", self.pgdata, pid)
         elif others:
-            log.info("embedded PostgreSQL in %s shared with process %s", self.pgdata, others)
+            shared = ", ".join(map(str, others))
+            log.info("embedded PostgreSQL in %s shared with process %s", self.pgdata, shared)
         else:
             log.info(
                 "embedded PostgreSQL adopted in %s (postmaster %d, left running by a process "
@@ -231,10 +232,13 @@ class EmbeddedPostgres:
 
 
 @contextlib.asynccontextmanager
-async def migrated_database(dsn: str | None, folder: Path | None) -> AsyncIterator[str]:
+async def migrated_database(
+    dsn: str | None, folder: Path | None, *, beside: bool = False
+) -> AsyncIterator[str]:
     """A migrated database for a command run by hand: `dsn`, else the embedded PostgreSQL
-    of `folder` (refused while a server runs on it), else one in a temporary folder,
-    thrown away after."""
+    of `folder`, else one in a temporary folder, thrown away after. A server running on
+    `folder`'s PostgreSQL refuses the command (InUse), unless it may run `beside` one: it
+    then shares that PostgreSQL, which the last of them to let go stops."""
     if dsn:
         store = await Store.open(dsn)
         await store.close()
@@ -246,7 +250,7 @@ async def migrated_database(dsn: str | None, folder: Path | None) -> AsyncIterat
         if folder is None:
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stillhere-")))
         embedded = await loop.run_in_executor(
-            None, functools.partial(EmbeddedPostgres, folder, alone=not scratch)
+            None, functools.partial(EmbeddedPostgres, folder, alone=not (scratch or beside))
         )
         try:
             store = await Store.open(embedded.dsn)

@@ -316,6 +316,19 @@ class MemoryStore:
         # Told of each person a conversation's write was refused for (set by the node).
         self.on_fenced: Callable[[str, int], None] = lambda person, epoch: None
 
+    async def persons_starting(self, start: str, most: int) -> list[str]:
+        """The person keys that are `start` or begin with it (at most `most`), of those
+        with memories or conversations: `start` alone if it is a whole key."""
+        rows = await self._pool.fetch(
+            "SELECT person FROM (SELECT person FROM cards UNION SELECT person FROM "
+            "conversations) p WHERE starts_with(person, $1) "
+            "ORDER BY person <> $1, person LIMIT $2",
+            start,
+            most,
+        )
+        keys = [r["person"] for r in rows]
+        return keys[:1] if keys and keys[0] == start else keys
+
     async def _hold(self, conn: asyncpg.Connection, person: str, epoch: int | None) -> None:
         """A conversation's write (`epoch` given) goes on only under the person's owner."""
         if epoch is not None:

@@ -44,7 +44,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from tests.conftest import _with_database
+from tests.conftest import INSTANT_OPTIONS, _with_database
 from tests.test_restart import ROOT, START_TIMEOUT, STILLHERE, free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -96,7 +96,7 @@ def serve(
     argv = [str(STILLHERE), "serve", "--db", dsn, "--data-dir", str(data_dir), "--secret", SECRET]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [*argv, "--port", str(port), *options],
+            [*argv, "--port", str(port), *INSTANT_OPTIONS, *options],  # options win
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=log,

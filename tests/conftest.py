@@ -163,6 +163,12 @@ def held_replies(monkeypatch: pytest.MonkeyPatch) -> HeldReplies:
     return HeldReplies(monkeypatch)
 
 
+# The rehearsal model answering at once, as the tests expect unless they pace it themselves
+# (its default is a reader's pace).
+INSTANT_REHEARSAL = {"rehearsal_latency": 0.0, "rehearsal_rate": 0.0}
+INSTANT_OPTIONS = ["--rehearsal-latency", "0s", "--rehearsal-rate", "0"]
+
+
 class Harness:
     """A running stillhere server (in this process) and ways to talk to it."""
 
@@ -178,7 +184,7 @@ class Harness:
             db=self.dsn,
             data_dir=self.data_dir,
             secret="test-secret-of-at-least-32-bytes",
-            **overrides,
+            **(INSTANT_REHEARSAL | overrides),
         )
         app = build_app(settings, clock=self.clock)
         self.test_server = TestServer(app)

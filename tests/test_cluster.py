@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from bench.procs import free_ports
+from tests.conftest import INSTANT_OPTIONS
 from tests.test_db_command import gone
 from tests.test_deploy import HAPROXY, needs_haproxy
 from tests.test_restart import ROOT, STILLHERE
@@ -88,7 +89,9 @@ def start_cluster(
                 "--stop-timeout",
                 "30s",
                 *options,
-                *(["--", *serve] if serve else []),
+                "--",
+                *INSTANT_OPTIONS,  # the test's own options come after, and win
+                *serve,
             ],
             stdin=subprocess.DEVNULL,
             stdout=output,

@@ -12,7 +12,9 @@ import aiohttp
 import psutil
 import pytest
 
+from cli.inspect import SHOWN_PERSON
 from tests.test_restart import ROOT, STILLHERE, ServerProcess, spawn_serve
+from transport.identity import Identity
 
 
 class EmbeddedServer(ServerProcess):
@@ -56,19 +58,17 @@ def data(tmp_path: Path) -> Iterator[Path]:
         psutil.Process(left).terminate()
 
 
-async def consolidate(data_dir: Path) -> tuple[int, str]:
+async def stillhere(*argv: str) -> tuple[int, str]:
+    """`stillhere ARGV` run to its end: its exit status, and its output and log."""
     proc = await asyncio.create_subprocess_exec(
         str(STILLHERE),
-        "memory",
-        "consolidate",
-        "--data-dir",
-        str(data_dir),
+        *argv,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
         cwd=ROOT,
     )
-    _, err = await proc.communicate()
-    return proc.returncode or 0, err.decode()
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode()
 
 
 async def test_a_restarted_server_adopts_the_postgresql_a_kill_left_and_stops_it(
@@ -85,13 +85,35 @@ async def test_a_restarted_server_adopts_the_postgresql_a_kill_left_and_stops_it
     assert f"embedded PostgreSQL adopted in {data.resolve() / 'pgdata'}" in second.log()
     assert postmaster(data) == started
 
-    status, refusal = await consolidate(data)
+    status, said = await stillhere("memory", "consolidate", "--data-dir", str(data))
     assert second.proc is not None
-    assert status == 1 and f"in use by process {second.proc.pid}" in refusal
-    assert "stop it first, or pass --db with a DSN" in refusal
-    assert "stopped" not in refusal and postmaster(data) == started
+    assert status == 0 and f"shared with process {second.proc.pid}" in said  # beside it
+    assert f"left running (postmaster {started}): still used by process" in said
+    assert postmaster(data) == started
 
     assert await second.stop() == 0
     log = second.log()
     assert f"embedded PostgreSQL stopped (postmaster {started}, adopted" in log
     assert postmaster(data) is None
+
+
+async def test_memory_search_runs_beside_the_server_with_a_short_key(
+    http: aiohttp.ClientSession, data: Path, tmp_path: Path
+) -> None:
+    """On the server's data dir while it runs (docs/memories.md), the person named as
+    `inspect` shows them: the first 12 characters of their key."""
+    server = EmbeddedServer("", data, tmp_path / "serve.log")
+    await server.start(http)
+    device = "device-" + "5" * 32
+    memory = {"text": "My brother Owen lives in Bristol.", "people": ["owen"]}
+    headers = {"X-Stillhere-Device": device}
+    async with http.post(server.base + "/v1/memories", json=memory, headers=headers) as made:
+        assert made.status == 201
+    key = Identity("s").person(device=device)[:SHOWN_PERSON]
+    search = ("memory", "search", "Where does Owen live?", "--data-dir", str(data))
+    status, said = await stillhere(*search, "--person", key)
+    assert status == 0 and "My brother Owen lives in Bristol." in said, said
+    status, said = await stillhere(*search, "--person", "f" * 64)
+    assert status == 2 and "no person's key is or starts with" in said, said
+    assert server.proc is not None and server.proc.returncode is None
+    assert await server.stop() == 0

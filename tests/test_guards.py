@@ -173,3 +173,37 @@ async def test_consolidation_never_merges_what_a_guard_keeps_apart(
             "person-old", draft, keeper.clock.now(), fingerprint=encode(vector), model=MODEL
         )
     assert await consolidate(keeper, "person-old") == []
+
+
+@pytest.mark.parametrize(
+    ("existing", "new"),
+    [
+        (fact("My sister Lea is allergic to cats."), fact("The cat sitter is called Mira.")),
+        (fact("Lea is allergic to cats.", "lea"), fact("The cat sitter is Mira.", "mira")),
+    ],
+    ids=["names", "people"],
+)
+async def test_two_people_are_no_contradiction(
+    local_keeper: MemoryKeeper, db: asyncpg.Connection, existing: MemoryDraft, new: MemoryDraft
+) -> None:
+    """A contradiction is a new value for the same slot of the same subject: the cat sitter
+    is not the sister (the model was handed `possible_contradiction`, name lea vs mira)."""
+    await local_keeper.remember("person-guards", existing)
+    second = await local_keeper.remember("person-guards", new)
+    assert second.created and second.contradicts == (), second.reason
+    assert await db.fetchval("SELECT count(*) FROM memory_links") == 0
+
+
+@pytest.mark.parametrize(
+    ("existing", "new"),
+    [
+        (fact("The trip is to Lisbon."), fact("The trip is to Porto.")),
+        (fact("Owen is 34.", "owen"), fact("Owen is 43.", "owen")),
+        (fact("Ma sœur habite à Lyon."), fact("Ma sœur habite à Nantes.")),
+    ],
+)
+def test_a_new_value_for_one_slot_of_one_subject_is_a_contradiction(
+    existing: MemoryDraft, new: MemoryDraft
+) -> None:
+    found = guard(existing, new)
+    assert found is not None and found.verdict == "contradiction", found

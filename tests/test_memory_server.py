@@ -14,6 +14,7 @@ import pytest
 
 from actors.runtime import Runtime
 from tests.conftest import Harness
+from tests.test_memory_api import Api
 
 pytestmark = pytest.mark.skipif(
     "memory" not in {f.name for f in dataclasses.fields(Runtime)},
@@ -92,3 +93,28 @@ async def test_the_tool_result_tells_the_model_what_happened(
     assert '"possible_contradiction"' in other or '"created":true' in other
     assert "due_at is not an ISO 8601 time" in bad
     assert await db.fetchval("SELECT count(*) FROM cards") == 2
+
+
+async def test_a_reminder_set_in_conversation_is_a_memory_like_any(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    """ "remind me to call Anna tomorrow" is under the Reminder filter, counted by the
+    clean-up sheet (reminders, all), muted and forgotten like any memory (seed 001)."""
+    await harness.start()
+    phone = await harness.phone()
+    await phone.say("remind me to call Anna tomorrow")
+    assert (await phone.expect("reminder"))["reminder"]["text"] == "call Anna"
+    await phone.reply()
+    api = Api(harness, phone.device)
+
+    assert await api.listed(type="reminder") == ["call Anna (tomorrow)"]
+    sweep = {"categories": ["reminder"], "scope": "all", "dry_run": True}
+    status, dry = await api.call("POST", "/v1/memories/cleanup", sweep)
+    assert (status, dry["count"]) == (200, 1)
+    [memory] = dry["memories"]
+    status, _ = await api.call("POST", f"/v1/memories/{memory['id']}/mute")
+    assert status == 200 and await api.listed(type="reminder") == []
+    forget = f"/v1/memories/{memory['id']}?confirm=forget"
+    status, _ = await api.call("DELETE", forget)
+    assert status == 200
+    assert await db.fetchval("SELECT count(*) FROM cards WHERE kind = 'reminder'") == 0

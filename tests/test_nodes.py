@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import asyncpg
 import pytest
 
 from actors.clock import ManualClock
 from tests.conftest import Harness, Phone, eventually
+
+ANSWER_S = 0.3  # how long a slow phone takes to answer the server's close
 
 
 @pytest.fixture
@@ -200,3 +204,22 @@ async def test_the_route_is_the_persons_and_reveals_nothing(nodes: list[Harness]
         assert (await ws.receive_json())["type"] == "welcome"
     for p in (one, again, other):
         await p.close()
+
+
+async def test_a_phone_slow_to_answer_the_close_still_sees_4001(nodes: list[Harness]) -> None:
+    """The old node closes a moved person's link with 4001 and waits for the phone's own
+    close frame before dropping the connection: a phone that answers the close a moment
+    later still has the code (dropped at once, its library reported 1006)."""
+    a, b = nodes
+    device = "device-" + uuid.uuid4().hex
+    async with a.http.ws_connect(a.url("/v1/ws"), autoclose=False) as ws:
+        await ws.send_json({"type": "hello", "v": 1, "device": device})
+        welcome = await ws.receive_json()
+        await Phone(b, device).connect(conversation=welcome["conversation"])
+        message = await ws.receive(timeout=10)
+        while message.type is aiohttp.WSMsgType.TEXT:  # the bye
+            message = await ws.receive(timeout=10)
+        assert (message.type, message.data) == (aiohttp.WSMsgType.CLOSE, 4001)
+        await asyncio.sleep(ANSWER_S)  # the phone answers the close a moment later
+        await ws.close()
+        assert ws.close_code == 4001

@@ -12,13 +12,17 @@ import pytest
 
 from actors.echo import NO_REPEAT
 from actors.prompt import build_messages
+from cli.main import _parser
 from providers.chat import ChatEvent, ChatMessage, TextDelta, ToolCall, ToolSpec
 from providers.notes import CUT_MARK, NOTE_DURING_REPLY, NOTE_INTERRUPTED, SUMMARY_PROMPT
 from providers.rehearsal import RehearsalModel
 from storage.records import Turn
+from tests.conftest import Harness
+from transport.config import settings_from
 
 AT = datetime(2024, 5, 6, 12, 0, tzinfo=UTC)
 OBJECT = {"type": "object", "properties": {}}
+READING_S = 1.0  # from a reply's first words to a person pressing Stop
 TOOLS = [
     ToolSpec("remember", "Store a memory card.", OBJECT),
     ToolSpec("schedule_reminder", "Schedule a reminder.", OBJECT),
@@ -459,3 +463,19 @@ async def test_negative_pacing_is_refused() -> None:
         RehearsalModel(latency=-1.0)
     with pytest.raises(ValueError):
         RehearsalModel(tokens_per_s=-1.0)
+
+
+async def test_by_default_a_story_streams_slowly_enough_to_be_stopped(harness: Harness) -> None:
+    """`stillhere serve` as the README runs it, with no pace given: a person who reads the
+    first words and presses Stop a second later still cuts the story (at once, it had
+    arrived whole before anyone could press anything)."""
+    default = settings_from(_parser().parse_args(["serve"]))
+    pace = {"rehearsal_latency": default.rehearsal_latency}
+    await harness.start(**pace, rehearsal_rate=default.rehearsal_rate)
+    phone = await harness.phone()
+    await phone.say("tell me a story about the lighthouse")
+    await phone.expect("reply.delta")
+    await asyncio.sleep(READING_S)
+    await phone.send({"type": "interrupt"})
+    end = await phone.reply()
+    assert end["interrupted"] is True, "the story had ended before Stop"

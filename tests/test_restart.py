@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from storage.migrate import _migration_files
+from tests.conftest import INSTANT_OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 STILLHERE = Path(sys.executable).parent / "stillhere"
@@ -37,6 +38,7 @@ async def spawn_serve(options: list[str], log_path: Path) -> asyncio.subprocess.
         return await asyncio.create_subprocess_exec(
             str(STILLHERE),
             "serve",
+            *INSTANT_OPTIONS,  # the test's own options come after, and win
             *options,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,

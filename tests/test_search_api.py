@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
+from actors.memory.search import RELEVANCE_FLOOR
 from tests.conftest import Harness
 from tests.fakes.embeddings_server import Fail, FakeEmbeddings
 from tests.memory_support import MODEL
@@ -139,3 +140,15 @@ async def test_a_query_the_embedder_cannot_take_gets_503_and_then_is_served(
     status, answer = await search(api, q="Owen")  # the embedder is back
     assert status == 200
     assert [r["memory"]["text"] for r in answer["results"]] == [OWEN[0]["text"]]
+
+
+async def test_below_the_relevance_floor_nothing_is_a_result(hannah: Api) -> None:
+    """A query about nothing the person told finds nothing (it listed every memory, the
+    closest first, "Owen arrives Friday" for "cats" at -0.03); a related one still finds."""
+    for memory in [{"text": "Owen arrives Friday."}, TEA, DENTIST]:
+        await hannah.create(memory)
+    status, answer = await search(hannah, q="cats", limit="10")
+    assert (status, answer["results"]) == (200, [])
+    _, answer = await search(hannah, q="When does Owen arrive?")
+    assert [r["memory"]["text"] for r in answer["results"]][:1] == ["Owen arrives Friday."]
+    assert all(r["score"] >= RELEVANCE_FLOOR for r in answer["results"])

@@ -8,6 +8,7 @@ import pytest
 
 from actors.memory.keeper import MemoryKeeper
 from cli.main import _parser
+from cli.memory import UnknownPerson
 from storage.records import MemoryDraft
 from tests.fakes.embeddings_server import Fail, FakeEmbeddings
 from tests.memory_support import MODEL
@@ -27,8 +28,8 @@ async def test_the_cli_prints_one_persons_memories_with_why(
     await remember_all(local_keeper, STRANGER, dog)
     assert await run("Owen", "--person", HANNAH, "--db", dsn, "--limit", "3") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3 and "neighbour's dog" not in "".join(lines)
-    lines = [line for line in lines if "person owen" in line]
+    assert len(lines) == 2 and "neighbour's dog" not in "".join(lines)  # tea: below the floor
+    assert all("person owen" in line for line in lines)
     assert {line.split("  (")[0].split("active     ")[1] for line in lines} == {
         OWEN_BRISTOL.text,
         OWEN_LAB.text,
@@ -38,8 +39,23 @@ async def test_the_cli_prints_one_persons_memories_with_why(
     answer = orjson.loads(capsys.readouterr().out)
     assert [r["memory"]["text"] for r in answer["results"]] == [TEA.text]
 
-    assert await run("tea", "--person", "nobody", "--db", dsn) == 0
+    assert await run("cats", "--person", HANNAH, "--db", dsn) == 0
     assert capsys.readouterr().out == "nothing found\n"
+
+
+async def test_a_person_is_named_by_a_unique_prefix_of_their_key(
+    local_keeper: MemoryKeeper, dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As `inspect` shows keys, shortened: a prefix one key starts with names that person;
+    one that names nobody, or several, is an error (it said "nothing found", as for a
+    person with no memories)."""
+    await remember_all(local_keeper, HANNAH, OWEN_BRISTOL, TEA)
+    await remember_all(local_keeper, STRANGER, MemoryDraft("Owen is my neighbour's dog."))
+    assert await run("Owen", "--person", HANNAH[:8], "--db", dsn) == 0
+    assert OWEN_BRISTOL.text in capsys.readouterr().out
+    for unknown, said in (("person-x", "no person's key"), ("person-", "several people's")):
+        with pytest.raises(UnknownPerson, match=said):
+            await run("Owen", "--person", unknown, "--db", dsn)
 
 
 async def test_the_cli_refuses_an_empty_or_long_query(
@@ -54,8 +70,12 @@ async def test_the_cli_refuses_an_empty_or_long_query(
 
 
 async def test_a_query_the_embedder_cannot_take_is_an_error_on_stderr(
-    dsn: str, fake_embeddings: FakeEmbeddings, capsys: pytest.CaptureFixture[str]
+    keeper: MemoryKeeper,
+    dsn: str,
+    fake_embeddings: FakeEmbeddings,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    await remember_all(keeper, HANNAH, TEA)
     fake_embeddings.queue(Fail(503))
     embedder = ["--embed-url", fake_embeddings.url, "--embed-model", MODEL]
     assert await run("Owen", "--person", HANNAH, "--db", dsn, "--json", *embedder) == 1

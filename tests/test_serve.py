@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import re
 import signal
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import pytest
 
-from tests.test_restart import START_TIMEOUT, spawn_serve
+from tests.test_restart import START_TIMEOUT, free_port, spawn_serve
 
 TOKEN = "admin-token-for-tests-0123456789abcdef"
 LINE = re.compile(
@@ -87,3 +89,61 @@ async def test_a_request_line_too_long_is_one_info_line_without_the_query(
         text = log_path.read_text(errors="replace")
     assert "INFO aiohttp.server: refused a request it could not read: HTTP 400, LineTooLong" in text
     assert secret not in text and "Traceback" not in text and " ERROR " not in text
+
+
+async def refused_start(options: list[str], log_path: Path) -> tuple[int, list[str]]:
+    """`stillhere serve OPTIONS` that must not start: its exit code and its log's lines."""
+    proc = await spawn_serve(options, log_path)
+    code = await asyncio.wait_for(proc.wait(), START_TIMEOUT)
+    return code, log_path.read_text(errors="replace").splitlines()
+
+
+def said_once(lines: list[str], *needles: str) -> None:
+    """The error is the log's last line, holding each of `needles`; nothing claimed to be
+    ready or listening, and no traceback."""
+    assert lines and all(needle in lines[-1] for needle in needles), lines
+    assert lines[-1].startswith("stillhere serve: "), lines
+    text = "\n".join(lines)
+    assert "Traceback" not in text and "stillhere ready" not in text and "listening on" not in text
+
+
+async def test_a_port_in_use_is_one_line_before_anything_starts(dsn: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        options = ["--db", dsn, "--data-dir", str(tmp_path / "data"), "--port", str(port)]
+        code, lines = await refused_start(options, tmp_path / "serve.log")
+    assert code == 2
+    said_once(lines, "--port", f"127.0.0.1:{port}", "Address already in use")
+    assert lines == lines[-1:], "the port is bound before anything else starts"
+
+
+async def test_an_admin_port_in_use_is_one_line_too(dsn: str, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        admin = str(taken.getsockname()[1])
+        options = ["--db", dsn, "--data-dir", str(tmp_path / "data"), "--port", "0"]
+        options += ["--admin-token", TOKEN, "--admin-port", admin]
+        code, lines = await refused_start(options, tmp_path / "serve.log")
+    assert code == 2
+    said_once(lines, "--admin-port", f"127.0.0.1:{admin}", "Address already in use")
+
+
+@pytest.mark.parametrize(
+    ("given", "needles"),
+    [
+        ("postgresql://someone:pw-in-dsn@127.0.0.1:{free}/x", ["--db", "someone:***@", "refused"]),
+        ("notadsn", ["--db notadsn", "not a PostgreSQL DSN"]),
+    ],
+    ids=["refused", "malformed"],
+)
+async def test_a_db_that_cannot_be_used_is_one_line_naming_db(
+    given: str, needles: list[str], tmp_path: Path
+) -> None:
+    options = ["--db", given.format(free=free_port()), "--port", "0"]
+    code, lines = await refused_start([*options, "--data-dir", str(tmp_path)], tmp_path / "log")
+    assert code == 2
+    said_once(lines, *needles)
+    assert "pw-in-dsn" not in "\n".join(lines)

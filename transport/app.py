@@ -9,6 +9,7 @@ from functools import partial
 from random import Random
 from typing import Any
 
+import asyncpg
 from aiohttp import web
 
 from actors.clock import Clock, SystemClock
@@ -35,11 +36,12 @@ from storage.embedded import EmbeddedPostgres
 from storage.notices import Notices
 from storage.store import Store
 from transport.admin import metrics_handler, start_admin
-from transport.config import Settings, collector_pace, node_name
+from transport.config import Settings, collector_pace, node_name, without_password
 from transport.errors import DISK_SPACE_KEY, json_errors
 from transport.forwarded import forwarded, strict_transport
 from transport.health import add_routes as add_health_routes
 from transport.identity import Identity, load_or_create_secret
+from transport.listener import StartupError, reason
 from transport.logs import AccessLogger
 from transport.memory_api import add_routes as add_memory_routes
 from transport.origin import normalise, origin_check
@@ -195,7 +197,7 @@ async def _lifecycle(
     if dsn is None:
         embedded = await loop.run_in_executor(None, EmbeddedPostgres, settings.data_dir)
         dsn = embedded.dsn
-    store = await Store.open(dsn)
+    store = await open_store(dsn, embedded is not None)
     model = make_model(settings)
     embedder = make_embedder(
         settings.embed_url,
@@ -252,7 +254,7 @@ async def _lifecycle(
             ):
                 try:  # inside: a busy admin port still cleans up
                     async with in_background(_tick(supervisor, settings.sweep_interval)):
-                        admin = await start_admin(app[SERVER_KEY])
+                        admin = await _start_admin(app[SERVER_KEY])
                         log.info(
                             "stillhere ready as node %s, model: %s, analysis: %s",
                             ownership.node,
@@ -275,6 +277,39 @@ async def _lifecycle(
         await store.close()
         if embedded is not None:
             await loop.run_in_executor(None, embedded.stop)
+
+
+async def open_store(dsn: str, embedded: bool) -> Store:
+    """The store on `dsn`; StartupError, naming `--db` (or the data dir for the embedded
+    PostgreSQL), when the DSN is malformed or PostgreSQL cannot be reached or refuses."""
+    where = "the embedded PostgreSQL of --data-dir" if embedded else f"--db {without_password(dsn)}"
+    try:
+        return await Store.open(dsn)
+    except asyncpg.ClientConfigurationError as malformed:
+        raise StartupError(
+            f"{where} is not a PostgreSQL DSN ({malformed}); "
+            "pass one such as postgresql://user:password@host:5432/database"
+        ) from malformed
+    except (OSError, TimeoutError) as unreachable:
+        raise StartupError(
+            f"cannot reach PostgreSQL at {where} ({reason(unreachable)}); "
+            "start PostgreSQL there, or correct --db"
+        ) from unreachable
+    except (asyncpg.PostgresError, asyncpg.InterfaceError) as refused:
+        raise StartupError(f"PostgreSQL at {where} refused: {refused}; correct --db") from refused
+
+
+async def _start_admin(server: Server) -> web.AppRunner | None:
+    """The admin listener; StartupError naming its options when its port cannot be bound."""
+    try:
+        return await start_admin(server)
+    except OSError as failed:
+        settings = server.settings
+        raise StartupError(
+            f"cannot listen on {settings.admin_host}:{settings.admin_port} (--admin-host, "
+            f"--admin-port): {reason(failed)}; stop what uses that port, or choose "
+            "another --admin-port"
+        ) from failed
 
 
 # How often the embedded PostgreSQL is checked for having stopped on its own: a look at its

@@ -208,8 +208,8 @@ class Settings:
     reply_matching: bool = True
     reply_candidates: int = 8
     reply_horizon: float = 2 * 24 * 3600
-    rehearsal_latency: float = 0.0
-    rehearsal_rate: float = 0.0
+    rehearsal_latency: float = 0.3
+    rehearsal_rate: float = 20.0  # a reader's pace: a reply can be stopped
     delta_window: float = DEFAULT_DELTA_WINDOW_S
     echo_guard: bool = True
     persona: Persona | None = None  # from --persona's file; None: the default (actors/persona.py)

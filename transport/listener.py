@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -38,6 +39,12 @@ from aiohttp import web
 from transport.tls import Certificate
 
 log = logging.getLogger("stillhere.server")
+
+
+class StartupError(Exception):
+    """A start that cannot go on, said in one line: what failed, the option that names it
+    and what to do (`stillhere serve` prints it and exits with code 2)."""
+
 
 # After an accept fails for want of resources (descriptors, memory), the socket stays ready:
 # accepting again at once would spin. asyncio's own loop waits this long too.
@@ -74,7 +81,7 @@ class _Listening(asyncio.AbstractServer):
 class AcceptingSite(web.BaseSite):
     """A TCP site that accepts every waiting connection whenever its socket is ready."""
 
-    __slots__ = ("_accepting", "_handshake_timeout", "_host", "_port", "_send_buffer")
+    __slots__ = ("_accepting", "_handshake_timeout", "_host", "_port", "_send_buffer", "_sock")
 
     def __init__(
         self,
@@ -86,11 +93,13 @@ class AcceptingSite(web.BaseSite):
         send_buffer: int = 0,
         ssl_context: ssl.SSLContext | None = None,
         handshake_timeout: float = 10.0,
+        sock: socket.socket | None = None,
     ) -> None:
         super().__init__(runner, backlog=backlog, ssl_context=ssl_context)
         self._host, self._port = host, port
         self._send_buffer = send_buffer  # SO_SNDBUF of each accepted socket; 0: the kernel's
         self._handshake_timeout = handshake_timeout  # of TLS, with an ssl_context
+        self._sock = sock  # bound and listening already (`listen`), or bound by `start`
         self._accepting: set[asyncio.Task[Any]] = set()
 
     @property
@@ -101,9 +110,7 @@ class AcceptingSite(web.BaseSite):
     async def start(self) -> None:
         await super().start()
         loop = asyncio.get_running_loop()
-        [(family, *_), *_] = await loop.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
-        sock = socket.create_server((self._host, self._port), family=family, backlog=self._backlog)
-        sock.setblocking(False)
+        sock = self._sock or await listen(self._host, self._port, self._backlog)
         self._port = sock.getsockname()[1]
         self._server = _Listening(loop, sock)
         loop.add_reader(sock.fileno(), self._accept_waiting, loop, sock)
@@ -147,6 +154,25 @@ class AcceptingSite(web.BaseSite):
             conn.close()
 
 
+def reason(failed: OSError) -> str:
+    """What the system said, without the address Python adds to it."""
+    return os.strerror(failed.errno) if failed.errno else str(failed)
+
+
+async def listen(host: str, port: int, backlog: int) -> socket.socket:
+    """A non-blocking socket listening on `host:port`; StartupError if it cannot be."""
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        sock = socket.create_server((host, port), family=infos[0][0], backlog=backlog)
+    except OSError as failed:
+        raise StartupError(
+            f"cannot listen on {host}:{port} (--host, --port): {reason(failed)}; "
+            "stop what uses that port, or choose another --port"
+        ) from failed
+    sock.setblocking(False)
+    return sock
+
+
 async def serve(
     app: web.Application,
     host: str,
@@ -165,7 +191,10 @@ async def serve(
     called with the bound port (the one the system chose, for port 0) once it accepts.
     `drain` runs after the signal while the site still accepts (a load balancer's health
     checks are answered meanwhile), before the runner closes the site and the app.
-    With a `certificate`, the site speaks TLS and SIGHUP reloads the certificate."""
+    With a `certificate`, the site speaks TLS and SIGHUP reloads the certificate.
+    The port is bound first, before the app starts (its models and database), so a port in
+    use is said at once; connections made meanwhile wait in the backlog."""
+    sock = await listen(host, port, backlog)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -173,17 +202,22 @@ async def serve(
     if certificate is not None:
         loop.add_signal_handler(signal.SIGHUP, certificate.reload)
     runner = web.AppRunner(app, handle_signals=False, **runner_options)
-    await runner.setup()
-    site = AcceptingSite(
-        runner,
-        host,
-        port,
-        backlog=backlog,
-        send_buffer=send_buffer,
-        ssl_context=None if certificate is None else certificate.context,
-        handshake_timeout=handshake_timeout,
-    )
     try:
+        await runner.setup()
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        site = AcceptingSite(
+            runner,
+            host,
+            port,
+            backlog=backlog,
+            send_buffer=send_buffer,
+            ssl_context=None if certificate is None else certificate.context,
+            handshake_timeout=handshake_timeout,
+            sock=sock,
+        )
         await site.start()
         if on_listening is not None:
             on_listening(runner.addresses[0][1])

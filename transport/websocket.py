@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
 from typing import Any
 
 import orjson
-from aiohttp import WSMsgType, web
+from aiohttp import WSMessage, WSMsgType, web
 
 from actors.directory import CLOSE_MOVED
 from transport.identity import Unauthorized
@@ -27,6 +28,10 @@ from transport.session import Session
 
 log = logging.getLogger("stillhere.ws")
 
+# After its close frame, how long the server waits for the phone's before dropping the
+# connection: a round trip, with room for a phone that is busy.
+CLOSE_WAIT_S = 2.0
+
 
 class WebSocketLink(QueuedLink):
     kind = "ws"
@@ -39,6 +44,9 @@ class WebSocketLink(QueuedLink):
     ) -> None:
         super().__init__(transport, buffer_limit)
         self._ws = ws
+        # While the handler waits for the phone's next frame: ended early to close.
+        self.reading: asyncio.Timeout | None = None
+        self._closing: int | None = None  # a close code left for the handler to send
 
     def encode(self, frame: Frame) -> bytes:
         return orjson.dumps(frame)
@@ -58,7 +66,22 @@ class WebSocketLink(QueuedLink):
             await self._ws.send_frame(payload, WSMsgType.TEXT)
 
     async def close(self, code: int) -> None:
+        """Send the close frame, wait (CLOSE_WAIT_S at most) for the phone's, then drop the
+        connection. aiohttp, asked to close while the handler waits for a frame, drops it
+        at once, and a phone then reads the close but cannot answer it (aiohttp's client
+        reports 1006): the handler is woken to close instead, once it no longer waits."""
+        if self.reading is not None:
+            self._closing = code
+            self.reading.reschedule(asyncio.get_running_loop().time())
+            return
         await self._ws.close(code=code, message=b"moved" if code == CLOSE_MOVED else b"")
+
+    async def closed_by_handler(self) -> None:
+        """The close `close` left for the handler, if any (the handler's last step)."""
+        if self._closing is not None:
+            code, self._closing = self._closing, None
+            with contextlib.suppress(ConnectionError, RuntimeError):  # gone: fine
+                await self.close(code)
 
     def closing_bytes(self, code: int) -> bytes:
         """A close frame (RFC 6455 5.5.1): final, unmasked, the code as its payload."""
@@ -93,7 +116,10 @@ async def _serve_link(server: Server, request: web.Request) -> web.WebSocketResp
     # state), several times what a whole idle conversation may cost, for frames mostly too
     # small to gain from it. Uncompressed frames also let `write_now` frame them itself.
     ws = web.WebSocketResponse(
-        max_msg_size=limits.max_frame_bytes * 4, heartbeat=30.0, compress=False
+        max_msg_size=limits.max_frame_bytes * 4,
+        heartbeat=30.0,
+        compress=False,
+        timeout=CLOSE_WAIT_S,
     )
     await ws.prepare(request)
     link = WebSocketLink(ws, request.transport, limits.link_buffer)
@@ -102,11 +128,8 @@ async def _serve_link(server: Server, request: web.Request) -> web.WebSocketResp
     rate = RateLimiter(limits)
     late = asyncio.get_running_loop().call_later(limits.hello_timeout, _no_hello, session, link)
     try:
-        async for message in ws:
-            if message.type in (WSMsgType.TEXT, WSMsgType.BINARY):
-                if not await _on_frame(server, session, link, rate, message.data):
-                    break
-            elif message.type == WSMsgType.ERROR:
+        while (message := await _next_frame(ws, link)) is not None:
+            if not await _on_frame(server, session, link, rate, message.data):
                 break
     except ConnectionError as gone:  # the phone aborted mid-write: a drop, not an error
         log.info("%s dropped: %s", link.name, gone)
@@ -114,8 +137,22 @@ async def _serve_link(server: Server, request: web.Request) -> web.WebSocketResp
         late.cancel()
         session.close()
         await link.drain()
+        await link.closed_by_handler()
         release_cycles(ws, request)
     return ws
+
+
+async def _next_frame(ws: web.WebSocketResponse, link: WebSocketLink) -> WSMessage | None:
+    """The phone's next text or binary frame; None once the link closes, from either side
+    (`link.close` ends the wait early)."""
+    try:
+        async with asyncio.timeout(None) as link.reading:
+            message = await ws.receive()
+    except TimeoutError:
+        return None
+    finally:
+        link.reading = None
+    return message if message.type in (WSMsgType.TEXT, WSMsgType.BINARY) else None
 
 
 def _no_hello(session: Session, link: WebSocketLink) -> None:

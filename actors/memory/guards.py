@@ -25,7 +25,10 @@ merge, whatever the tier, these run on the words (English and French):
 
 A subject or a one-word slot makes the new memory `distinct`: another fact, stored. A value,
 a negation or an opposite makes it a `contradiction`: stored, and linked to the other for
-the person to settle.
+the person to settle. A contradiction is a new value for the same slot of the same subject:
+values of two different people ("Lea" / "Mira"), or of sentences whose other words say
+different things ("My sister Lea is allergic to cats" / "The cat sitter is called Mira"),
+are two facts, `distinct`.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from actors.memory.language import english
 from actors.memory.values import (
     RELATIONS,
     STOP_WORDS,
+    Conflict,
     conflict,
     content_words,
     negated,
@@ -374,6 +378,29 @@ def slot_guard(a: MemoryDraft, b: MemoryDraft) -> Guarded | None:
     return Guarded("slot", f"{' '.join(ours)!r} vs {' '.join(theirs)!r}", DISTINCT)
 
 
+# Of the words around two differing values, the share the memories must have in common for
+# the values to fill one slot ("The trip is to Lisbon" / "... to Porto": all of them).
+SAME_FRAME = 0.5
+
+
+def _verdict(found: Conflict, a: MemoryDraft, b: MemoryDraft) -> str:
+    """A contradiction is a new value for the same slot of the same subject: not when the
+    memories are about different people, nor when the words around the values differ."""
+    if found.kind == "people":
+        return DISTINCT
+    values = {w for value in found.ours | found.theirs for w in tokens(value)}
+    frame_a, frame_b = _frame(a.text, values), _frame(b.text, values)
+    fewer = min(len(frame_a), len(frame_b))
+    if fewer and len(frame_a & frame_b) < SAME_FRAME * fewer:
+        return DISTINCT
+    return CONTRADICTION
+
+
+def _frame(text: str, values: set[str]) -> set[str]:
+    """The words that carry a memory's fact, less its values: the slot they fill."""
+    return {w for w in content_words(text, values) if not spells_value(w)}
+
+
 def _carrying(words: list[str]) -> list[str]:
     return [w for w in words if w not in STOP_WORDS] or words
 
@@ -387,7 +414,7 @@ def guard(
     if found is not None:
         which = "subject" if found.kind in ("people", "relation", "roles") else "slot"
         which = "negation" if found.kind == "negation" else which
-        return Guarded(which, str(found), CONTRADICTION)
+        return Guarded(which, str(found), _verdict(found, existing, new))
     guarded = subject_guard(existing, new, me)
     for check in (negation_guard, opposite_guard, slot_guard):
         guarded = guarded or check(existing, new)

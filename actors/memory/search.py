@@ -38,6 +38,11 @@ from storage.text import text_fault
 # eval's theme queries had a recall@5 of 0.95 instead of 1.0 (docs/memories.md).
 PERSON_WEIGHT = 0.35
 THEME_WEIGHT = 0.3
+# Below this score (meaning plus names) a memory is no result: a query about nothing the
+# person said finds nothing rather than the least unrelated. On the eval's corpus the
+# weakest right answer by meaning alone scored 0.22, unrelated memories mostly under 0.1
+# (docs/memories.md, "The floor").
+RELEVANCE_FLOOR = 0.15
 CANDIDATES = 32  # the index's closest memories per query view, before ranking
 NAMED_ROWS = 100  # memories a name may bring, at most
 NEIGHBOURS_PER_HIT = 3
@@ -169,7 +174,8 @@ def rank(
     fingerprints: dict[UUID, np.ndarray],
     limit: int,
 ) -> list[Found]:
-    """The `limit` best of `candidates` by meaning plus names, best first."""
+    """The `limit` best of `candidates` by meaning plus names, best first, none below
+    RELEVANCE_FLOOR."""
     names = set(name_words(query))
     scored = []
     for memory in dict((m.id, m) for m in candidates).values():
@@ -177,7 +183,9 @@ def rank(
             continue
         stored = fingerprints.get(memory.id)
         close = None if stored is None else meaning.score(vector, stored)
-        scored.append(_scored(memory, close, names))
+        found = _scored(memory, close, names)
+        if found.score >= RELEVANCE_FLOOR:
+            scored.append(found)
     scored.sort(key=lambda f: f.score, reverse=True)
     return scored[:limit]
 
