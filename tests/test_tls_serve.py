@@ -89,7 +89,7 @@ def test_sighup_reloads_the_certificate_and_links_stay_up(
     options += ["--admin-token", ADMIN_TOKEN, "--admin-tls", "on", "--admin-port", str(admin_port)]
     with serving(postgres, tmp_path, options, authority.client_context()) as served:
         assert f"listening on {served.base}/ (WebSocket wss://" in served.log()
-        assert f"admin https://127.0.0.1:{admin_port}/admin/" in served.log()
+        assert f"live view https://127.0.0.1:{admin_port}/" in served.log()
         admin = urllib.request.Request(
             f"https://127.0.0.1:{admin_port}/admin/sweeps",
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},

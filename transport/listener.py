@@ -150,7 +150,7 @@ class AcceptingSite(web.BaseSite):
         try:
             await loop.connect_accepted_socket(factory, conn, **tls)
         except (OSError, TimeoutError) as failed:  # the phone left, or its handshake failed
-            log.info("an accepted connection could not be served: %s", failed)
+            log.info("an accepted connection could not be served: %s", str(failed) or repr(failed))
             conn.close()
 
 
