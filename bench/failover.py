@@ -35,7 +35,7 @@ from typing import Any
 import psutil
 
 from actors.clock import parse_duration as seconds
-from bench import flap_cluster, procs, results
+from bench import flap_cluster, flap_throughput, procs, results
 from bench.cluster_kill import fleet, ledgers
 from bench.crash import FOREVER_S, back_since
 from bench.flap import percentiles
@@ -75,10 +75,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--settle-timeout", type=seconds, default=120.0, help="bound on the final settling"
     )
-    parser.add_argument("--throughput-phones", type=int, default=20, help="cost phase: M (20)")
-    parser.add_argument("--throughput-says", type=int, default=50, help="cost phase: K (50)")
-    parser.add_argument("--throughput-rounds", type=int, default=3, help="cost phase rounds (3)")
-    parser.add_argument("--throughput-warmup", type=int, default=3, help="untimed says first")
+    flap_throughput.add_options(parser, phones=20, says=50, rounds=3, warmup=3)  # the cost
     parser.add_argument("--no-cost", action="store_true", help="skip the cost phase")
     parser.add_argument("--event-loop", choices=["asyncio", "uvloop"], default="asyncio")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from bench import flap_cluster, flap_tls, procs, results
+from bench import flap_cluster, flap_throughput, flap_tls, procs, results
 from bench.certificates import Pair
 from bench.flap_db import Stored, stateless_stored, stillhere_stored
 from bench.flap_metrics import Buckets, server_buckets, server_figures
@@ -157,14 +157,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="instead of the flapping run: the throughput phase through `stillhere cluster` "
         "with N nodes against 1 node, side by side (bench/flap_cluster.py; needs haproxy)",
     )
-    parser.add_argument("--throughput-phones", type=int, default=50, help="M (default 50)")
-    parser.add_argument("--throughput-says", type=int, default=150, help="K (default 150)")
-    parser.add_argument(
-        "--throughput-rounds", type=int, default=5, help="rounds, every server in turn (5)"
-    )
-    parser.add_argument(
-        "--throughput-warmup", type=int, default=5, help="untimed says per phone first (5)"
-    )
+    flap_throughput.add_options(parser, phones=50, says=150, rounds=5, warmup=5)
     parser.add_argument("--ramp-concurrency", type=int, default=100, help="phones starting at once")
     parser.add_argument("--backoff-first", type=_seconds, default=0.2, help="first reconnect wait")
     parser.add_argument("--backoff-jitter", type=float, default=0.5, help="reconnect jitter 0..1")

@@ -160,3 +160,23 @@ async def in_turn(
                 )
             )
     return rounds
+
+
+def add_options(parser: Any, *, phones: int, says: int, rounds: int, warmup: int) -> None:
+    """The throughput phase's M phones x K says, its rounds and its untimed first says."""
+    parser.add_argument(
+        "--throughput-phones", type=int, default=phones, help=f"M (default {phones})"
+    )
+    parser.add_argument("--throughput-says", type=int, default=says, help=f"K (default {says})")
+    parser.add_argument(
+        "--throughput-rounds",
+        type=int,
+        default=rounds,
+        help=f"rounds, every server in turn ({rounds})",
+    )
+    parser.add_argument(
+        "--throughput-warmup",
+        type=int,
+        default=warmup,
+        help=f"untimed says per phone first ({warmup})",
+    )
