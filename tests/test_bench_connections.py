@@ -1,0 +1,32 @@
+"""`stillhere bench connections` at a small N: both servers measured, the deactivating one
+holding fewer threads and running actors than the one that never deactivates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_bench_smoke import PERCENTILES, run_bench
+
+
+@pytest.mark.timeout(100)
+def test_connections(tmp_path: Path) -> None:
+    args = ["--phones", "20", "--hold", "4s", "--actor-idle", "2s", "--say-every", "1s"]
+    args += ["--ping-every", "1s", "--sample", "3"]
+    report = run_bench("connections", args, tmp_path, {0})
+
+    on, off = report["servers"]["deactivating"], report["servers"]["never"]
+    for server in (on, off):
+        assert server["phones_connected"] == server["links"] == 20
+        assert server["rss_per_phone_kb"] is not None and server["threads_held"] > 0
+        for kind in ("quiet", "talking"):
+            assert set(server["first_delta_ms"][kind]) == PERCENTILES
+        assert server["errors"] == {}
+    assert off["actors_running"] == 20 and off["deactivations"] == 0
+    # One phone talks every second; the other 19 were quiet past --actor-idle.
+    assert on["actors_running"] <= 1 and on["deactivations"] >= 19
+    assert on["threads_held"] < off["threads_held"]
+    assert on["activations_after_sample"] >= 3  # each quiet phone's say activated its actor
+    assert off["activations_after_sample"] == 0
+    assert report["threads_ratio"] < 1
