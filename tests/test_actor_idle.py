@@ -307,3 +307,17 @@ async def test_an_idle_conversation_deactivated_is_archived_without_its_actor(
     assert (await phone.expect("bye"))["reason"] == "idle"
     assert await _metric(harness, "stillhere_activations_total") == 0
     assert await db.fetchval("SELECT status FROM conversations") == "archived"
+
+
+async def test_a_leave_ends_a_deactivated_conversation_without_activating_it(
+    harness: Harness, db: asyncpg.Connection
+) -> None:
+    await harness.start(actor_idle=IDLE_S)
+    phone = await _talked(harness)
+    await _deactivated(harness, phone)
+    await phone.send({"type": "leave"})
+    assert (await phone.expect("bye"))["reason"] == "leave"
+    assert await db.fetchval("SELECT archive_reason FROM conversations") == "leave"
+    assert await _metric(harness, "stillhere_activations_total") == 0
+    again = await harness.phone(phone.device)
+    assert again.welcome["resumed"] is False and again.welcome["history"] == []
