@@ -321,7 +321,10 @@ class Directory:
             return
         while True:
             await asyncio.sleep(max(idle_s / 4, 0.05))
-            self.deactivate_quiet()
+            try:
+                self.deactivate_quiet()
+            except Exception:  # the next round tries again: a dead loop would keep every actor
+                log.exception("deactivating quiet actors failed")
 
     def wake(self, live: LiveConversation, message: object) -> bool:
         """`message` for a deactivated conversation: it waits for the actor, whose

@@ -15,6 +15,7 @@ import pytest
 from actors.conversation import ConversationActor
 from actors.directory import LiveConversation
 from actors.messages import Attach, Snapshot
+from storage.store import Store
 from tests.conftest import Harness, Phone, eventually
 from tests.test_admin import TOKEN, _get
 from tests.test_follow_ons import lull
@@ -321,3 +322,25 @@ async def test_a_leave_ends_a_deactivated_conversation_without_activating_it(
     assert await _metric(harness, "stillhere_activations_total") == 0
     again = await harness.phone(phone.device)
     assert again.welcome["resumed"] is False and again.welcome["history"] == []
+
+
+async def test_an_activation_that_cannot_read_the_record_is_tried_again_by_the_resend(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await harness.start(actor_idle=IDLE_S)
+    phone = await _talked(harness)
+    live = await _deactivated(harness, phone)
+    real = Store.active_conversation
+
+    async def unreachable_once(store: Store, person: str, window: int) -> Any:
+        monkeypatch.setattr(Store, "active_conversation", real)
+        raise ConnectionRefusedError("PostgreSQL out of reach")
+
+    monkeypatch.setattr(Store, "active_conversation", unreachable_once)
+    await phone.send({"type": "say", "id": "r1", "text": "are you there?"})
+    error = await phone.expect("error")
+    assert (error["code"], error["id"]) == ("internal_error", "r1")
+    assert live.ref is None and not live.active
+    await phone.say("are you there?", "r1")  # the phone resends it, with its id
+    assert "Just before, I said" in (await phone.reply())["text"]
+    assert await _metric(harness, "stillhere_activations_total") == 1
