@@ -41,6 +41,7 @@ from bench.live import say as say_and_ack
 from providers.event_loop import run as run_on_loop
 
 DESCRIPTION = "connected phones, most of them quiet: RSS and threads per phone, actor-idle on/off"
+SAY_PAUSE_S = 0.2  # before each timed say
 GAUGES = {
     "stillhere_live_actors": "actors_running",
     "stillhere_conversations": "conversations",
@@ -125,10 +126,14 @@ async def _ping(phone: Phone) -> None:
 async def _timed_says(
     quiet: Sequence[Phone], talking: Sequence[Phone], errors: Counter[str]
 ) -> dict[str, list[float]]:
-    """One say at a time, a quiet phone's then a talking one's (the talkers in turn)."""
+    """One say at a time, a quiet phone's then a talking one's (the talkers in turn), each
+    after `SAY_PAUSE_S`: a say sent the moment the one before it was answered meets that
+    one's work after its reply (the mood, loose ends), which a reply to an activated
+    conversation made heavier."""
     times: dict[str, list[float]] = {"quiet": [], "talking": []}
     for pair in zip(quiet, itertools.cycle(talking), strict=False):
         for kind, phone in zip(("quiet", "talking"), pair, strict=True):
+            await asyncio.sleep(SAY_PAUSE_S)
             try:
                 times[kind].append(await first_delta_ms(phone))
             except Exception as error:
