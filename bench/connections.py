@@ -127,9 +127,8 @@ async def _timed_says(
     quiet: Sequence[Phone], talking: Sequence[Phone], errors: Counter[str]
 ) -> dict[str, list[float]]:
     """One say at a time, a quiet phone's then a talking one's (the talkers in turn), each
-    after `SAY_PAUSE_S`: a say sent the moment the one before it was answered meets that
-    one's work after its reply (the mood, loose ends), which a reply to an activated
-    conversation made heavier."""
+    after `SAY_PAUSE_S`: a say sent the moment the one before it was answered would meet
+    that one's work after its reply (the mood, loose ends) and time it too."""
     times: dict[str, list[float]] = {"quiet": [], "talking": []}
     for pair in zip(quiet, itertools.cycle(talking), strict=False):
         for kind, phone in zip(("quiet", "talking"), pair, strict=True):

@@ -40,18 +40,18 @@ async def _metric(harness: Harness, name: str) -> float:
     return _value(samples, name)
 
 
-async def _talked(harness: Harness) -> Phone:
+async def _talked(harness: Harness, device: str | None = None) -> Phone:
     """A phone that named its speaker and heard the reply: a window of two turns, a speaker
     and a stream position to keep."""
-    phone = await harness.phone()
+    phone = await harness.phone(device)
     await phone.say("this is Owen speaking")
     await phone.reply()
     return phone
 
 
-async def _deactivated(harness: Harness, phone: Phone) -> LiveConversation:
+async def _deactivated(harness: Harness, phone: Phone, links: int = 1) -> LiveConversation:
     """The phone's conversation once quiet for `--actor-idle` and swept: no actor, no
-    thread, its link kept."""
+    thread, its links kept."""
     live = _live(harness, phone)
     ref = live.ref
     assert ref is not None
@@ -60,7 +60,7 @@ async def _deactivated(harness: Harness, phone: Phone) -> LiveConversation:
     assert (await harness.sweep())["deactivated"] == 1
     assert live.ref is None and harness.server.directory.get(live.person) is live
     await eventually(lambda: not ref.is_alive())
-    assert harness.links(phone) == 1
+    assert harness.links(phone) == links
     return live
 
 
@@ -99,7 +99,7 @@ async def test_a_quiet_conversation_is_deactivated_its_thread_gone_its_link_kept
 
 
 async def test_a_turn_under_way_keeps_the_actor_past_the_idle_time(harness: Harness) -> None:
-    await harness.start(actor_idle=IDLE_S, rehearsal_latency=0.5)
+    await harness.start(actor_idle=IDLE_S, rehearsal_latency=1.0)
     phone = await harness.phone()
     await phone.say("hello")
     harness.clock.advance(2 * IDLE_S)  # the turn is still waiting for its first word
@@ -162,9 +162,9 @@ async def test_a_frame_activates_the_conversation_once_as_it_was(
 async def test_frames_racing_at_activation_make_one_actor(harness: Harness) -> None:
     await harness.start(actor_idle=IDLE_S)
     device = "device-racing-" + uuid.uuid4().hex
-    phone = await _talked_on(harness, device)
+    phone = await _talked(harness, device)
     second = await harness.phone(device)
-    live = await _deactivated_with(harness, phone, links=2)
+    live = await _deactivated(harness, phone, links=2)
     threads = _actor_threads()
 
     acks = await asyncio.gather(
@@ -180,22 +180,6 @@ async def test_frames_racing_at_activation_make_one_actor(harness: Harness) -> N
     snapshot = await _snapshot(live)
     texts = [t.text for t in snapshot.history if t.role == "user"]
     assert sorted(texts[1:]) == ["first of two", "second of two"]
-
-
-async def _talked_on(harness: Harness, device: str) -> Phone:
-    phone = await harness.phone(device)
-    await phone.say("this is Owen speaking")
-    await phone.reply()
-    return phone
-
-
-async def _deactivated_with(harness: Harness, phone: Phone, *, links: int) -> LiveConversation:
-    live = _live(harness, phone)
-    await harness.recorded()
-    harness.clock.advance(IDLE_S)
-    assert (await harness.sweep())["deactivated"] == 1
-    assert live.ref is None and len(live.stream.links) == links
-    return live
 
 
 async def test_a_follow_on_due_keeps_its_time_and_the_actor_goes_quiet_after(
@@ -284,7 +268,7 @@ async def test_a_memory_withdrawn_while_deactivated_stays_withdrawn(harness: Har
     await phone.say("Note that Owen arrives Saturday morning")
     await phone.reply()
     wrong, right = (card["id"] for card in await _cards(harness, phone))
-    await _deactivated_with(harness, phone, links=1)
+    await _deactivated(harness, phone)
     memory = harness.server.runtime.memory
     assert memory is not None
     await memory.mark_erroneous(harness.person(phone), uuid.UUID(wrong), uuid.UUID(right))
