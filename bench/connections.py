@@ -4,11 +4,12 @@ N phones connect, say hello and one thing (each conversation then has a window),
 their links open, pinging every `--ping-every`, while a share of them (`--talking`, 5%) say
 something every `--say-every` (15 s). The same run is made, one after the other, against a
 server whose quiet actors are deactivated after `--actor-idle` and one whose actors never
-are (`--actor-idle 0`). After `--hold`, for each: the server's RSS per connected phone
-(its RSS then, less before the phones came, over N), its threads, the actors running and
-the links (`/metrics`), its CPU per second over the hold, and the first `reply.delta` of a
-say from a sample of quiet phones (their conversations deactivated, on the first server)
-against one from talking phones (active), one say at a time, alternating. Run:
+are (`--actor-idle 0`). The phones come in two halves, each held `--hold`; for each server:
+the RSS per phone of the first half (at most what a held phone costs: every actor ran in
+the ramp) and of the second (what one more held phone costs), its threads, the actors
+running and the links (`/metrics`), its CPU per second over the second hold, and the first
+`reply.delta` of a say from a sample of quiet phones (their conversations deactivated, on
+the first server) against one from talking phones (active), one say at a time. Run:
 
     stillhere bench connections --phones 500 --json bench/out/connections.json
 """
@@ -118,6 +119,10 @@ async def _every(every: float, stop: asyncio.Event, act: Any, errors: Counter[st
                 errors[describe(error)] += 1
 
 
+async def _talk(phone: Phone) -> None:
+    await say_and_ack(phone, "tell me more", ack=True)
+
+
 async def _ping(phone: Phone) -> None:
     await phone.link.ws.send_str('{"type":"ping"}')
     await expect(phone.link, "pong")
@@ -145,50 +150,69 @@ def _cpu_s(process: psutil.Process) -> float:
     return float(cpu.user + cpu.system)
 
 
+async def _held(
+    phones: Sequence[Phone], talking: Sequence[Phone], args: argparse.Namespace
+) -> Counter[str]:
+    """`--hold` seconds of the talkers talking and the others pinging; what went wrong."""
+    errors: Counter[str] = Counter()
+    stop = asyncio.Event()
+    tasks = [_every(args.say_every, stop, lambda p=p: _talk(p), errors) for p in talking]
+    quiet = [phone for phone in phones if phone not in talking]
+    tasks += [_every(args.ping_every, stop, lambda p=p: _ping(p), errors) for p in quiet]
+    holding = asyncio.gather(*tasks)
+    try:
+        await asyncio.sleep(args.hold)
+    finally:
+        stop.set()
+        await holding
+    return errors
+
+
+def _per_phone_kb(mb: float, phones: int) -> float | None:
+    return round(mb * 1024 / phones, 1) if phones else None
+
+
 async def _hold(
     http: aiohttp.ClientSession, server: procs.Server, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Phones connected, held, measured; the figures of one server."""
+    """The phones in two halves, each connected then held; measured after each hold. The
+    first half's RSS per phone is at most what a held phone costs (every actor ran during
+    the ramp, and memory freed since is not all given back); the second half's, added
+    where the first half's freed memory is reused, is what each more held phone costs."""
     await asyncio.sleep(1.0)
     before_mb, before_threads = server.rss_mb(), server.threads()
     url = server.base_url + "/v1/ws"
-    phones, ramp_errors = await ramp(http, url, args.phones, args.concurrency, Talk(1, True))
+    half = max(1, args.phones // 2)
+    first, ramp_errors = await ramp(http, url, half, args.concurrency, Talk(1, True))
     chosen = random.Random(args.seed)
-    talking = chosen.sample(phones, max(1, round(args.talking * len(phones))))
-    quiet = [phone for phone in phones if phone not in talking]
-    errors: Counter[str] = Counter()
-    stop = asyncio.Event()
+    talking = chosen.sample(first, min(len(first), max(1, round(args.talking * args.phones))))
+    errors = await _held(first, talking, args)
+    first_mb = server.rss_mb()
+    second, more_errors = await ramp(http, url, args.phones - half, args.concurrency, Talk(1, True))
+    phones = first + second
     cpu_before = _cpu_s(server.ps())
-    tasks = [
-        _every(args.say_every, stop, lambda p=p: say_and_ack(p, "tell me more", ack=True), errors)
-        for p in talking
-    ]
-    tasks += [_every(args.ping_every, stop, lambda p=p: _ping(p), errors) for p in quiet]
-    holding = asyncio.gather(*tasks)
-    await asyncio.sleep(args.hold)
+    errors += await _held(phones, talking, args)
     cpu_per_s = (_cpu_s(server.ps()) - cpu_before) / args.hold
     held_mb, held_threads = server.rss_mb(), server.threads()
     gauges = await _scrape(http, server)
-    stop.set()
-    await holding
+    quiet = [phone for phone in phones if phone not in talking]
     times = await _timed_says(chosen.sample(quiet, min(args.sample, len(quiet))), talking, errors)
     after = await _scrape(http, server)
     await close_all(phones, args.concurrency)
-    connected = len(phones)
     return {
-        "phones_connected": connected,
+        "phones_connected": len(phones),
         "rss_mb_before": round(before_mb, 1),
+        "rss_mb_first_half": round(first_mb, 1),
         "rss_mb_held": round(held_mb, 1),
-        "rss_per_phone_kb": round((held_mb - before_mb) * 1024 / connected, 1)
-        if connected
-        else None,
+        "rss_per_phone_kb": _per_phone_kb(first_mb - before_mb, len(first)),
+        "rss_per_added_phone_kb": _per_phone_kb(held_mb - first_mb, len(second)),
         "threads_before": before_threads,
         "threads_held": held_threads,
         "cpu_per_s_held": round(cpu_per_s, 3),
         **gauges,
         "activations_after_sample": after.get("activations"),
         "first_delta_ms": {kind: percentiles(ms) for kind, ms in times.items()},
-        "errors": dict(ramp_errors + errors),
+        "errors": dict(ramp_errors + more_errors + errors),
     }
 
 
@@ -228,7 +252,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "never_first": args.never_first,
         "servers": measured,
         "threads_ratio": _ratio(on["threads_held"], off["threads_held"]),
-        "rss_per_phone_ratio": _ratio(on["rss_per_phone_kb"], off["rss_per_phone_kb"]),
+        "rss_per_added_phone_ratio": _ratio(
+            on["rss_per_added_phone_kb"], off["rss_per_added_phone_kb"]
+        ),
     }
 
 
@@ -240,7 +266,8 @@ def table(report: dict[str, Any]) -> str:
     on, off = report["servers"]["deactivating"], report["servers"]["never"]
     rows = [
         ("phones connected", "phones_connected"),
-        ("RSS per phone, KB", "rss_per_phone_kb"),
+        ("RSS per phone, KB, at most", "rss_per_phone_kb"),
+        ("RSS per added phone, KB", "rss_per_added_phone_kb"),
         ("threads held", "threads_held"),
         ("actors running", "actors_running"),
         ("links", "links"),
