@@ -386,4 +386,7 @@ class ConversationActor(ThreadingActor):
             during_reply=self._during_reply,
             after_interrupt=self._after_interrupt,
             handled=self._handled,
+            at=self._rt.clock.now(),
+            storing=self._storing,
+            follow_on=self._follow_on,
         )

@@ -1,11 +1,16 @@
 """The directory: person -> live conversation, on the loop side.
 
-It activates a conversation on demand (one actor per person, even when two links race: a
-per-person lock serialises activation), resumes from PostgreSQL when the conversation is
-still within the resume window, and otherwise archives it and starts a new one. Among
-several nodes on one PostgreSQL, it first takes the person (actors/ownership.py), asking
-the node that has them to hand over, and hands its own over when asked: their links are
-closed with `moved`, and the conversation is let go once its turn is over.
+It opens a conversation on demand (one per person, even when two links race: a per-person
+lock serialises opening), resumes from PostgreSQL when the conversation is still within the
+resume window, and otherwise archives it and starts a new one. Among several nodes on one
+PostgreSQL, it first takes the person (actors/ownership.py), asking the node that has them
+to hand over, and hands its own over when asked: their links are closed with `moved`, and
+the conversation is let go once its turn is over.
+
+A live conversation's actor runs while it has work. One with nothing to do for
+`--actor-idle` is deactivated: its thread ends, while its stream (seq, replay buffer, links)
+and the person's lease stay here. The next message for it activates an actor from the
+database, once, however many messages arrive meanwhile: they wait, in order, for it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from actors.jobs import Jobs
 from actors.memory.consolidation import scheduled_pass
 from actors.messages import Attach, CardsWithdrawn, End, Interrupt, Park, Snapshot
 from actors.ownership import Ownership
-from actors.runtime import Reply, Runtime
+from actors.runtime import ActorFailed, Reply, Runtime
 from actors.stream import ConversationStream, Frame, Link
 from storage.owners import Fenced
 from storage.records import ConversationRecord
@@ -52,7 +57,8 @@ class ConversationGone(Exception):
 
 
 class LiveConversation:
-    """The stable address of a live conversation: its actor may be replaced, this stays."""
+    """The stable address of a live conversation: its actor may be replaced, deactivated
+    and activated again; this stays, with the stream."""
 
     def __init__(
         self, directory: Directory, person: str, conversation: UUID, stream: ConversationStream
@@ -66,21 +72,39 @@ class LiveConversation:
         self.snapshot: Snapshot | None = None
         self.told = 0  # messages delivered to the actor; counted on the loop only
         self.ending = False  # set on the loop as `End` is sent, before the actor sees it
+        self.released = False  # set as it is let go: a deactivated one is not woken again
+        # While an actor is being activated, the messages told meanwhile, in order; None
+        # otherwise. With `ref` None too, the conversation is deactivated.
+        self.waiting: list[object] | None = None
         self.unlinked_since: datetime | None = None
         self.gone = asyncio.Event()  # set once let go (ended or parked)
         self._directory = directory
 
+    @property
+    def active(self) -> bool:
+        """An actor runs for it, or is being activated."""
+        return self.ref is not None or self.waiting is not None
+
     def tell(self, message: object) -> bool:
-        """Deliver to the current actor; thread-safe. False if no actor is there."""
+        """Deliver to the current actor, activating one first if the conversation is
+        deactivated; on the loop. False if nothing will answer."""
+        if self.ref is None:
+            return self._directory.wake(self, message)
         try:
-            if self.ref is not None:
-                self.ref.tell(message)
-                self.told += 1
-                return True
+            self.ref.tell(message)
+            self.told += 1
+            return True
         except pykka.ActorDeadError:
-            pass
-        log.info("a %s for a stopped conversation was dropped", type(message).__name__)
-        return False
+            dropped(message)
+            return False
+
+    def deactivate(self) -> None:
+        """End the actor's thread; the conversation stays, its actor to be activated by the
+        next message. Only once the actor has handled every message it was told."""
+        ref, self.ref = self.ref, None
+        self.snapshot, self.told = None, 0
+        if ref is not None:
+            ref.stop(block=False)
 
     def run_actor(self, rt: Runtime, record: ConversationRecord) -> None:
         """Start the conversation's actor, first or in place of a failed one; the count of
@@ -109,6 +133,10 @@ class LiveConversation:
         await self._directory.finish(self, reason, reply)
 
 
+def dropped(message: object) -> None:
+    log.info("a %s for a stopped conversation was dropped", type(message).__name__)
+
+
 @dataclass(frozen=True, slots=True)
 class Opened:
     live: LiveConversation
@@ -135,7 +163,10 @@ class Directory:
         self.on_failure: Callable[[LiveConversation, BaseException], None] | None = None
         # Set on SIGTERM, before the conversations are handed over: no new ones start here.
         self.draining = False
-        rt.metrics.watch(live_actors=lambda: len(self), links=self.link_count)
+        self.deactivated = 0  # since the last sweep, which reports it
+        rt.metrics.watch(
+            live_actors=self.active_count, conversations=lambda: len(self), links=self.link_count
+        )
 
     def __len__(self) -> int:
         return len(self._live)
@@ -149,6 +180,10 @@ class Directory:
 
     def link_count(self) -> int:
         return sum(len(live.stream.links) for live in self._live.values())
+
+    def active_count(self) -> int:
+        """Conversations whose actor runs (or is being activated): the threads they hold."""
+        return sum(live.active for live in self._live.values())
 
     def _lock(self, person: str) -> asyncio.Lock:
         lock = self._locks.get(person)
@@ -238,10 +273,102 @@ class Directory:
         return (self._rt.clock.now() - last_activity).total_seconds()
 
     def withdraw(self, person: str, ids: list[UUID]) -> None:
-        """Memories left the active set: the live conversation drops them from its cards."""
+        """Memories left the active set: the live conversation drops them from its cards
+        (a deactivated one has none: it reads them afresh as it is activated)."""
         live = self._live.get(person)
-        if live is not None:
+        if live is not None and live.active:
             live.tell(CardsWithdrawn(frozenset(ids)))
+
+    # -- deactivating and activating ------------------------------------------------------
+
+    def deactivate_quiet(self) -> int:
+        """Deactivate every actor that has had nothing to do for `--actor-idle`; how many.
+        On the loop, in one step: no message can reach an actor between the look at its
+        snapshot and its deactivation."""
+        idle_s = self._rt.settings.actor_idle_s
+        if idle_s <= 0:
+            return 0
+        now = self._rt.clock.now()
+        count = 0
+        for live in self._live.values():
+            quiet = self._quiet_for(live, now)
+            if quiet is not None and quiet >= idle_s:
+                live.deactivate()
+                count += 1
+                log.debug(
+                    "deactivated conversation %s, quiet %d s, %d links",
+                    str(live.id)[:8],
+                    quiet,
+                    len(live.stream.links),
+                )
+        self.deactivated += count
+        self._rt.metrics.deactivations.inc(count)
+        return count
+
+    def _quiet_for(self, live: LiveConversation, now: datetime) -> float | None:
+        """Seconds the actor has had nothing to do, as its snapshot says: None if it has
+        something, has not handled every message told to it, or is leaving."""
+        if live.ref is None or live.ending or live.released:
+            return None
+        snapshot = live.current_snapshot()
+        since = None if snapshot is None else snapshot.quiet_since()
+        return None if since is None else (now - since).total_seconds()
+
+    async def keep_deactivating(self) -> None:
+        """Deactivate quiet actors every quarter of `--actor-idle`, until cancelled."""
+        idle_s = self._rt.settings.actor_idle_s
+        if idle_s <= 0:
+            return
+        while True:
+            await asyncio.sleep(max(idle_s / 4, 0.05))
+            try:
+                self.deactivate_quiet()
+            except Exception:  # the next round tries again: a dead loop would keep every actor
+                log.exception("deactivating quiet actors failed")
+
+    def wake(self, live: LiveConversation, message: object) -> bool:
+        """`message` for a deactivated conversation: it waits for the actor, whose
+        activation starts with the first message; False if the conversation is going."""
+        if live.waiting is None:
+            if live.ending or live.released:
+                dropped(message)
+                return False
+            live.waiting = []
+            self._background.start(self._activate_actor(live), "activating a conversation")
+        live.waiting.append(message)
+        return True
+
+    async def _activate_actor(self, live: LiveConversation) -> None:
+        """Start an actor for a deactivated conversation from its record, then hand it the
+        messages that waited. If the record cannot be read, they are answered with
+        `ActorFailed` (a say is resent, a hello said again) and the next message tries
+        again."""
+        rt = self._rt
+        started = time.monotonic()
+        try:
+            await live.stream.written()
+            record = await rt.store.active_conversation(live.person, rt.settings.window_turns)
+        except Exception as error:
+            log.warning("conversation %s not activated: %r", str(live.id)[:8], error)
+            _fail_waiting(live, ActorFailed(f"not activated: {error!r}"))
+            return
+        if record is None or record.id != live.id or live.released:
+            log.warning("conversation %s not activated: it is over", str(live.id)[:8])
+            _fail_waiting(live, ConversationGone(str(live.id)))
+            if not live.released:
+                await self._let_go(live)
+            return
+        waiting, live.waiting = live.waiting or [], None
+        live.run_actor(rt, record)
+        for message in waiting:
+            live.tell(message)
+        rt.metrics.activations.inc()
+        log.debug(
+            "activated conversation %s in %.1f ms, %d messages waited",
+            str(live.id)[:8],
+            (time.monotonic() - started) * 1000,
+            len(waiting),
+        )
 
     # -- links ----------------------------------------------------------------------------
 
@@ -274,8 +401,13 @@ class Directory:
     # -- ending, parking, replacing -------------------------------------------------------
 
     async def end(self, live: LiveConversation, reason: str) -> bool:
-        """Archive now (leave, idle); True once done, False if it was already ending."""
+        """Archive now (leave, idle); True once done, False if it was already ending. A
+        deactivated conversation has nothing under way: it is finished without an actor."""
+        if live.ending:
+            return False
         live.ending = True
+        if not live.active:
+            return await self._finish(live, reason)
         return bool(await live.ask(lambda reply: End(reason, reply), timeout=120.0))
 
     async def finish(self, live: LiveConversation, reason: str, reply: Reply | None) -> None:
@@ -283,6 +415,12 @@ class Directory:
         model call) is written meanwhile: the person who left does not wait for it; a clean
         shutdown does. If archiving fails, the conversation stays active in the
         database and the next sweep retries."""
+        archived = await self._finish(live, reason)
+        if reply is not None:
+            reply.resolve(archived)
+
+    async def _finish(self, live: LiveConversation, reason: str) -> bool:
+        """`finish`; whether the conversation was archived."""
         await live.stream.written()  # the last reply with the rest: the summary reads them
         try:
             archived = await mark_archived(
@@ -297,20 +435,25 @@ class Directory:
             self._background.start(write_summary(self._rt, live.id, reason), "a summary")
         live.stream.farewell({"type": "bye", "reason": reason})
         await self._let_go(live)
-        if reply is not None:
-            reply.resolve(archived)
+        return archived
 
     async def park(self, live: LiveConversation) -> bool:
         """Stop an actor with no link for a while; its state is in the database."""
-        if not await live.ask(Park):
+        if not await self._parkable(live):
             return False
         await self._let_go(live)
         log.info("parked conversation %s (no link attached)", str(live.id)[:8])
         return True
 
+    async def _parkable(self, live: LiveConversation) -> bool:
+        """Whether the conversation can be let go now, its actor (if one runs) refusing
+        says from here on; a deactivated one has nothing under way."""
+        return not live.active or bool(await live.ask(Park))
+
     async def _let_go(self, live: LiveConversation) -> None:
         # Until its record is whole, a hello finds it leaving and waits (`gone`) rather than
         # rehydrate without its last reply.
+        live.released = True
         await live.stream.written()
         if self._live.get(live.person) is live:
             del self._live[live.person]
@@ -374,7 +517,7 @@ class Directory:
                 return
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline:
-                if await live.ask(Park):  # says are refused from here on: resent elsewhere
+                if await self._parkable(live):  # says are refused from now: resent elsewhere
                     live.stream.farewell(MOVED, CLOSE_MOVED)
                     await self._let_go(live)
                     log.info("handed conversation %s over once idle", str(live.id)[:8])
@@ -412,7 +555,8 @@ class Directory:
 
     async def _drop(self, live: LiveConversation) -> None:
         async with self._lock(live.person):
-            live.tell(Interrupt())
+            if live.active:
+                live.tell(Interrupt())
             await self._stop(live)
 
     async def _stop(self, live: LiveConversation) -> None:
@@ -429,8 +573,8 @@ class Directory:
 
     async def sweep(self) -> dict[str, Any]:
         """Archive conversations idle past the window (live here, or left by a node that
-        stopped or moved on: taken first, so only one node archives each), and park actors
-        that have had no link for a while."""
+        stopped or moved on: taken first, so only one node archives each), park actors
+        that have had no link for a while, and deactivate quiet ones."""
         rt = self._rt
         now = rt.clock.now()
         before = now - timedelta(seconds=rt.settings.resume_window_s)
@@ -448,12 +592,16 @@ class Directory:
             if since is not None and (now - since).total_seconds() >= rt.settings.park_after_s:
                 async with self._lock(live.person):  # a hello waits rather than race us
                     parked += await self.park(live)
+        self.deactivate_quiet()
         report: dict[str, Any] = {
             "at": now.isoformat(),
             "archived": archived,
             "parked": parked,
+            "deactivated": self.deactivated,  # since the last sweep
             "live": len(self),
+            "active": self.active_count(),
         }
+        self.deactivated = 0
         if rt.memory is not None:
             report["memory"] = await scheduled_pass(rt.memory)
         return report
@@ -480,7 +628,8 @@ class Directory:
                 task.cancel()
         lives = list(self._live.values())
         for live in lives:
-            live.tell(Interrupt())  # a streaming reply is cut and stored as sent
+            if live.active:
+                live.tell(Interrupt())  # a streaming reply is cut and stored as sent
         await self._rt.settle(timeout=5.0)
         await stop_actors([live.ref for live in lives if live.ref is not None])
         for live in lives:
@@ -490,6 +639,18 @@ class Directory:
     async def settle(self) -> None:
         """Wait for the background jobs started so far (summaries); failures are logged."""
         await self._background.settle()
+
+
+def _fail_waiting(live: LiveConversation, error: BaseException) -> None:
+    """Answer the messages that waited for an activation that failed; the next message
+    tries again."""
+    waiting, live.waiting = live.waiting or [], None
+    for message in waiting:
+        reply = getattr(message, "reply", None)
+        if isinstance(reply, Reply):
+            reply.fail(error)
+        else:
+            dropped(message)
 
 
 async def stop_actors(refs: list[pykka.ActorRef[Any]], timeout: float = 10.0) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+from actors.follow_on import FollowOnWait
 from actors.handles import TurnHandles
 from actors.runtime import Reply
 from storage.records import Card, StoredSay, Turn
@@ -116,12 +117,25 @@ class Snapshot:
     during_reply: bool  # the next turn is told messages arrived while it was writing
     after_interrupt: bool  # the next turn is told its previous reply was cut off
     handled: int = 0  # messages the actor had handled when it took this snapshot
+    at: datetime | None = None  # when it took it, by the runtime's clock
+    storing: int = 0  # says handed to a job to store, not yet reported back
+    follow_on: FollowOnWait | None = None  # the follow-on after a lull, from its draw on
 
     def speaker_now(self, now: datetime, reset_s: float) -> str | None:
         """The speaker the next reply will assume: the owner (None) once the silence since
         the last activity reaches `--speaker-reset`, though the actor forgets the lent
         speaker only when the next say arrives."""
         return None if speaker_lapsed(self.last_activity, now, reset_s) else self.speaker
+
+    def quiet_since(self) -> datetime | None:
+        """Since when the actor has had nothing to do, or None while it has something: a
+        turn, a say being stored or waiting, its end or parking, a follow-on still to be
+        drawn or sent. Read on the loop, where the follow-on's state moves."""
+        busy = self.generating or self.pending or self.storing or self.ending
+        wait = self.follow_on
+        if busy or (wait is not None and wait.state != "declined"):
+            return None
+        return self.at
 
     @property
     def state(self) -> str:

@@ -31,10 +31,28 @@ class Metrics:
         self.registry = CollectorRegistry()
         registry = self.registry
         self.live_actors = Gauge(
-            "stillhere_live_actors", "Conversations with a live actor", registry=registry
+            "stillhere_live_actors",
+            "Conversations whose actor runs (each holds a thread), or is being activated",
+            registry=registry,
+        )
+        self.conversations = Gauge(
+            "stillhere_conversations",
+            "Live conversations this node holds, their actor running or deactivated "
+            "(quiet for --actor-idle: no thread, links and stream kept)",
+            registry=registry,
         )
         self.links = Gauge(
             "stillhere_links", "Client links attached to a conversation", registry=registry
+        )
+        self.activations = Counter(
+            "stillhere_activations",
+            "Actors of deactivated conversations started again from the database",
+            registry=registry,
+        )
+        self.deactivations = Counter(
+            "stillhere_deactivations",
+            "Actors deactivated after --actor-idle with nothing to do",
+            registry=registry,
         )
         self.hellos = Counter(
             "stillhere_hellos",
@@ -174,9 +192,15 @@ class Metrics:
     def count_analysis_failure(self, task: str, reason: str) -> None:
         self.analysis_failures.labels(task=task, reason=reason).inc()
 
-    def watch(self, live_actors: Callable[[], int], links: Callable[[], int]) -> None:
+    def watch(
+        self,
+        live_actors: Callable[[], int],
+        conversations: Callable[[], int],
+        links: Callable[[], int],
+    ) -> None:
         """Read the gauges from their source at scrape time, so they can never drift."""
         self.live_actors.set_function(live_actors)
+        self.conversations.set_function(conversations)
         self.links.set_function(links)
 
     def exposition(self) -> bytes:

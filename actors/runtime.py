@@ -56,6 +56,7 @@ class ConversationSettings:
     resume_window_s: float = 30 * 60
     speaker_reset_s: float = 30 * 60
     park_after_s: float = 10 * 60
+    actor_idle_s: float = 60.0  # an actor with nothing to do this long is deactivated; 0: never
     retry_pause_s: float = 0.5
     # Longest a say waits to be stored (its turn in line, the writes before it, its own):
     # past it, PostgreSQL is taken as unavailable and the say is answered so.

@@ -106,10 +106,13 @@ class Supervisor(ThreadingActor):
         if report is not None:
             self._sweeps.append(report)
             log.info(
-                "sweep: archived %d idle conversations, parked %d, %d live",
+                "sweep: archived %d idle conversations, parked %d, deactivated %d, "
+                "%d live (%d active)",
                 report["archived"],
                 report["parked"],
+                report["deactivated"],
                 report["live"],
+                report["active"],
             )
         if message.reply is not None:
             message.reply.resolve(report)

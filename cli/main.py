@@ -7,7 +7,18 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import cluster_kill, crash, db_cost, failover, flap, fuzz, report, rolling, soak
+from bench import (
+    cluster_kill,
+    connections,
+    crash,
+    db_cost,
+    failover,
+    flap,
+    fuzz,
+    report,
+    rolling,
+    soak,
+)
 from cli import cluster, db, inspect, memory, revoke, serve, token
 from evals import dedup, search, turns
 from evals.command import add_eval_command
@@ -26,8 +37,19 @@ def _parser() -> argparse.ArgumentParser:
         evaluation.add_parser(evals)  # eval dedup, eval turns, eval search
     bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
     benches = bench.add_subparsers(dest="bench", required=True)
-    for module in (flap, fuzz, crash, soak, rolling, db_cost, cluster_kill, failover, report):
-        module.add_parser(benches)  # bench flap, ..., db-cost, cluster-kill, failover, report
+    for module in (
+        flap,
+        fuzz,
+        crash,
+        soak,
+        rolling,
+        db_cost,
+        cluster_kill,
+        failover,
+        connections,
+        report,
+    ):
+        module.add_parser(benches)  # bench flap, ..., failover, connections, report
     return parser
 
 

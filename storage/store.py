@@ -186,10 +186,11 @@ class Store:
                 row["id"],
                 window,
             )
-            # The memories made or reinforced in this conversation, less those muted since
-            # (muted memories never reach the model or a list).
+            # The memories made or reinforced in this conversation that are still active:
+            # as a live actor drops those muted, marked erroneous, done or merged since
+            # (`CardsWithdrawn`), so an actor activated again from here shows the same.
             cards = await conn.fetch(
-                "SELECT * FROM cards WHERE status <> 'muted' AND (conversation = $1 OR id IN "
+                "SELECT * FROM cards WHERE status = 'active' AND (conversation = $1 OR id IN "
                 "(SELECT existing FROM reinforcements WHERE conversation = $1)) "
                 "ORDER BY created_at, id",
                 row["id"],

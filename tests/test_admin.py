@@ -110,6 +110,7 @@ async def test_the_list_pages_filters_and_sorts_on_the_server(harness: Harness) 
         "idle": 5,
         "replying": 0,
         "ending": 0,
+        "inactive": 0,
         "stopped": 0,
         "unresponsive": 0,
     }

@@ -218,8 +218,12 @@ async def metrics_handler(request: web.Request) -> web.Response:
 
 async def _looks(lives: list[LiveConversation]) -> list[Snapshot | str]:
     """What `_look` gives for each, the actors whose published snapshot is stale asked all
-    at once; the others cost no task and no message (thousands of them, every page)."""
-    looks: list[Snapshot | str | None] = [_published(live) for live in lives]
+    at once; the others cost no task and no message (thousands of them, every page). A
+    deactivated conversation is listed `inactive`, not activated to be looked at: only
+    the page of one conversation activates it."""
+    looks: list[Snapshot | str | None] = [
+        _published(live) if live.active else "inactive" for live in lives
+    ]
     stale = [i for i, look in enumerate(looks) if look is None]
     asked = await asyncio.gather(*(_ask(lives[i]) for i in stale))
     for i, look in zip(stale, asked, strict=True):

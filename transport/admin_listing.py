@@ -17,7 +17,7 @@ from multidict import MultiDictProxy
 
 from transport.query import InvalidField, query_integer
 
-STATES = ("idle", "replying", "ending", "stopped", "unresponsive")
+STATES = ("idle", "replying", "ending", "inactive", "stopped", "unresponsive")
 # The sortable columns; `-` in front sorts the other way. Rows where the column is null (an
 # actor that did not answer) come first whichever way: they are the ones to look at.
 SORTS = ("idle", "age", "links", "pending", "window", "state", "person", "conversation")

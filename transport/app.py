@@ -103,6 +103,7 @@ def conversation_settings(settings: Settings) -> ConversationSettings:
         resume_window_s=settings.resume_window,
         speaker_reset_s=settings.speaker_reset,
         park_after_s=settings.park_after,
+        actor_idle_s=settings.actor_idle,
         store_timeout_s=settings.store_timeout,
         max_reply_chars=settings.max_reply_chars,
         interrupt_words=settings.interrupt_words,
@@ -250,6 +251,7 @@ async def _lifecycle(
                 loop_lag_probe(rt.metrics.loop_lag_seconds.observe),
                 in_background(notices.keep(listening)),
                 in_background(ownership.keep()),
+                in_background(directory.keep_deactivating()),
                 in_background(_revive(embedded)),
             ):
                 try:  # inside: a busy admin port still cleans up

@@ -218,6 +218,7 @@ class Settings:
     resume_window: float = 30 * 60
     sweep_interval: float = 5 * 60
     park_after: float = 10 * 60
+    actor_idle: float = 60.0
     speaker_reset: float = 30 * 60
     window_turns: int = 40
     context_budget: int = 6000
@@ -449,6 +450,14 @@ GROUPS: tuple[Group, ...] = (
                 parse_duration,
                 "an actor with no link attached this long is stopped",
                 more="Its state is in PostgreSQL; the next hello starts it again.",
+            ),
+            Option(
+                "actor-idle",
+                parse_duration,
+                "an actor with nothing to do this long is deactivated, its links kept open",
+                more="Its thread ends and its state stays in PostgreSQL; the next frame, "
+                "follow-on or admin request for the conversation activates it again from there. "
+                "`0`: never.",
             ),
             Option(
                 "speaker-reset",
