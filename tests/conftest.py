@@ -1,4 +1,5 @@
-"""Fixtures: a real PostgreSQL (embedded, one per test session, a fresh database per test)
+"""Fixtures: a real PostgreSQL (embedded, one per test process: each pytest-xdist worker has
+its own, in its own temporary folder with its own unix socket; a fresh database per test)
 and its conversation store, an injected clock, a fake OpenAI-compatible model over real
 HTTP, and a phone client."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -31,11 +33,35 @@ from transport.config import Settings
 from transport.server import SERVER_KEY, Server
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): two workers a core, as most of a test's time is spent
+    waiting (on the servers it started, on timers, on PostgreSQL), not computing. The
+    variable PYTEST_XDIST_AUTO_NUM_WORKERS overrides it."""
+    chosen = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    return int(chosen) if chosen else 2 * len(os.sched_getaffinity(0))
+
+
+# What a test's PostgreSQL need not do: outlive a crash of its machine. Without the flushes
+# to disk, creating and dropping a database per test costs a fraction of what it does.
+SCRATCH_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pg = EmbeddedPostgres(tmp_path_factory.mktemp("pg"))
+    asyncio.run(_scratch(pg.dsn))
     yield pg.dsn
     pg.stop()
+
+
+async def _scratch(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        for name, value in SCRATCH_SETTINGS.items():
+            await conn.execute(f"ALTER SYSTEM SET {name} = {value}")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 def _with_database(dsn: str, name: str) -> str:

@@ -26,7 +26,8 @@ try:
 except haproxy.HAProxyMissing:
     HAPROXY = None
 needs_haproxy = pytest.mark.skipif(
-    HAPROXY is None, reason="HAProxy is not installed (apt-get install haproxy)"
+    HAPROXY is None,
+    reason="HAProxy is not installed (.ci/run installs it: apt-get install haproxy)",
 )
 NGINX = shutil.which("nginx", path="/usr/sbin:/usr/local/sbin:/usr/bin")
 NGINX_CONF = haproxy.TEMPLATE.parent / "nginx.conf"

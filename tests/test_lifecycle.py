@@ -51,17 +51,19 @@ async def test_past_the_window_a_new_conversation_starts(
     assert again.welcome["history"] == []
     old, new = await _conversations(db)
     assert (old["status"], old["archive_reason"]) == ("archived", "idle")
-    assert old["summary"]
     assert new["status"] == "active"
+    assert await _summary(db, conversations=2)
 
 
-async def _summary(db: asyncpg.Connection) -> str:
-    """The archived conversation's summary, once the model has written it."""
+async def _summary(db: asyncpg.Connection, conversations: int = 1) -> str:
+    """The first conversation's summary (of `conversations` in all), once the model has
+    written it: after the conversation is marked archived."""
     async with asyncio.timeout(10):
         while True:
-            (row,) = await _conversations(db)
-            if row["summary"] is not None:
-                return str(row["summary"])
+            first, *others = await _conversations(db)
+            assert len(others) == conversations - 1
+            if first["summary"] is not None:
+                return str(first["summary"])
             await asyncio.sleep(0.01)
 
 

@@ -735,7 +735,9 @@ def test_a_conversation_moved_to_another_node_comes_back_at_once_by_its_route(
         f"WHERE person = '{person}'",
     )
     expect(page.get_by_role("status")).to_have_text("Connected")
-    page.wait_for_function("window.dotStates.at(-1) === 'up' && window.dotStates.length > 2")
+    # A function, not an expression: Playwright evaluates it once, and the page's CSP (no
+    # eval) would refuse an expression evaluated again on each later poll.
+    page.wait_for_function("() => window.dotStates.at(-1) === 'up' && window.dotStates.length > 2")
     assert states(page) == ["up", "connecting", "up"]  # at once: no backoff's wait between
     turn(page, "after the move", 'You said "after the move"')
     assert sockets and all(f"r={route}" in url for url in sockets)
