@@ -157,7 +157,10 @@ async def test_a_promotion_under_load_loses_no_acked_say(tmp_path: Path) -> None
     assert len(set(stored)) == len(stored), "a say stored twice"
     lost = set(phone.acked) - set(stored)
     assert not lost, f"{len(lost)} of {len(phone.acked)} acked says lost"
-    assert {row["id"]: row["seq"] for row in acks if row["id"] in phone.acked} == phone.acked
+    # An ack's stream event is written after the ack went out (docs/architecture.md,
+    # Durability): one in flight when the primary died may be missing, never different.
+    stored_acks = {row["id"]: row["seq"] for row in acks if row["id"] in phone.acked}
+    assert all(phone.acked[id_] == seq for id_, seq in stored_acks.items())
     seqs = list(phone.acked.values())
     assert len(set(seqs)) == len(seqs), "a seq repeated"
 
