@@ -112,11 +112,10 @@ async def note_after(
     other turn of the conversation ran since)."""
     shown = ends.recent + ends.threads
     before = next((t for t in reversed(req.history) if t.role == "assistant"), None)
-    exchange_a = [t.text for t in (before, reply) if t is not None and t.text]
     a_open = [e for e in shown if e.by == "assistant"]
     p_open = [e for e in shown if e.by == "person"]
-    a_lines = [e.text for e in a_open] + exchange_a
-    p_lines = [e.text for e in p_open] + [t.text for t in req.new]
+    a_lines = _once([e.text for e in a_open], [t.text for t in (before, reply) if t is not None])
+    p_lines = _once([e.text for e in p_open], [t.text for t in req.new])
     lines = numbered(a_lines, p_lines, TEXT_CHARS)
     listed = await ask_shaped(
         rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, len(a_lines), len(p_lines))
@@ -142,6 +141,14 @@ async def note_after(
         len(closed),
         len(kept),
     )
+
+
+def _once(still_open: list[str], exchange: list[str]) -> list[str]:
+    """One side's lines: its open loose ends, then the exchange's messages that are not
+    one of them already (a question left open is the message the says followed)."""
+    shown = {excerpt(text, TEXT_CHARS) for text in still_open}
+    fresh = [t for t in exchange if t and excerpt(t, TEXT_CHARS) not in shown]
+    return still_open + fresh
 
 
 def _read(

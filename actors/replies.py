@@ -23,6 +23,7 @@ from uuid import UUID
 
 from actors.asking import Asking, ask_shaped, line_index, numbered
 from providers.notes import REPLY_ASK, REPLY_CONTEXT, REPLY_WAITING
+from providers.rehearsal_analysis import asks, is_holding
 from storage.records import ReplyMatch, Turn, excerpt
 
 if TYPE_CHECKING:
@@ -58,8 +59,9 @@ class Matcher(Asking, Protocol):
 class Matching:
     """The outcome for one turn: how it was decided, and what each say answers."""
 
-    # no_candidate | just_before (no model call) | asked (the analysis was asked) |
-    # follow_on (a message of the assistant's own: no say to match) | off (not matched)
+    # no_candidate | just_before | holding (no say answers anything) (no model call) |
+    # asked (the analysis was asked) | follow_on (a message of the assistant's own: no
+    # say to match) | off (not matched)
     how: str
     matches: dict[str, ReplyMatch] = field(default_factory=dict)  # by the say's client id
     note: str | None = None  # the prompt's REPLY CONTEXT, when a say needs one
@@ -128,15 +130,50 @@ async def _match(rt: Matcher, req: TurnRequest) -> Matching:
     )
     if not found:
         return Matching("no_candidate")
+    says = [t for t in req.new if not is_holding(t.text)]
+    if not says:
+        return Matching("holding", _holding(req.new, {}, _questions(found)))
     if len(found) == 1 and req.history[-1] is found[0] and not _unsure(found[0], req):
-        return Matching("just_before")
-    lines = numbered([t.text for t in found], [t.text for t in req.new], LINE_CHARS)
+        just = _answering(found[0], found[0].reply_id, ())
+        return Matching("just_before", _each(req, says, found, just))
+    lines = numbered([t.text for t in found], [t.text for t in says], LINE_CHARS)
     read = await ask_shaped(
-        rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, len(found), len(req.new))
+        rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, len(found), len(says))
     )
     if read is None:
-        return Matching("asked", failed=True)
-    return _matching(req, found, *read)
+        # Gone ahead as if each say answered the latest message, the rest still waiting.
+        latest = _answering(found[-1], found[-1].reply_id, _questions(found))
+        return Matching("asked", _each(req, says, found, latest), failed=True)
+    return _matching(req, says, found, *read)
+
+
+def _questions(found: list[Turn]) -> tuple[UUID, ...]:
+    return tuple(t.reply_id for t in found if t.reply_id is not None and asks(t.text))
+
+
+def _each(
+    req: TurnRequest, says: list[Turn], found: list[Turn], match: ReplyMatch
+) -> dict[str, ReplyMatch]:
+    """Every say but those that answer nothing read as `match`."""
+    return _holding(req.new, {t.client_id: match for t in says if t.client_id}, _questions(found))
+
+
+def _holding(
+    new: list[Turn], decided: dict[str, ReplyMatch], waiting: tuple[UUID, ...]
+) -> dict[str, ReplyMatch]:
+    """`decided` with the says that answer nothing ("hold on", "lol") in their place: each
+    leaves waiting what was waiting before it, so no question is taken as answered."""
+    matches: dict[str, ReplyMatch] = {}
+    for turn in new:
+        if not turn.client_id:
+            continue
+        match = decided.get(turn.client_id)
+        if match is None and is_holding(turn.text):
+            match = ReplyMatch(None, True, open=waiting)
+        if match is not None:
+            matches[turn.client_id] = match
+            waiting = match.open
+    return matches
 
 
 def _unsure(before: Turn, req: TurnRequest) -> bool:
@@ -184,6 +221,7 @@ def _read(
 
 def _matching(
     req: TurnRequest,
+    says: list[Turn],
     found: list[Turn],
     read: dict[int, _Entry],
     waiting: tuple[int, ...],
@@ -193,11 +231,12 @@ def _matching(
     before = next((t.match for t in reversed(req.history) if t.role == "user"), None)
     open_ = tuple(found[i].reply_id for i in waiting if found[i].reply_id is not None)
     matches: dict[str, ReplyMatch] = {}
-    for said, turn in enumerate(req.new):
+    for said, turn in enumerate(says):
         if said in read and turn.client_id:
             to, unclear = read[said]
             matches[turn.client_id] = _one(found, to, unclear, latest, before, open_)
             before = matches[turn.client_id]
+    matches = _holding(req.new, matches, _questions(found))
     return Matching("asked", matches, _note(req.new, found, matches), lull=lull)
 
 

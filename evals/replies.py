@@ -8,7 +8,9 @@ and analysis alike.
                {"role": "user", "text": "it was great, went hiking"}],
      "answers": "How was your weekend?"}
 
-`turns` is the conversation, its last turn the say; `answers` the text of the assistant
+`turns` is the conversation, its last turn the say; each earlier say is matched first, in
+order, as the live path would have, so what it left waiting is a candidate for the next;
+`answers` the text of the assistant
 message it answers, or null when it starts something new; a `match/unclear` case has
 `unclear`, the texts of the questions it could answer alike (the right outcome: the reply
 asks which one was meant). Kinds: `latest`, `earlier`, `new`, `unclear`.
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -73,8 +75,8 @@ class MatchOutcome:
     where: str
 
 
-def _request(case: Case) -> tuple[TurnRequest, dict[UUID, str]]:
-    """The case as the turn that answers its say; the assistant messages' texts by id."""
+def _turns(case: Case) -> list[Turn]:
+    """The case's turns, each assistant message with a reply id and each say a client id."""
     turns = [
         Turn(t.role, t.text, EPOCH, reply_id=uuid4())
         if t.role == "assistant"
@@ -83,20 +85,34 @@ def _request(case: Case) -> tuple[TurnRequest, dict[UUID, str]]:
     ]
     if not turns or turns[-1].role != "user":
         raise CasesError(f"{case.where}: turns must end with the say (a user turn)")
+    return turns
+
+
+def _turn_request(history: list[Turn], new: list[Turn]) -> TurnRequest:
     phone = _NoPhone()
-    request = TurnRequest(
+    return TurnRequest(
         conversation=uuid4(),
         person="eval",
-        history=turns[:-1],
-        new=turns[-1:],
+        history=history,
+        new=new,
         speaker=None,
         cards=[],
         during_reply=False,
         after_interrupt=False,
         handles=TurnHandles(phone, phone),
     )
-    texts = {t.reply_id: t.text for t in turns if t.reply_id is not None}
-    return request, texts
+
+
+async def _replayed(judging: Judging, turns: list[Turn]) -> list[Turn]:
+    """The turns before the case's say, each earlier say matched as the live path would
+    have (its match kept with it, so what it left waiting is waiting for the next)."""
+    history: list[Turn] = []
+    for turn in turns[:-1]:
+        if turn.role == "user":
+            matching = await match_replies(judging, _turn_request(list(history), [turn]))
+            turn = replace(turn, match=matching.matches.get(str(turn.client_id)))
+        history.append(turn)
+    return history
 
 
 def _expected(case: Case, texts: set[str]) -> str:
@@ -131,8 +147,10 @@ def _read(matching: Matching, req: TurnRequest, texts: dict[UUID, str]) -> str:
 async def run_match_case(judging: Judging, case: Case) -> MatchOutcome:
     if case.kind.split("/", 1)[1] not in KINDS:
         raise CasesError(f"{case.where}: match kinds are {', '.join(KINDS)}")
-    req, texts = _request(case)
+    turns = _turns(case)
+    texts = {t.reply_id: t.text for t in turns if t.reply_id is not None}
     expected = _expected(case, set(texts.values()))
+    req = _turn_request(await _replayed(judging, turns), turns[-1:])
     matching = await match_replies(judging, req)
     read = _read(matching, req, texts)
     return MatchOutcome(

@@ -31,7 +31,7 @@ _CLITIC = re.compile(
 _LAUGH = re.compile(r"(?:ha|ah|he|hi){2,}h?")
 _EVALUATIVE = frozenset(stem(w) for w in lexicon.EVALUATIVE)
 _STOP = {"en": lexicon.EN_STOP, "fr": lexicon.EN_STOP | lexicon.FR_STOP}
-_LONGEST_LULL = max(len(p) for p in lexicon.LULLS)
+_HOLDS = lexicon.HOLDING | lexicon.FILLERS
 # Claims at most this far apart are a tie: the reading is unclear.
 _TIE = 0.25
 
@@ -77,7 +77,7 @@ class _Message:
 
     @cached_property
     def is_question(self) -> bool:
-        return "?" in _QUOTED.sub("", self.text)  # a question quoted is not asked
+        return asks(self.text)
 
     @cached_property
     def is_lull(self) -> bool:
@@ -156,21 +156,36 @@ def is_lull(text: str) -> bool:
     """Whether `text` is made only of lull phrasings (lexicon.LULLS): "ok thanks", "haha,
     true", "d'accord, bonne soirée"."""
     said = _normal(text)
-    return bool(said) and _spans(said)
+    return bool(said) and _spans(said, lexicon.LULLS)
 
 
-def _spans(said: tuple[str, ...]) -> bool:
-    """Whether lull phrasings cover `said` end to end: the positions reachable from its
-    start by whole phrasings, word by word (no recursion: a say may be thousands of words)."""
+def is_holding(text: str) -> bool:
+    """Whether `text` plainly answers nothing: made only of phrasings that hold the floor,
+    laugh or step away (lexicon.HOLDING, with fillers such as "ok"), at least one of them
+    not a filler: "hold on, thinking", "ok, back in a sec", "lol", "attends, je réfléchis"."""
+    said = _normal(text)
+    return _spans(said, _HOLDS) and not _spans(said, lexicon.FILLERS)
+
+
+def asks(text: str) -> bool:
+    """Whether `text` asks something (a question quoted is not asked)."""
+    return "?" in _QUOTED.sub("", text)
+
+
+def _spans(said: tuple[str, ...], phrases: frozenset[tuple[str, ...]]) -> bool:
+    """Whether `phrases` cover `said` end to end (and it says something): the positions
+    reachable from its start by whole phrasings, word by word (no recursion: a say may be
+    thousands of words)."""
+    longest = max(len(p) for p in phrases)
     reach = {0}
     for i in range(len(said)):
         if i in reach:
             reach.update(
                 i + n
-                for n in range(1, min(_LONGEST_LULL, len(said) - i) + 1)
-                if said[i : i + n] in lexicon.LULLS
+                for n in range(1, min(longest, len(said) - i) + 1)
+                if said[i : i + n] in phrases
             )
-    return len(said) in reach
+    return bool(said) and len(said) in reach
 
 
 def _claim(say: _Message, asked: _Message, latest: bool) -> float:

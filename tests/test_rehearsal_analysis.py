@@ -6,6 +6,7 @@ import pytest
 
 from providers.rehearsal_analysis import (
     RehearsalAnalysis,
+    is_holding,
     is_lull,
     language,
     loose_ends,
@@ -212,6 +213,21 @@ def test_lull_phrasings(text: str) -> None:
 )
 def test_not_lulls(text: str) -> None:
     assert not is_lull(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["hold on, thinking", "ok, back in a sec", "lol", "hahaha", "brb", "attends, je réfléchis"],
+)
+def test_says_that_answer_nothing(text: str) -> None:
+    assert is_holding(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["ok", "oui", "yes!", "ok thanks", "brb, coffee?", "wait, which book?", ""]
+)
+def test_says_that_may_answer(text: str) -> None:
+    assert not is_holding(text)
 
 
 def test_a_lull_answers_the_latest_message() -> None:

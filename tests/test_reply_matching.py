@@ -17,9 +17,16 @@ import aiohttp
 import asyncpg
 import pytest
 
-from providers.notes import REPLY_CONTEXT
+from providers.notes import REPLY_ASK, REPLY_CONTEXT
 from tests.conftest import Harness, Phone
-from tests.fakes.analysis_server import Answer, Down, FakeAnalysis, Stall
+from tests.fakes.analysis_server import (
+    AnalysisResponse,
+    Answer,
+    Asked,
+    Down,
+    FakeAnalysis,
+    Stall,
+)
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.sse_client import EventStream, SseClient
 from tests.test_restart import ServerProcess, hello
@@ -268,6 +275,7 @@ async def test_easy_cases_make_no_analysis_request(
     assert await counters(harness, "stillhere_reply_matching") == {
         'how="no_candidate"': 1.0,
         'how="just_before"': 2.0,
+        'how="holding"': 0.0,
         'how="asked"': 0.0,
     }
     lines = [r.getMessage() for r in caplog.records if "handing the model" in r.getMessage()]
@@ -316,8 +324,9 @@ async def test_analysis_down_slow_or_garbage_the_reply_comes_without_the_note(
     fake_llm.queue(Reply("How was your weekend?"), Reply("Did you finish that book?"))
     phone = await harness.phone()
     await turn(phone, "hi")
-    analysis.queue(matched(None, ["A1"]), response)  # "brb?" leaves the weekend waiting
-    await turn(phone, "brb?")
+    # "coffee first?" leaves the weekend waiting
+    analysis.queue(matched(None, ["A1"]), response)
+    await turn(phone, "coffee first?")
     fake_llm.queue(Reply("Good to hear."))
     end = await turn(phone, "it was great, went hiking")
     assert end["text"] == "Good to hear." and "error" not in end
@@ -325,6 +334,112 @@ async def test_analysis_down_slow_or_garbage_the_reply_comes_without_the_note(
     assert not any(REPLY_CONTEXT in m["content"] for m in fake_llm.requests[-1]["messages"])
     failures = await counters(harness, "stillhere_analysis_failures")
     assert failures == {f'reason="{reason}",task="reply-matching"': 1.0}
+
+
+# -- says that answer nothing, and the questions waiting ------------------------------------
+
+
+class Reader:
+    """Answers as a real model would: each say answers the A line whose text `answers`
+    gives for it (a list: unclear between them; absent: something new), and the
+    assistant's questions no say answers are open, and listed as loose ends."""
+
+    def __init__(self, answers: dict[str, str | list[str]]) -> None:
+        self.answers = answers
+
+    def __call__(self, request: Asked) -> AnalysisResponse:
+        said = dict(line.split(": ", 1) for line in request.lines)
+        label = {text: ref for ref, text in said.items() if ref.startswith("A")}
+        people = [(ref, text) for ref, text in said.items() if ref.startswith("P")]
+        read = {ref: self.answers.get(text) for ref, text in people}
+        answered = {a for a in read.values() if isinstance(a, str)}
+        waiting = [ref for text, ref in label.items() if "?" in text and text not in answered]
+        if request.task == "loose-ends":
+            ends = [
+                {"by": "assistant", "ref": r, "text": said[r], "kind": "question"} for r in waiting
+            ]
+            return Answer({"loose_ends": ends})
+        entries = []
+        for ref, answer in read.items():
+            entry: dict[str, Any] = {"message": ref, "answers": None}
+            if isinstance(answer, list):
+                entry |= {"answers": label[answer[-1]], "unclear": [label[a] for a in answer]}
+            elif answer is not None:
+                entry["answers"] = label[answer]
+            entries.append(entry)
+        return Answer({"answers": entries, "open": waiting, "lull": False})
+
+
+def asked_once(analysis: FakeAnalysis, fake_llm: FakeOpenAI, lines: list[str], note: str) -> None:
+    """The analysis was asked about the last say alone, with `lines`, and the chat model
+    handed `note` beside it."""
+    assert [a.lines for a in analysis.tasks("reply-matching")] == [lines]
+    assert fake_llm.requests[-1]["messages"][-2]["content"] == f"{REPLY_CONTEXT}\n{note}"
+
+
+CONCERT = "How was the concert?"
+PLUMBER = "Take your time. Did you call the plumber?"
+
+
+async def test_a_say_that_answers_nothing_leaves_the_question_waiting(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    """The concert is asked; "hold on, thinking" answers nothing; the plumber is asked; the
+    answer about the concert is matched to it, both questions being candidates."""
+    reader = Reader({"amazing, the band played for three hours": CONCERT})
+    async with FakeAnalysis(default=reader) as analysis:
+        await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url)
+        fake_llm.queue(Reply(CONCERT), Reply(PLUMBER), Reply("Three hours!"))
+        phone = await harness.phone()
+        concert = await turn(phone, "hi")
+        await turn(phone, "hold on, thinking")
+        await harness.server.runtime.settle(5.0)
+        await phone.say("amazing, the band played for three hours", "band")
+        reply_to = await phone.expect("reply_to")
+        await phone.reply()
+        await harness.server.runtime.settle(5.0)
+    assert reply_to["id"] == "band" and reply_to["reply"] == concert["reply"]
+    asked_once(
+        analysis,
+        fake_llm,
+        [f"A1: {CONCERT}", f"A2: {PLUMBER}", "P1: amazing, the band played for three hours"],
+        f'This message answers your earlier message "{CONCERT}" (not your latest one).\n'
+        f'Still waiting for an answer: "{PLUMBER}".',
+    )
+    assert await counters(harness, "stillhere_reply_matching") == {
+        'how="no_candidate"': 1.0,
+        'how="just_before"': 0.0,
+        'how="holding"': 1.0,
+        'how="asked"': 1.0,
+    }
+    # The loose ends noted after "hi" (the concert question) are listed once, not again as
+    # the message the next say followed.
+    for asked_ in analysis.tasks("loose-ends"):
+        texts = [line.split(": ", 1)[1] for line in asked_.lines]
+        assert len(texts) == len(set(texts)), asked_.lines
+    assert [len(a.lines) for a in analysis.tasks("loose-ends")] == [2, 3, 4]
+
+
+async def test_an_unclear_yes_after_a_say_in_between_is_asked_about(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    sleep, dinner = "Did you sleep well?", "Are you coming to dinner tonight?"
+    reader = Reader({"yes!": [sleep, dinner]})
+    async with FakeAnalysis(default=reader) as analysis:
+        await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url)
+        fake_llm.queue(Reply(sleep), Reply(dinner), Reply("Which one?"))
+        phone = await harness.phone()
+        await turn(phone, "morning")
+        await turn(phone, "ok, back in a sec")
+        await turn(phone, "yes!")
+    asked_once(
+        analysis,
+        fake_llm,
+        [f"A1: {sleep}", f"A2: {dinner}", "P1: yes!"],
+        f'This message could answer "{sleep}" or "{dinner}". {REPLY_ASK}\n'
+        f'Still waiting for an answer: "{sleep}"; "{dinner}".',
+    )
+    assert not [f for f in phone.frames if f["type"] == "reply_to"]
 
 
 # -- resume ---------------------------------------------------------------------------------
