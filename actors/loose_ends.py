@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from actors.asking import ask_shaped, line_index, numbered
+from actors.asking import Asking, ask_shaped, line_index, numbered
+from providers.analysis import Shape
 from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS, LOOSE_PERSON, LOOSE_THREADS
-from providers.rehearsal_analysis import is_lull
+from providers.rehearsal_analysis import asks, is_lull
 from storage.loose_ends import BY, KINDS, LooseEnd, Noted
 from storage.records import Turn, excerpt
 
@@ -46,6 +47,34 @@ INSTRUCTIONS = (
     '(what is left open, in a few words) and "kind" (point, question or thread). Answer '
     'only this JSON: {"loose_ends": [{"by": "person", "ref": "P2", "text": "...", '
     '"kind": "point"}]}'
+)
+
+
+SHAPE = Shape(
+    TASK,
+    {
+        "type": "object",
+        "properties": {
+            "loose_ends": {
+                "type": "array",
+                "maxItems": 4,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "by": {"type": "string", "enum": list(BY)},
+                        "ref": {"type": "string", "pattern": "^[AP][0-9]+$"},
+                        "text": {"type": "string", "maxLength": 80},
+                        "kind": {"type": "string", "enum": list(KINDS)},
+                    },
+                    "required": ["by", "ref", "text", "kind"],
+                    "additionalProperties": False,
+                },
+            }
+        },
+        "required": ["loose_ends"],
+        "additionalProperties": False,
+    },
+    max_tokens=200,  # four short loose ends
 )
 
 
@@ -114,11 +143,10 @@ async def note_after(
     before = next((t for t in reversed(req.history) if t.role == "assistant"), None)
     a_open = [e for e in shown if e.by == "assistant"]
     p_open = [e for e in shown if e.by == "person"]
-    a_lines = _once([e.text for e in a_open], [t.text for t in (before, reply) if t is not None])
-    p_lines = _once([e.text for e in p_open], [t.text for t in req.new])
-    lines = numbered(a_lines, p_lines, TEXT_CHARS)
-    listed = await ask_shaped(
-        rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, len(a_lines), len(p_lines))
+    listed = await listed_ends(
+        rt,
+        _once([e.text for e in a_open], [t.text for t in (before, reply) if t is not None]),
+        _once([e.text for e in p_open], [t.text for t in req.new]),
     )
     if listed is None:
         return  # nothing learnt: nothing closed either
@@ -143,6 +171,17 @@ async def note_after(
     )
 
 
+async def listed_ends(
+    rt: Asking, a_lines: list[str], p_lines: list[str]
+) -> list[tuple[str, int, Noted]] | None:
+    """What the analysis lists as left unaddressed among the assistant's lines (its open
+    loose ends, then the exchange's messages) and the person's; None without an answer."""
+    lines = numbered(a_lines, p_lines, TEXT_CHARS)
+    return await ask_shaped(
+        rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, a_lines, p_lines), SHAPE
+    )
+
+
 def _once(still_open: list[str], exchange: list[str]) -> list[str]:
     """One side's lines: its open loose ends, then the exchange's messages that are not
     one of them already (a question left open is the message the says followed)."""
@@ -152,19 +191,29 @@ def _once(still_open: list[str], exchange: list[str]) -> list[str]:
 
 
 def _read(
-    answer: dict[str, Any], assistant: int, people: int
+    answer: dict[str, Any], assistant: list[str], people: list[str]
 ) -> list[tuple[str, int, Noted]] | None:
-    """Each loose end as (side, 0-based line index, what to note); None if not the shape."""
+    """Each loose end as (side, 0-based line index, what to note); None if not the shape.
+    A bare label ("A1") is read as that line left open, in its own words."""
     items = answer.get("loose_ends")
     if not isinstance(items, list):
         return None
     listed = []
     for item in items:
+        if isinstance(item, str) and item[:1] in ("A", "P"):
+            texts = assistant if item[0] == "A" else people
+            index = line_index(item, item[0], len(texts))
+            if index is None:
+                return None
+            by = "assistant" if item[0] == "A" else "person"
+            kind = "question" if asks(texts[index]) else "point"
+            listed.append((item[0], index, Noted(by, kind, excerpt(texts[index], TEXT_CHARS))))
+            continue
         if not isinstance(item, dict):
             return None
         by, ref, text, kind = (item.get(k) for k in ("by", "ref", "text", "kind"))
         side = "P" if by == "person" else "A"
-        count = people if side == "P" else assistant
+        count = len(people) if side == "P" else len(assistant)
         if by not in BY or kind not in KINDS or not isinstance(text, str) or not text.strip():
             return None
         index = line_index(ref, side, count)

@@ -16,14 +16,18 @@ message it answers, or null when it starts something new; a `match/unclear` case
 asks which one was meant). Kinds: `latest`, `earlier`, `new`, `unclear`.
 
 A case's reading is what the turn would go on with: no candidate, nothing answered; one
-candidate just before, that one (neither asks the model: `skipped`); else the analysis's
-answer, or, when it gave none (`failed`), the latest message, as the reply then goes ahead.
+candidate just before, that one; the rules' reading where they are sure (none of these asks
+the model: `skipped`); else the analysis's answer, or, when it gave none (`failed`), the
+rules' reading, as the reply then goes ahead. `analysis_failures` counts the calls that gave
+nothing usable, by task and reason (`bad_shape`: an answer not of the task's shape).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID, uuid4
@@ -134,10 +138,10 @@ def _unclear(texts: list[str]) -> str:
 
 def _read(matching: Matching, req: TurnRequest, texts: dict[UUID, str]) -> str:
     latest = next((t.text for t in reversed(req.history) if t.reply_id is not None), "(new)")
+    match = matching.matches.get(str(req.new[-1].client_id))
     if matching.how == "no_candidate":
         return "(new)"
-    match = matching.matches.get(str(req.new[-1].client_id))
-    if matching.how == "just_before" or matching.failed or match is None:
+    if match is None:
         return latest
     if match.asked:
         return _unclear([texts[q] for q in match.unclear])
@@ -201,10 +205,20 @@ def match_report(outcomes: list[MatchOutcome], analysis: str) -> dict[str, Any]:
     }
 
 
+@contextlib.asynccontextmanager
+async def judging_for(args: argparse.Namespace) -> AsyncIterator[Judging]:
+    """A `Judging` with `--analysis-url`'s model, or the rehearsal analysis; its metrics
+    count the calls that gave nothing usable."""
+    metrics = Metrics()
+    async with analysis_model(args, metrics.count_analysis_failure) as model:
+        analysis: Analysis = model if model is not None else RehearsalAnalysis()
+        yield Judging(analysis, metrics=metrics)
+
+
 async def evaluate_matching(cases: list[Case], args: argparse.Namespace) -> dict[str, Any]:
     """The match cases against `--analysis-url`'s model, or the rehearsal analysis."""
-    async with analysis_model(args) as model:
-        analysis: Analysis = model if model is not None else RehearsalAnalysis()
-        judging = Judging(analysis)
+    async with judging_for(args) as judging:
         outcomes = [await run_match_case(judging, case) for case in cases]
-    return match_report(outcomes, analysis.label)
+    return match_report(outcomes, judging.analysis.label) | {
+        "analysis_failures": judging.metrics.analysis_failure_counts()
+    }

@@ -40,7 +40,7 @@ from evals.command import (
     add_command,
     groups_table,
     json_lines,
-    json_report,
+    run_report,
 )
 from evals.replies import evaluate_matching
 
@@ -211,16 +211,11 @@ def add_parser(commands: Any) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    try:
-        cases = read_cases(args.cases)
-        report = await evaluate(cases, args)
-    except (OSError, CasesError) as wrong:
-        print(f"cannot read the cases: {wrong}")
-        return 2
-    if not json_report(report, args.json_out):
+    def show(report: dict[str, Any]) -> None:
         print(f"{report['cases']} cases from {args.cases}")
         if "echo" in report:
             print(echo_table(report["echo"]))
         if "match" in report:
             print(match_table(report["match"]))
-    return 0
+
+    return await run_report(args, lambda: evaluate(read_cases(args.cases), args), CasesError, show)

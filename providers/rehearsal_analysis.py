@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from providers import rehearsal_lexicon as lexicon
-from providers.analysis import request_text
+from providers.analysis import Shape, request_text
 from providers.stemming import stem
 
 _WORD = re.compile(r"[^\W\d_]+(?:['\u2019-][^\W\d_]+)*")
@@ -188,42 +188,51 @@ def _spans(said: tuple[str, ...], phrases: frozenset[tuple[str, ...]]) -> bool:
     return bool(said) and len(said) in reach
 
 
-def _claim(say: _Message, asked: _Message, latest: bool) -> float:
-    """How strongly `say` looks like an answer to `asked`."""
+def _claim(say: _Message, asked: _Message, latest: bool) -> tuple[float, bool]:
+    """How strongly `say` looks like an answer to `asked`, and whether that rests on
+    evidence (shared words, the kind of answer a yes/no or a "how was" question takes)
+    rather than on an open question's taking any answer."""
     shared = len(say.content_words & asked.content_words)
     if not asked.is_question or say.is_question:
-        return float(shared)  # a question in return answers none by its kind
-    kind = 0.0
+        return float(shared), shared > 0  # a question in return answers none by its kind
+    kind, evidence = 0.0, shared > 0
     if say.answers_yes_no:
         kind = 1.0 if asked.asks_yes_no else 0.0
+        evidence = evidence or asked.asks_yes_no
     elif asked.asks_how and say.evaluates:
-        kind = 1.5  # "it was great" to "how was ...": more than any open answer
+        kind, evidence = 1.5, True  # "it was great" to "how was ...": more than any open answer
     elif not asked.asks_yes_no:
         # An open question takes any answer: readily the latest one, weakly an earlier one.
         kind = 1.0 if latest else 0.5
-    return 2.0 * shared + kind
+    return 2.0 * shared + kind, evidence
 
 
-def _match(say: _Message, assistant: list[_Message]) -> dict[str, Any]:
+def _match(say: _Message, assistant: list[_Message]) -> tuple[dict[str, Any], bool]:
+    """The say's entry of the answer, and whether the rules are sure of it: a lull, a
+    claim resting on evidence and above all others, or a tie of yes/no questions (unclear).
+    Where nothing claims the say, or only an open question's taking any answer does, or
+    other questions tie, they are not: that is for a model to judge."""
     entry: dict[str, Any] = {"message": say.ref, "answers": None}
     if not assistant:
-        return entry
+        return entry, True
     latest = assistant[-1]
     claims = sorted(
-        ((_claim(say, a, a is latest), i) for i, a in enumerate(assistant)), reverse=True
+        ((*_claim(say, a, a is latest), i) for i, a in enumerate(assistant)), reverse=True
     )
-    best, index = claims[0]
+    best, evidence, index = claims[0]
     if best < 1.0 or say.is_lull:
         # Nothing claims it: a remark on the latest message, unless that asked a question
         # this is no answer to, in which case the person starts something new.
         answers_latest = not latest.is_question or say.is_lull
         entry["answers"] = latest.ref if answers_latest else None
-        return entry
-    tied = [assistant[i] for claim, i in claims if best - claim <= _TIE]
+        return entry, say.is_lull
+    tied = [assistant[i] for claim, _, i in claims if best - claim <= _TIE]
     entry["answers"] = assistant[index].ref  # the latest of the tied: the likeliest
     if len(tied) > 1 and all(a.asks_yes_no for a in tied):
         entry["unclear"] = sorted((a.ref for a in tied), key=_number)
-    return entry
+        return entry, True
+    others = sum(a.is_question for a in assistant if a is not assistant[index])
+    return entry, len(tied) == 1 and (evidence or not others)
 
 
 def _number(ref: str) -> int:
@@ -242,12 +251,18 @@ def _parse(lines: Sequence[str]) -> tuple[list[_Message], list[_Message]]:
 
 
 def reply_matching(lines: Sequence[str]) -> dict[str, Any]:
+    return sure_reply_matching(lines)[0]
+
+
+def sure_reply_matching(lines: Sequence[str]) -> tuple[dict[str, Any], list[bool]]:
+    """The rules' answer, and for each P line whether they are sure of it (`_match`)."""
     assistant, person = _parse(lines)
-    answers = [_match(say, assistant) for say in person]
+    read = [_match(say, assistant) for say in person]
+    answers = [entry for entry, _ in read]
     settled = {a["answers"] for a in answers if not a.get("unclear")}
     open_ = [a.ref for a in assistant if a.is_question and a.ref not in settled]
     lull = bool(person) and person[-1].is_lull
-    return {"answers": answers, "open": open_, "lull": lull}
+    return {"answers": answers, "open": open_, "lull": lull}, [sure for _, sure in read]
 
 
 _PROMISE = re.compile(
@@ -297,7 +312,7 @@ class RehearsalAnalysis:
     label = "rehearsal (built-in rules, not a model)"
 
     async def ask(
-        self, task: str, lines: Sequence[str], instructions: str
+        self, task: str, lines: Sequence[str], instructions: str, shape: Shape | None = None
     ) -> dict[str, Any] | None:
         request_text(task, lines)  # the same refusal of unknown tasks as the model's
         if task == "reply-matching":
