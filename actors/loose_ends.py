@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from actors.asking import Asking, ask_shaped, line_index, numbered
 from providers.analysis import Shape
 from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS, LOOSE_PERSON, LOOSE_THREADS
-from providers.rehearsal_analysis import asks, is_lull
+from providers.rehearsal_analysis import asks, is_lull, promises
 from storage.loose_ends import BY, KINDS, LooseEnd, Noted
 from storage.records import Turn, excerpt
 
@@ -38,44 +38,43 @@ HORIZON_S = 6 * 3600  # a loose end older than this is not brought up again
 SHOWN = 3  # loose ends a reply gets, at most
 READ = 20  # open loose ends read per turn, to choose from
 TEXT_CHARS = 200  # of a loose end as stored and shown
-INSTRUCTIONS = (
-    "You read an exchange between an assistant (A lines, oldest first) and a person (P "
-    "lines). List what neither side addressed: a point or question of the person's that the "
-    "assistant's last message skipped, a question of the assistant's the person left "
-    "unanswered, or a thread left open (a story not finished, something promised). Each "
-    'has "by" (person or assistant, whose line it is), "ref" (that line\'s label), "text" '
-    '(what is left open, in a few words) and "kind" (point, question or thread). Answer '
-    'only this JSON: {"loose_ends": [{"by": "person", "ref": "P2", "text": "...", '
-    '"kind": "point"}]}'
-)
+ANSWER_TOKENS = 40  # {"loose_ends": ["A1", "P2"]}, four labels at most
+# Fixed, and first in every request, so that a server's cached prefix covers them.
+INSTRUCTIONS = """You find what an exchange left unaddressed.
+The lines come in the order they were said: A lines are the assistant's, P lines the \
+person's, and the last line is the assistant's reply.
+List the labels of the lines left open:
+- a question of the assistant's, before the reply, that no P line answers;
+- a question or request of the person's that the reply does not deal with;
+- a story or a promise left to go on later ("I'll tell you later", "I'll look into it").
+The reply's own new question is not left open yet. Most exchanges leave nothing open.
+
+Examples:
+A1: How was your weekend? P1: can you remind me to call Sam at 5? A2: Sure, I'll remind you at 5.
+{"loose_ends": ["A1"]}
+A1: How was your weekend? P1: great, we went hiking A2: Lovely! Where did you go?
+{"loose_ends": []}
+P1: I got the job! P2: and my car broke down A1: Congratulations on the job!
+{"loose_ends": ["P2"]}
+P1: tu peux trouver quand le musée rouvre ? A1: Je n'ai pas l'info, je reviens vers toi.
+{"loose_ends": ["A1"]}
+A1: Tu as bien dormi ? P1: oui, très bien A2: Tant mieux !
+{"loose_ends": []}
+
+Answer only the JSON: {"loose_ends": [...]}, with the labels, or an empty list."""
 
 
-SHAPE = Shape(
-    TASK,
-    {
+def shape(assistant: int, people: int) -> Shape:
+    """The answer: at most four labels of the request's lines."""
+    labels = [f"A{i}" for i in range(1, assistant + 1)] + [f"P{i}" for i in range(1, people + 1)]
+    listed = {"type": "array", "items": {"type": "string", "enum": labels}, "maxItems": 4}
+    schema = {
         "type": "object",
-        "properties": {
-            "loose_ends": {
-                "type": "array",
-                "maxItems": 4,
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "by": {"type": "string", "enum": list(BY)},
-                        "ref": {"type": "string", "pattern": "^[AP][0-9]+$"},
-                        "text": {"type": "string", "maxLength": 80},
-                        "kind": {"type": "string", "enum": list(KINDS)},
-                    },
-                    "required": ["by", "ref", "text", "kind"],
-                    "additionalProperties": False,
-                },
-            }
-        },
+        "properties": {"loose_ends": listed},
         "required": ["loose_ends"],
         "additionalProperties": False,
-    },
-    max_tokens=200,  # four short loose ends
-)
+    }
+    return Shape(TASK, schema, ANSWER_TOKENS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +175,26 @@ async def listed_ends(
 ) -> list[tuple[str, int, Noted]] | None:
     """What the analysis lists as left unaddressed among the assistant's lines (its open
     loose ends, then the exchange's messages) and the person's; None without an answer."""
-    lines = numbered(a_lines, p_lines, TEXT_CHARS)
-    return await ask_shaped(
-        rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, a_lines, p_lines), SHAPE
+    listed = await ask_shaped(
+        rt,
+        TASK,
+        in_order(a_lines, p_lines),
+        INSTRUCTIONS,
+        lambda answer: _read(answer, a_lines, p_lines),
+        shape(len(a_lines), len(p_lines)),
     )
+    if listed is None:
+        return None
+    reply = len(a_lines) - 1  # its own new question is not left open yet
+    return [e for e in listed if (e[0], e[1]) != ("A", reply) or e[2].kind == "thread"]
+
+
+def in_order(a_lines: list[str], p_lines: list[str]) -> list[str]:
+    """The request's lines, labelled A1..., P1..., in the order they were said: the reply,
+    the last A line, comes after the says."""
+    lines = numbered(a_lines, p_lines, TEXT_CHARS)
+    reply = len(a_lines) - 1
+    return lines[:reply] + lines[reply + 1 :] + lines[reply : reply + 1]
 
 
 def _once(still_open: list[str], exchange: list[str]) -> list[str]:
@@ -188,6 +203,13 @@ def _once(still_open: list[str], exchange: list[str]) -> list[str]:
     shown = {excerpt(text, TEXT_CHARS) for text in still_open}
     fresh = [t for t in exchange if t and excerpt(t, TEXT_CHARS) not in shown]
     return still_open + fresh
+
+
+def _kind(text: str) -> str:
+    """What a line left open is, read from its words."""
+    if promises(text):
+        return "thread"
+    return "question" if asks(text) else "point"
 
 
 def _read(
@@ -206,8 +228,9 @@ def _read(
             if index is None:
                 return None
             by = "assistant" if item[0] == "A" else "person"
-            kind = "question" if asks(texts[index]) else "point"
-            listed.append((item[0], index, Noted(by, kind, excerpt(texts[index], TEXT_CHARS))))
+            listed.append(
+                (item[0], index, Noted(by, _kind(texts[index]), excerpt(texts[index], TEXT_CHARS)))
+            )
             continue
         if not isinstance(item, dict):
             return None

@@ -9,7 +9,9 @@ in one run, so that whatever else the machine is doing weighs on both alike.
   `max_tokens`. `old`: the says with every candidate in one request, instructions asking
   for entries, "open" and "lull", any JSON object, no cap.
 - `loose-ends`: the exchanges of `tests/data/loose_end_cases.jsonl`, asked as after a
-  reply. `new`: the answer by JSON Schema, capped; `old`: any JSON object, no cap.
+  reply. `new`: the lines in the order they were said, instructions with examples, the
+  answer by JSON Schema (labels) and capped; `old`: a loose end as an object with its own
+  words, any JSON object, no cap.
 
 Requests alternate old and new (which goes first alternates too), after one untimed
 request of each, so both find their fixed instructions in the server's prompt cache.
@@ -54,6 +56,17 @@ OLD_REPLY_INSTRUCTIONS = (
     '"open": ["A1"], "lull": false}'
 )
 
+OLD_LOOSE_INSTRUCTIONS = (
+    "You read an exchange between an assistant (A lines, oldest first) and a person (P "
+    "lines). List what neither side addressed: a point or question of the person's that the "
+    "assistant's last message skipped, a question of the assistant's the person left "
+    "unanswered, or a thread left open (a story not finished, something promised). Each "
+    'has "by" (person or assistant, whose line it is), "ref" (that line\'s label), "text" '
+    '(what is left open, in a few words) and "kind" (point, question or thread). Answer '
+    'only this JSON: {"loose_ends": [{"by": "person", "ref": "P2", "text": "...", '
+    '"kind": "point"}]}'
+)
+
 Request = tuple[str, list[str], str, Shape | None]  # task, lines, instructions, shape
 
 
@@ -81,9 +94,11 @@ def reply_requests(limit: int) -> list[tuple[Request, Request]]:
 def loose_requests(limit: int) -> list[tuple[Request, Request]]:
     pairs = []
     for row in rows("loose_end_cases.jsonl")[:limit]:
-        lines = numbered(row["assistant"], row["says"], loose_ends.TEXT_CHARS)
-        old = (loose_ends.TASK, lines, loose_ends.INSTRUCTIONS, None)
-        new = (loose_ends.TASK, lines, loose_ends.INSTRUCTIONS, loose_ends.SHAPE)
+        said, says = row["assistant"], row["says"]
+        lines = numbered(said, says, loose_ends.TEXT_CHARS)
+        old = (loose_ends.TASK, lines, OLD_LOOSE_INSTRUCTIONS, None)
+        shape = loose_ends.shape(len(said), len(says))
+        new = (loose_ends.TASK, loose_ends.in_order(said, says), loose_ends.INSTRUCTIONS, shape)
         pairs.append((old, new))
     return pairs
 

@@ -292,9 +292,15 @@ def loose_ends(lines: Sequence[str]) -> dict[str, Any]:
     found += [
         _end("assistant" if m.ref[0] == "A" else "person", m, "thread")
         for m in [*assistant, *person]
-        if _PROMISE.search(m.text) and not (reply is not None and _taken_up(m, reply))
+        if promises(m.text) and not (reply is not None and _taken_up(m, reply))
     ]
     return {"loose_ends": found}
+
+
+def promises(text: str) -> bool:
+    """Whether `text` leaves something to go on later: "I'll tell you later", "je reviens
+    vers toi", "to be continued"."""
+    return _PROMISE.search(text) is not None
 
 
 def _taken_up(thread: _Message, reply: _Message) -> bool:
