@@ -14,9 +14,11 @@ from cli.main import _parser
 from evals import turns as eval_turns
 from evals.cases import Case
 from tests.fakes.analysis_server import Answer, Down, FakeAnalysis
+from tests.fakes.label_analysis import from_the_labels
 
 CASES = Path(__file__).parent / "data" / "turn_cases.jsonl"
 HOLDOUT = Path(__file__).parent / "data" / "turn_cases_holdout.jsonl"
+HELD_OUT = Path(__file__).parent / "data" / "reply_cases_heldout.jsonl"
 ECHO_KINDS = {
     "echo/person_exact",
     "echo/person_near",
@@ -176,6 +178,26 @@ async def test_an_analysis_that_always_says_latest_is_right_only_on_latest_cases
     for kind in ("match/earlier", "match/new", "match/unclear"):
         assert kinds[kind]["asked_accuracy"] in (0.0, None)
     assert match["analysis_failures"] == {}
+
+
+@pytest.mark.parametrize("cases", [CASES, HOLDOUT, HELD_OUT])
+async def test_an_analysis_answering_from_the_labels_is_right_wherever_asked(
+    tmp_path: Path, cases: Path
+) -> None:
+    """The ceiling of rules first: every say the model is asked about is right (but an
+    unclear one: asked one say at a time, a model names one message), so what else is
+    wrong is what the rules were sure of, and wrongly."""
+    out = tmp_path / "report.json"
+    async with FakeAnalysis(default=from_the_labels(cases)) as fake:
+        assert (
+            await evaluate("--cases", str(cases), "--analysis-url", fake.url, "--json", str(out))
+            == 0
+        )
+    match = orjson.loads(out.read_bytes())["match"]
+    assert match["asked"] > 0 and match["failed"] == 0
+    for kind, figures in match["kinds"].items():
+        if kind != "match/unclear":
+            assert figures["asked_accuracy"] in (1.0, None), match["failures"]
 
 
 async def test_an_analysis_that_fails_leaves_the_rules_reading_and_is_counted(
