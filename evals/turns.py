@@ -184,6 +184,8 @@ def match_table(match: dict[str, Any]) -> str:
     lines = [f"reply matching by {match['analysis']}"]
     lines += groups_table(("kind", 22), columns, match["kinds"], match)
     lines += groups_table(("language", 22), columns, match["languages"], match)
+    if match.get("analysis_failures"):
+        lines.append(f"analysis failures: {match['analysis_failures']}")
     return "\n".join(lines)
 
 
