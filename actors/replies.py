@@ -2,9 +2,11 @@
 
 Before a reply, the says it answers are matched to the assistant messages they could
 answer (the candidates): the messages since the person's previous say, and the questions
-still waiting after it, newest `reply_candidates` within `reply_horizon`. No candidate, or
-one directly before the say, needs no judgement; anything else is a `reply-matching`
-question to the analysis model, asked while the context is gathered. What comes back is
+still waiting after it, newest `reply_candidates` within `reply_horizon`. No candidate,
+one directly before the say, or a say that answers nothing ("hold on") needs no judgement;
+the rules (`providers.rehearsal_analysis`) read the rest and decide where they are sure;
+each say left is a `reply-matching` question of its own to the analysis model, asked while
+the context is gathered (docs/context.md, "How matching decides"). What comes back is
 kept with each say (`storage.records.ReplyMatch`): the phone is told when a say answers an
 earlier message than the latest (`reply_to`), and the model gets a data note when a say
 answers anything but the latest, or starts something new. When a say is unclear between
@@ -156,22 +158,39 @@ async def _match(rt: Matcher, req: TurnRequest) -> Matching:
     texts = [t.text for t in found]
     rules, sure = sure_reply_matching(numbered(texts, [t.text for t in says], LINE_CHARS))
     read = _read(rules, len(found), len(says)) or {}
-    unsure = [i for i, known in enumerate(sure) if not known]
-    failed, lull = False, bool(rules.get("lull"))
-    for i in unsure:  # one say at a time: the smallest question a small model answers well
+    unsure = [says[i] if not known else None for i, known in enumerate(sure)]
+    asked, failed, lull = await _ask(rt, texts, unsure)
+    read |= asked
+    how = "rules" if all(t is None for t in unsure) else "asked"
+    return _matching(req, says, found, read, how, failed, lull or bool(rules.get("lull")))
+
+
+async def _ask(
+    rt: Matcher, texts: list[str], unsure: list[Turn | None]
+) -> tuple[dict[int, _Entry], bool, bool]:
+    """The model's reading of each say the rules are unsure of (None: sure), one say at a
+    time, the smallest question a small model answers well; whether a call gave nothing
+    (that say keeps the rules' reading); whether the model says the person winds down."""
+    read: dict[int, _Entry] = {}
+    failed = lull = False
+    for i, say in enumerate(unsure):
+        if say is None:
+            continue
         one = await ask_shaped(
             rt,
             TASK,
-            numbered(texts, [says[i].text], LINE_CHARS),
+            numbered(texts, [say.text], LINE_CHARS),
             INSTRUCTIONS,
-            lambda answer: _read_one(answer, len(found)),
-            shape(len(found)),
+            lambda answer: _read_one(answer, len(texts)),
+            shape(len(texts)),
         )
-        if one is not None and 0 in one[0]:
+        if one is None:
+            failed = True
+            continue
+        if 0 in one[0]:
             read[i] = one[0][0]
-        failed = failed or one is None  # the rules' reading stands
-        lull = lull or (one is not None and one[1])
-    return _matching(req, says, found, read, "asked" if unsure else "rules", failed, lull)
+        lull = lull or one[1]
+    return read, failed, lull
 
 
 def shape(assistant: int) -> Shape:
