@@ -13,8 +13,9 @@ in one run, so that whatever else the machine is doing weighs on both alike.
   answer by JSON Schema (labels) and capped; `old`: a loose end as an object with its own
   words, any JSON object, no cap.
 
-Requests alternate old and new (which goes first alternates too), after one untimed
-request of each, so both find their fixed instructions in the server's prompt cache.
+Requests go in blocks of four old and four new (which block goes first alternates), after
+one untimed request of each, so that each mostly finds its fixed instructions in the
+server's prompt cache, which a one-slot server keeps for the last prompt only.
 Tokens are the server's own counts (`usage`; `cached` is the part of the prompt it did not
 read again, where the server says). Latency is the whole request, from sending to the
 answer read. Loose ends are asked after the reply is sent (actors/turn.py starts them as a
@@ -44,6 +45,7 @@ from providers.rehearsal_analysis import sure_reply_matching
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 TARGET_P50_S = {"reply-matching": 1.5}
+BLOCK = 4  # requests of one kind in a row: a one-slot server keeps the last prefix only
 # The reply-matching instructions the server sent before it asked one say at a time.
 OLD_REPLY_INSTRUCTIONS = (
     "You read a conversation between an assistant (A lines, oldest first) and a person "
@@ -156,10 +158,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
             for warm in pairs[0]:
                 await timed(http, args, warm)
-            for i, (old, new) in enumerate(pairs):
-                order = [("old", old), ("new", new)]
-                for which, request in order if i % 2 == 0 else order[::-1]:
-                    runs[which].append(await timed(http, args, request))
+            for start in range(0, len(pairs), BLOCK):
+                block = pairs[start : start + BLOCK]
+                order = [("old", [o for o, _ in block]), ("new", [n for _, n in block])]
+                for which, requests in order if start % (2 * BLOCK) == 0 else order[::-1]:
+                    for request in requests:
+                        runs[which].append(await timed(http, args, request))
             figures = {which: summary(rows) for which, rows in runs.items()}
             target = TARGET_P50_S.get(task)
             if target is not None:

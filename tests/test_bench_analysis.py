@@ -16,11 +16,10 @@ async def test_old_and_new_requests_side_by_side() -> None:
         assert figures["requests"] == 2
         assert figures["old"]["latency_s"]["n"] == figures["new"]["latency_s"]["n"] == 2
         assert figures["old"]["not_json"] == figures["new"]["not_json"] == 0
-    # One untimed request of each first, then old and new in turn, the order alternating.
+    # One untimed request of each first, then the old ones and the new ones in a block.
     formats = [r["response_format"]["type"] for r in fake.requests]
-    assert formats == ["json_object", "json_schema"] * 2 + ["json_schema", "json_object"] + (
-        ["json_object", "json_schema"] * 2 + ["json_schema", "json_object"]
-    )
+    task = ["json_object", "json_schema"] + ["json_object"] * 2 + ["json_schema"] * 2
+    assert formats == task * 2
     matching = [a for a in fake.asked if a.task == "reply-matching"]
     assert all(sum(line.startswith("P") for line in a.lines) == 1 for a in matching)
     assert "reply-matching" in bench.table(result)
