@@ -44,14 +44,15 @@ ANSWER_TOKENS = 16  # {"answers": "A2"}, with room for a server's spacing
 # Fixed, and first in every request, so that a server's cached prefix covers them.
 INSTRUCTIONS = """You match a person's message to the assistant message it answers.
 The A lines are the assistant's last messages, oldest first. The P1 line is the person's message.
-Which A message does P1 answer? An answer may share no word with its question: read what \
-each question asks for (a yes or no, an opinion, a time, a place, a name) and what P1 gives.
+Which A message does P1 answer? Decide by meaning, not by position. An answer may share no \
+word with its question: read what each question asks for (a yes or no, an opinion, a time, \
+a place, a name, a thing) and what P1 gives.
 Answer "none" when P1 answers none of them: it asks something else, or starts a new topic.
 
 Examples:
 A1: How was the concert? A2: Did you call the plumber? P1: amazing, they played for three hours
 {"answers": "A1"}
-A1: How was the concert? A2: Did you call the plumber? P1: not yet, tomorrow
+A1: Did you call the plumber? A2: How was the concert? P1: they played for three hours
 {"answers": "A2"}
 A1: Did you sleep well? A2: What time is your train? P1: half past nine
 {"answers": "A2"}
@@ -59,6 +60,8 @@ A1: How was your weekend? A2: Did you finish the book? P1: can you recommend a p
 {"answers": "none"}
 A1: Comment était le concert ? A2: Tu as appelé le plombier ? P1: génial, trois heures sur scène
 {"answers": "A1"}
+A1: Tu as bien dormi ? A2: Tu manges quoi ce soir ? P1: des crêpes au sucre
+{"answers": "A2"}
 A1: Tu as appelé le plombier ? A2: Tu pars quand ? P1: j'ai envie d'apprendre la guitare
 {"answers": "none"}
 
@@ -182,7 +185,7 @@ async def _ask(
             numbered(texts, [say.text], LINE_CHARS),
             INSTRUCTIONS,
             lambda answer: _read_one(answer, len(texts)),
-            shape(len(texts)),
+            shape(texts),
         )
         if one is None:
             failed = True
@@ -193,10 +196,11 @@ async def _ask(
     return read, failed, lull
 
 
-def shape(assistant: int) -> Shape:
-    """The answer: one label, of the candidates or "none"."""
-    labels = [f"A{i}" for i in range(1, assistant + 1)] + [NONE]
-    answers = {"type": "string", "enum": labels}
+def shape(texts: list[str]) -> Shape:
+    """The answer: one label or "none". The labels offered are the candidates a say can
+    answer: the questions, and the latest message, which a say may remark on."""
+    labels = [f"A{i}" for i, text in enumerate(texts, 1) if asks(text) or i == len(texts)]
+    answers = {"type": "string", "enum": [*labels, NONE]}
     schema = {
         "type": "object",
         "properties": {"answers": answers},

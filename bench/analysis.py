@@ -88,7 +88,7 @@ def reply_requests(limit: int) -> list[tuple[Request, Request]]:
         if len(assistant) < 2 or sure_reply_matching(lines)[1][0]:
             continue
         old = (replies.TASK, lines, OLD_REPLY_INSTRUCTIONS, None)
-        new = (replies.TASK, lines, replies.INSTRUCTIONS, replies.shape(len(assistant)))
+        new = (replies.TASK, lines, replies.INSTRUCTIONS, replies.shape(assistant))
         pairs.append((old, new))
     return pairs[:limit]
 
