@@ -174,6 +174,14 @@ async def test_an_analysis_that_always_says_latest_is_right_only_on_latest_cases
     assert match["analysis"].startswith("openai-compatible") and match["failed"] == 0
     assert len(asked) == match["asked"] > 0
     assert all(sum(line.startswith("P") for line in a.lines) == 1 for a in asked)
+    narrowed = 0
+    for request in asked:  # offered: the questions, the latest message, or none
+        said = [line.split(": ", 1) for line in request.lines if line.startswith("A")]
+        offered = [ref for ref, text in said if "?" in text or ref == said[-1][0]]
+        schema = request.body["response_format"]["json_schema"]["schema"]
+        assert schema["properties"]["answers"]["enum"] == [*offered, "none"]
+        narrowed += len(offered) < len(said)
+    assert narrowed > 0  # an earlier message that asks nothing is not offered
     assert kinds["match/latest"]["asked_accuracy"] == 1.0
     for kind in ("match/earlier", "match/new", "match/unclear"):
         assert kinds[kind]["asked_accuracy"] in (0.0, None)
