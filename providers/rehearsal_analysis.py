@@ -278,10 +278,14 @@ _PROMISE = re.compile(
 
 def loose_ends(lines: Sequence[str]) -> dict[str, Any]:
     """Unanswered questions of ours (but in the reply, the last A line: too soon), their
-    questions the reply shares no word with, and promises to go on later (threads)."""
+    questions the reply shares no word with, and promises to go on later (threads). The
+    says came before the reply, so they are matched to the lines before it only; a lull
+    ("ok thanks") answers no question."""
     assistant, person = _parse(lines)
     reply = assistant[-1] if assistant else None
-    waiting = set(reply_matching(lines)["open"])
+    skipped = {m.ref for m in person if m.is_lull} | ({reply.ref} if reply else set())
+    before = [line for line in lines if line.split(":", 1)[0] not in skipped]
+    waiting = set(reply_matching(before)["open"])
     found = [_end("assistant", a, "question") for a in assistant[:-1] if a.ref in waiting]
     if reply is not None:
         found += [

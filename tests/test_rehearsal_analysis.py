@@ -303,3 +303,14 @@ def test_a_thread_is_taken_up_by_a_reply_that_speaks_of_it() -> None:
 def test_a_lull_of_thousands_of_words_is_read_without_recursion() -> None:
     assert is_lull("ok " * 3000)
     assert not is_lull("ok " * 3000 + "but the hotel")
+
+
+def test_the_says_answer_what_came_before_the_reply_not_the_reply() -> None:
+    """"yes, loved it" shares a word with the reply after it, yet answers the book."""
+    lines = ["A1: Did you finish that book?", "A2: Glad you loved it!", "P1: yes, loved it"]
+    assert loose_ends(lines)["loose_ends"] == []
+
+
+def test_a_lull_leaves_our_question_open() -> None:
+    lines = ["A1: Did you finish that book?", "A2: You're welcome!", "P1: ok thanks"]
+    assert [e["ref"] for e in loose_ends(lines)["loose_ends"]] == ["A1"]
