@@ -306,7 +306,7 @@ def test_a_lull_of_thousands_of_words_is_read_without_recursion() -> None:
 
 
 def test_the_says_answer_what_came_before_the_reply_not_the_reply() -> None:
-    """ "yes, loved it" shares a word with the reply after it, yet answers the book."""
+    """Though "yes, loved it" shares a word with the reply after it, it answers the book."""
     lines = ["A1: Did you finish that book?", "A2: Glad you loved it!", "P1: yes, loved it"]
     assert loose_ends(lines)["loose_ends"] == []
 
