@@ -16,7 +16,7 @@ from storage.records import excerpt
 
 if TYPE_CHECKING:
     from actors.metrics import Metrics
-    from providers.analysis import Analysis
+    from providers.analysis import Analysis, Shape
 
 log = logging.getLogger("stillhere.analysis")
 
@@ -37,9 +37,11 @@ async def ask_shaped(
     lines: Sequence[str],
     instructions: str,
     read: Callable[[dict[str, Any]], T | None],
+    shape: Shape | None = None,
 ) -> T | None:
-    """The answer as `read` makes it, or None when there is none of the task's shape."""
-    answer = await rt.analysis.ask(task, lines, instructions)
+    """The answer as `read` makes it, or None when there is none of the task's shape
+    (`shape`, when given, is asked for by JSON Schema)."""
+    answer = await rt.analysis.ask(task, lines, instructions, shape)
     if answer is None:
         return None  # already logged and counted by the client
     shaped = read(answer)

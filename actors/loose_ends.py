@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from actors.asking import ask_shaped, line_index, numbered
+from actors.asking import Asking, ask_shaped, line_index, numbered
+from providers.analysis import Shape
 from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS, LOOSE_PERSON, LOOSE_THREADS
-from providers.rehearsal_analysis import is_lull
+from providers.rehearsal_analysis import asks, is_lull, promises
 from storage.loose_ends import BY, KINDS, LooseEnd, Noted
 from storage.records import Turn, excerpt
 
@@ -37,16 +38,43 @@ HORIZON_S = 6 * 3600  # a loose end older than this is not brought up again
 SHOWN = 3  # loose ends a reply gets, at most
 READ = 20  # open loose ends read per turn, to choose from
 TEXT_CHARS = 200  # of a loose end as stored and shown
-INSTRUCTIONS = (
-    "You read an exchange between an assistant (A lines, oldest first) and a person (P "
-    "lines). List what neither side addressed: a point or question of the person's that the "
-    "assistant's last message skipped, a question of the assistant's the person left "
-    "unanswered, or a thread left open (a story not finished, something promised). Each "
-    'has "by" (person or assistant, whose line it is), "ref" (that line\'s label), "text" '
-    '(what is left open, in a few words) and "kind" (point, question or thread). Answer '
-    'only this JSON: {"loose_ends": [{"by": "person", "ref": "P2", "text": "...", '
-    '"kind": "point"}]}'
-)
+ANSWER_TOKENS = 40  # {"loose_ends": ["A1", "P2"]}, four labels at most
+# Fixed, and first in every request, so that a server's cached prefix covers them.
+INSTRUCTIONS = """You find what an exchange left unaddressed.
+The lines come in the order they were said: A lines are the assistant's, P lines the \
+person's, and the last line is the assistant's reply.
+List the labels of the lines left open:
+- a question of the assistant's, before the reply, that no P line answers;
+- a question or request of the person's that the reply does not deal with;
+- a story or a promise left to go on later ("I'll tell you later", "I'll look into it").
+The reply's own new question is not left open yet. Most exchanges leave nothing open.
+
+Examples:
+A1: How was your weekend? P1: can you remind me to call Sam at 5? A2: Sure, I'll remind you at 5.
+{"loose_ends": ["A1"]}
+A1: How was your weekend? P1: great, we went hiking A2: Lovely! Where did you go?
+{"loose_ends": []}
+P1: I got the job! P2: and my car broke down A1: Congratulations on the job!
+{"loose_ends": ["P2"]}
+P1: tu peux trouver quand le musée rouvre ? A1: Je n'ai pas l'info, je reviens vers toi.
+{"loose_ends": ["A1"]}
+A1: Tu as bien dormi ? P1: oui, très bien A2: Tant mieux !
+{"loose_ends": []}
+
+Answer only the JSON: {"loose_ends": [...]}, with the labels, or an empty list."""
+
+
+def shape(assistant: int, people: int) -> Shape:
+    """The answer: at most four labels of the request's lines."""
+    labels = [f"A{i}" for i in range(1, assistant + 1)] + [f"P{i}" for i in range(1, people + 1)]
+    listed = {"type": "array", "items": {"type": "string", "enum": labels}, "maxItems": 4}
+    schema = {
+        "type": "object",
+        "properties": {"loose_ends": listed},
+        "required": ["loose_ends"],
+        "additionalProperties": False,
+    }
+    return Shape(TASK, schema, ANSWER_TOKENS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +140,12 @@ async def note_after(
     other turn of the conversation ran since)."""
     shown = ends.recent + ends.threads
     before = next((t for t in reversed(req.history) if t.role == "assistant"), None)
-    exchange_a = [t.text for t in (before, reply) if t is not None and t.text]
     a_open = [e for e in shown if e.by == "assistant"]
     p_open = [e for e in shown if e.by == "person"]
-    a_lines = [e.text for e in a_open] + exchange_a
-    p_lines = [e.text for e in p_open] + [t.text for t in req.new]
-    lines = numbered(a_lines, p_lines, TEXT_CHARS)
-    listed = await ask_shaped(
-        rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, len(a_lines), len(p_lines))
+    listed = await listed_ends(
+        rt,
+        _once([e.text for e in a_open], [t.text for t in (before, reply) if t is not None]),
+        _once([e.text for e in p_open], [t.text for t in req.new]),
     )
     if listed is None:
         return  # nothing learnt: nothing closed either
@@ -144,20 +170,73 @@ async def note_after(
     )
 
 
-def _read(
-    answer: dict[str, Any], assistant: int, people: int
+async def listed_ends(
+    rt: Asking, a_lines: list[str], p_lines: list[str]
 ) -> list[tuple[str, int, Noted]] | None:
-    """Each loose end as (side, 0-based line index, what to note); None if not the shape."""
+    """What the analysis lists as left unaddressed among the assistant's lines (its open
+    loose ends, then the exchange's messages) and the person's; None without an answer."""
+    listed = await ask_shaped(
+        rt,
+        TASK,
+        in_order(a_lines, p_lines),
+        INSTRUCTIONS,
+        lambda answer: _read(answer, a_lines, p_lines),
+        shape(len(a_lines), len(p_lines)),
+    )
+    if listed is None:
+        return None
+    reply = len(a_lines) - 1  # its own new question is not left open yet
+    return [e for e in listed if (e[0], e[1]) != ("A", reply) or e[2].kind == "thread"]
+
+
+def in_order(a_lines: list[str], p_lines: list[str]) -> list[str]:
+    """The request's lines, labelled A1..., P1..., in the order they were said: the reply,
+    the last A line, comes after the says."""
+    lines = numbered(a_lines, p_lines, TEXT_CHARS)
+    reply = len(a_lines) - 1
+    return lines[:reply] + lines[reply + 1 :] + lines[reply : reply + 1]
+
+
+def _once(still_open: list[str], exchange: list[str]) -> list[str]:
+    """One side's lines: its open loose ends, then the exchange's messages that are not
+    one of them already (a question left open is the message the says followed)."""
+    shown = {excerpt(text, TEXT_CHARS) for text in still_open}
+    fresh = [t for t in exchange if t and excerpt(t, TEXT_CHARS) not in shown]
+    return still_open + fresh
+
+
+def _kind(text: str) -> str:
+    """What a line left open is, read from its words."""
+    if promises(text):
+        return "thread"
+    return "question" if asks(text) else "point"
+
+
+def _read(
+    answer: dict[str, Any], assistant: list[str], people: list[str]
+) -> list[tuple[str, int, Noted]] | None:
+    """Each loose end as (side, 0-based line index, what to note); None if not the shape.
+    A bare label ("A1") is read as that line left open, in its own words."""
     items = answer.get("loose_ends")
     if not isinstance(items, list):
         return None
     listed = []
     for item in items:
+        if isinstance(item, str) and item[:1] in ("A", "P"):
+            texts = assistant if item[0] == "A" else people
+            index = line_index(item, item[0], len(texts))
+            if index is None:
+                return None
+            by = "assistant" if item[0] == "A" else "person"
+            listed.append(
+                (item[0], index, Noted(by, _kind(texts[index]), excerpt(texts[index], TEXT_CHARS)))
+            )
+            continue
         if not isinstance(item, dict):
             return None
         by, ref, text, kind = (item.get(k) for k in ("by", "ref", "text", "kind"))
         side = "P" if by == "person" else "A"
-        count = people if side == "P" else assistant
+        count = len(people) if side == "P" else len(assistant)
         if by not in BY or kind not in KINDS or not isinstance(text, str) or not text.strip():
             return None
         index = line_index(ref, side, count)

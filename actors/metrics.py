@@ -19,7 +19,7 @@ TURN_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0)
 HELLO_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 GC_GENERATIONS = ("0", "1", "2")
 # How a say was matched to what it answers (actors/replies.py): the first two skip the model.
-REPLY_MATCHING = ("no_candidate", "just_before", "asked")
+REPLY_MATCHING = ("no_candidate", "just_before", "holding", "rules", "asked")
 # Handoffs another node asked of this one, and those this one did (actors/directory.py).
 HANDOFF_STAGES = ("asked", "done")
 # After what a person was taken from another node (actors/ownership.py, `takeover`).
@@ -109,8 +109,9 @@ class Metrics:
         )
         self.reply_matching = Counter(
             "stillhere_reply_matching",
-            "Says matched to the assistant message they answer, by how: no candidate or only the "
-            "message just before (no model call), or asked of the analysis model",
+            "Says matched to the assistant message they answer, by how: no candidate, only the "
+            "message just before, says that answer nothing, or the rules sure of every say (no "
+            "model call), or asked of the analysis model",
             ["how"],
             registry=registry,
         )
@@ -191,6 +192,16 @@ class Metrics:
 
     def count_analysis_failure(self, task: str, reason: str) -> None:
         self.analysis_failures.labels(task=task, reason=reason).inc()
+
+    def analysis_failure_counts(self) -> dict[str, dict[str, int]]:
+        """The failures counted so far, by task, then reason (an eval's report)."""
+        counts: dict[str, dict[str, int]] = {}
+        for metric in self.analysis_failures.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_total") and sample.value:
+                    task, reason = sample.labels["task"], sample.labels["reason"]
+                    counts.setdefault(task, {})[reason] = int(sample.value)
+        return counts
 
     def watch(
         self,

@@ -2,9 +2,11 @@
 
 Before a reply, the says it answers are matched to the assistant messages they could
 answer (the candidates): the messages since the person's previous say, and the questions
-still waiting after it, newest `reply_candidates` within `reply_horizon`. No candidate, or
-one directly before the say, needs no judgement; anything else is a `reply-matching`
-question to the analysis model, asked while the context is gathered. What comes back is
+still waiting after it, newest `reply_candidates` within `reply_horizon`. No candidate,
+one directly before the say, or a say that answers nothing ("hold on") needs no judgement;
+the rules (`providers.rehearsal_analysis`) read the rest and decide where they are sure;
+each say left is a `reply-matching` question of its own to the analysis model, asked while
+the context is gathered (docs/context.md, "How matching decides"). What comes back is
 kept with each say (`storage.records.ReplyMatch`): the phone is told when a say answers an
 earlier message than the latest (`reply_to`), and the model gets a data note when a say
 answers anything but the latest, or starts something new. When a say is unclear between
@@ -22,7 +24,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from actors.asking import Asking, ask_shaped, line_index, numbered
+from providers.analysis import Shape
 from providers.notes import REPLY_ASK, REPLY_CONTEXT, REPLY_WAITING
+from providers.rehearsal_analysis import asks, is_holding, sure_reply_matching
 from storage.records import ReplyMatch, Turn, excerpt
 
 if TYPE_CHECKING:
@@ -35,16 +39,33 @@ log = logging.getLogger("stillhere.replies")
 TASK = "reply-matching"
 LINE_CHARS = 300  # of one message in the request: enough to tell what it asks
 NOTE_CHARS = 80  # of a message quoted in the note
-INSTRUCTIONS = (
-    "You read a conversation between an assistant (A lines, oldest first) and a person "
-    "(P lines). For each P message say which A message it answers: its label, or null when "
-    "it starts something new. When it could answer several A questions equally, list them "
-    'in "unclear" and put the likeliest in "answers". List in "open" the A questions still '
-    'waiting for an answer after the P messages. Set "lull" to true when the person is '
-    'winding the topic down ("you\'re welcome", "haha, true"). Answer only this JSON: '
-    '{"answers": [{"message": "P1", "answers": "A2", "unclear": ["A1", "A2"]}], '
-    '"open": ["A1"], "lull": false}'
-)
+NONE = "none"  # the label of "answers none of them: something new"
+ANSWER_TOKENS = 16  # {"answers": "A2"}, with room for a server's spacing
+# Fixed, and first in every request, so that a server's cached prefix covers them.
+INSTRUCTIONS = """You match a person's message to the assistant message it answers.
+The A lines are the assistant's last messages, oldest first. The P1 line is the person's message.
+Which A message does P1 answer? Decide by meaning, not by position. An answer may share no \
+word with its question: read what each question asks for (a yes or no, an opinion, a time, \
+a place, a name, a thing) and what P1 gives.
+Answer "none" when P1 answers none of them: it asks something else, or starts a new topic.
+
+Examples:
+A1: How was the concert? A2: Did you call the plumber? P1: amazing, they played for three hours
+{"answers": "A1"}
+A1: Did you call the plumber? A2: How was the concert? P1: they played for three hours
+{"answers": "A2"}
+A1: Did you sleep well? A2: What time is your train? P1: half past nine
+{"answers": "A2"}
+A1: How was your weekend? A2: Did you finish the book? P1: can you recommend a podcast?
+{"answers": "none"}
+A1: Comment était le concert ? A2: Tu as appelé le plombier ? P1: génial, trois heures sur scène
+{"answers": "A1"}
+A1: Tu as bien dormi ? A2: Tu manges quoi ce soir ? P1: des crêpes au sucre
+{"answers": "A2"}
+A1: Tu as appelé le plombier ? A2: Tu pars quand ? P1: j'ai envie d'apprendre la guitare
+{"answers": "none"}
+
+Answer only the JSON: {"answers": "A1"}, with the label, or {"answers": "none"}."""
 
 
 class Matcher(Asking, Protocol):
@@ -58,8 +79,9 @@ class Matcher(Asking, Protocol):
 class Matching:
     """The outcome for one turn: how it was decided, and what each say answers."""
 
-    # no_candidate | just_before (no model call) | asked (the analysis was asked) |
-    # follow_on (a message of the assistant's own: no say to match) | off (not matched)
+    # no_candidate | just_before | holding (no say answers anything) | rules (sure of every
+    # say) (no model call) | asked (the analysis was asked of a say the rules were unsure
+    # of) | follow_on (a message of the assistant's own: no say to match) | off (not matched)
     how: str
     matches: dict[str, ReplyMatch] = field(default_factory=dict)  # by the say's client id
     note: str | None = None  # the prompt's REPLY CONTEXT, when a say needs one
@@ -71,12 +93,14 @@ class Matching:
             return "a follow-on: no say to match"
         if self.how == "off":
             return "replies not matched (--reply-matching off)"
+        parts = ", ".join(_described(m) for m in self.matches.values()) or "nothing"
+        if self.how == "rules":
+            return f"replies matched by the rules: {parts}"
         if self.how != "asked":
             return f"replies matched without the model ({self.how.replace('_', ' ')})"
         if self.failed:
-            return "replies matched: no usable analysis, no note"
-        parts = [_described(m) for m in self.matches.values()]
-        return "replies matched by the analysis: " + (", ".join(parts) or "nothing")
+            return f"replies matched: no usable analysis, by the rules: {parts}"
+        return f"replies matched by the analysis: {parts}"
 
 
 FOLLOW_ON = Matching("follow_on")
@@ -89,7 +113,7 @@ def _described(match: ReplyMatch) -> str:
     if match.guessed:
         return "unclear again, guessed"
     if match.answers is None:
-        return "something new"
+        return "nothing (holding)" if match.latest else "something new"
     return "the latest" if match.latest else "an earlier message"
 
 
@@ -128,15 +152,91 @@ async def _match(rt: Matcher, req: TurnRequest) -> Matching:
     )
     if not found:
         return Matching("no_candidate")
+    says = [t for t in req.new if not is_holding(t.text)]
+    if not says:
+        return Matching("holding", _holding(req.new, {}, _questions(found)))
     if len(found) == 1 and req.history[-1] is found[0] and not _unsure(found[0], req):
-        return Matching("just_before")
-    lines = numbered([t.text for t in found], [t.text for t in req.new], LINE_CHARS)
-    read = await ask_shaped(
-        rt, TASK, lines, INSTRUCTIONS, lambda answer: _read(answer, len(found), len(req.new))
-    )
-    if read is None:
-        return Matching("asked", failed=True)
-    return _matching(req, found, *read)
+        just = _answering(found[0], found[0].reply_id, ())
+        return Matching("just_before", _each(req, says, found, just))
+    texts = [t.text for t in found]
+    rules, sure = sure_reply_matching(numbered(texts, [t.text for t in says], LINE_CHARS))
+    read = _read(rules, len(found), len(says)) or {}
+    unsure = [says[i] if not known else None for i, known in enumerate(sure)]
+    asked, failed, lull = await _ask(rt, texts, unsure)
+    read |= asked
+    how = "rules" if all(t is None for t in unsure) else "asked"
+    return _matching(req, says, found, read, how, failed, lull or bool(rules.get("lull")))
+
+
+async def _ask(
+    rt: Matcher, texts: list[str], unsure: list[Turn | None]
+) -> tuple[dict[int, _Entry], bool, bool]:
+    """The model's reading of each say the rules are unsure of (None: sure), one say at a
+    time, the smallest question a small model answers well; whether a call gave nothing
+    (that say keeps the rules' reading); whether the model says the person winds down."""
+    read: dict[int, _Entry] = {}
+    failed = lull = False
+    for i, say in enumerate(unsure):
+        if say is None:
+            continue
+        one = await ask_shaped(
+            rt,
+            TASK,
+            numbered(texts, [say.text], LINE_CHARS),
+            INSTRUCTIONS,
+            lambda answer: _read_one(answer, len(texts)),
+            shape(texts),
+        )
+        if one is None:
+            failed = True
+            continue
+        if 0 in one[0]:
+            read[i] = one[0][0]
+        lull = lull or one[1]
+    return read, failed, lull
+
+
+def shape(texts: list[str]) -> Shape:
+    """The answer: one label or "none". The labels offered are the candidates a say can
+    answer: the questions, and the latest message, which a say may remark on."""
+    labels = [f"A{i}" for i, text in enumerate(texts, 1) if asks(text) or i == len(texts)]
+    answers = {"type": "string", "enum": [*labels, NONE]}
+    schema = {
+        "type": "object",
+        "properties": {"answers": answers},
+        "required": ["answers"],
+        "additionalProperties": False,
+    }
+    return Shape(TASK, schema, ANSWER_TOKENS)
+
+
+def _questions(found: list[Turn]) -> tuple[UUID, ...]:
+    return tuple(t.reply_id for t in found if t.reply_id is not None and asks(t.text))
+
+
+def _each(
+    req: TurnRequest, says: list[Turn], found: list[Turn], match: ReplyMatch
+) -> dict[str, ReplyMatch]:
+    """Every say but those that answer nothing read as `match`."""
+    return _holding(req.new, {t.client_id: match for t in says if t.client_id}, _questions(found))
+
+
+def _holding(
+    new: list[Turn], decided: dict[str, ReplyMatch], waiting: tuple[UUID, ...]
+) -> dict[str, ReplyMatch]:
+    """`decided` with the says that answer nothing ("hold on", "lol") in their place: each
+    leaves waiting what was waiting before it, so no question is taken as answered."""
+    matches: dict[str, ReplyMatch] = {}
+    for turn in new:
+        if not turn.client_id:
+            continue
+        match = decided.get(turn.client_id)
+        if match is None and is_holding(turn.text):
+            match = ReplyMatch(None, True, open=waiting)
+        if match is not None:
+            matches[turn.client_id] = match
+            waiting = match.open
+    return matches
 
 
 def _unsure(before: Turn, req: TurnRequest) -> bool:
@@ -151,54 +251,69 @@ def _unsure(before: Turn, req: TurnRequest) -> bool:
 _Entry = tuple[int | None, tuple[int, ...]]  # the A it answers (None: new), unclear As
 
 
-def _read(
-    answer: dict[str, Any], assistant: int, people: int
-) -> tuple[dict[int, _Entry], tuple[int, ...], bool] | None:
-    """The answer as indexes (0-based), or None if it is not of the task's shape."""
-    entries = answer.get("answers")
-    open_ = answer.get("open", [])
-    lull = answer.get("lull", False)
-    if not isinstance(entries, list) or not isinstance(open_, list) or not isinstance(lull, bool):
+def _read(answer: dict[str, Any], assistant: int, people: int) -> dict[int, _Entry] | None:
+    """The answer as indexes (0-based) by P line, or None if it is not of the task's shape.
+    Read leniently where the meaning is plain: `{"answers": "A2"}` (or "none", null) for a
+    lone P line; `{"answers": ["A2", "A1"]}`, labels for the P lines in order; or the
+    contract's entries, `{"answers": [{"message": "P1", "answers": "A2"}]}`."""
+    if "answers" not in answer:
         return None
+    entries = answer["answers"]
+    if people == 1 and (entries is None or isinstance(entries, str)):
+        entries = [entries]
+    if not isinstance(entries, list):
+        return None
+    if len(entries) == people and not any(isinstance(e, dict) for e in entries):
+        entries = [{"message": f"P{i}", "answers": e} for i, e in enumerate(entries, 1)]
     read: dict[int, _Entry] = {}
     for entry in entries:
         if not isinstance(entry, dict):
             return None
         said = line_index(entry.get("message"), "P", people)
         answers = entry.get("answers")
-        to = None if answers is None else line_index(answers, "A", assistant)
+        new = answers is None or (isinstance(answers, str) and answers.lower() == NONE)
+        to = None if new else line_index(answers, "A", assistant)
         unclear = entry.get("unclear") or []
         which = (
             [line_index(u, "A", assistant) for u in unclear]
             if isinstance(unclear, list)
             else [None]
         )
-        if said is None or (answers is not None and to is None) or None in which:
+        if said is None or (not new and to is None) or None in which:
             return None
         read[said] = (to, tuple(sorted({w for w in which if w is not None})))
-    waiting = [line_index(q, "A", assistant) for q in open_]
-    if None in waiting:
-        return None
-    return read, tuple(w for w in waiting if w is not None), lull
+    return read
+
+
+def _read_one(answer: dict[str, Any], assistant: int) -> tuple[dict[int, _Entry], bool] | None:
+    """The answer about one say, and whether the model says the person winds down."""
+    read = _read(answer, assistant, 1)
+    return None if read is None else (read, answer.get("lull") is True)
 
 
 def _matching(
     req: TurnRequest,
+    says: list[Turn],
     found: list[Turn],
     read: dict[int, _Entry],
-    waiting: tuple[int, ...],
+    how: str,
+    failed: bool,
     lull: bool,
 ) -> Matching:
     latest = next((t.reply_id for t in reversed(req.history) if _is_message(t)), None)
     before = next((t.match for t in reversed(req.history) if t.role == "user"), None)
-    open_ = tuple(found[i].reply_id for i in waiting if found[i].reply_id is not None)
+    settled = {
+        found[to].reply_id for to, unclear in read.values() if to is not None and not unclear
+    }
+    open_ = tuple(q for q in _questions(found) if q not in settled)
     matches: dict[str, ReplyMatch] = {}
-    for said, turn in enumerate(req.new):
+    for said, turn in enumerate(says):
         if said in read and turn.client_id:
             to, unclear = read[said]
             matches[turn.client_id] = _one(found, to, unclear, latest, before, open_)
             before = matches[turn.client_id]
-    return Matching("asked", matches, _note(req.new, found, matches), lull=lull)
+    matches = _holding(req.new, matches, _questions(found))
+    return Matching(how, matches, _note(req.new, found, matches), failed=failed, lull=lull)
 
 
 def _one(

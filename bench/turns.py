@@ -5,8 +5,9 @@ A turn asks the analysis model which message a say answers while its context is 
 never before (actors/turn.py), and most turns ask nothing at all (actors/replies.py). This
 bench measures both, as time from a say sent to its first `reply.delta`:
 
-- `asked`: a question answered with a question ("Did you finish that book?", "which book
-  do you mean?"), which the turn must ask the analysis about;
+- `asked`: a question answered with a question that shares no word with it ("Did you
+  finish that book?", "hmm, what would you say?"), which the rules cannot place, so the
+  turn asks the analysis about it;
 - `easy`: a say after one reply that asked nothing, decided without the analysis.
 
 In one process: three stillhere servers on one PostgreSQL (an embedded one in a tmp folder,
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 SECRET = "bench-turns-secret-of-at-least-32-bytes"
 # Each scenario: the say that sets it up, then the timed say.
 SCENARIOS = {
-    "asked": ("ask me: did you finish that book?", "which book do you mean?"),
+    "asked": ("ask me: did you finish that book?", "hmm, what would you say?"),
     "easy": ("hi there", "I went to the market this morning"),
 }
 TARGETS_MS = {"asked": 10.0, "easy": 2.0}  # added at p50, at most

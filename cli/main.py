@@ -20,7 +20,7 @@ from bench import (
     soak,
 )
 from cli import cluster, db, inspect, memory, revoke, serve, token
-from evals import dedup, search, turns
+from evals import dedup, loose_ends, search, turns
 from evals.command import add_eval_command
 from providers.event_loop import run as run_on_loop
 from storage.embedded import InUse
@@ -33,8 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     for command in (serve, db, cluster, token, revoke, inspect, memory):
         command.add_parser(commands)
     evals = add_eval_command(commands)
-    for evaluation in (dedup, turns, search):
-        evaluation.add_parser(evals)  # eval dedup, eval turns, eval search
+    for evaluation in (dedup, turns, search, loose_ends):
+        evaluation.add_parser(evals)  # eval dedup, eval turns, eval search, eval loose-ends
     bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
     benches = bench.add_subparsers(dest="bench", required=True)
     for module in (

@@ -7,14 +7,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from providers.analysis import DEFAULT_TIMEOUT_S as DEFAULT_ANALYSIS_TIMEOUT_S
-from providers.analysis import AnalysisModel
+from providers.analysis import AnalysisModel, FailureHook
 from transport.config import env_value, longer_than_zero
 
 
@@ -61,13 +61,20 @@ def add_analysis_options(command: argparse.ArgumentParser, url_help: str) -> Non
 
 
 @contextlib.asynccontextmanager
-async def analysis_model(args: argparse.Namespace) -> AsyncIterator[AnalysisModel | None]:
-    """The analysis model `--analysis-url` names, closed after; None without one."""
+async def analysis_model(
+    args: argparse.Namespace, on_failure: FailureHook | None = None
+) -> AsyncIterator[AnalysisModel | None]:
+    """The analysis model `--analysis-url` names, closed after; None without one.
+    `on_failure` is told of each call that failed (task, reason)."""
     if not args.analysis_url:
         yield None
         return
     model = AnalysisModel(
-        args.analysis_url, args.analysis_model, args.analysis_key, timeout=args.analysis_timeout
+        args.analysis_url,
+        args.analysis_model,
+        args.analysis_key,
+        timeout=args.analysis_timeout,
+        on_failure=on_failure,
     )
     try:
         yield model
@@ -87,6 +94,24 @@ def json_lines(path: Path, error: type[Exception]) -> Iterator[tuple[str, Any]]:
         except orjson.JSONDecodeError as wrong:
             raise error(f"{where}: not JSON ({wrong})") from None
         yield where, row
+
+
+async def run_report(
+    args: argparse.Namespace,
+    make: Callable[[], Awaitable[dict[str, Any]]],
+    errors: type[Exception],
+    show: Callable[[dict[str, Any]], None],
+) -> int:
+    """An eval's command: its report as `--json` asks, else `show`n; 2 when the cases cannot
+    be read (`errors`, or the file itself)."""
+    try:
+        report = await make()
+    except (OSError, errors) as wrong:
+        print(f"cannot read the cases: {wrong}")
+        return 2
+    if not json_report(report, args.json_out):
+        show(report)
+    return 0
 
 
 def json_report(report: dict[str, Any], json_out: str | None) -> bool:

@@ -8,21 +8,27 @@ and analysis alike.
                {"role": "user", "text": "it was great, went hiking"}],
      "answers": "How was your weekend?"}
 
-`turns` is the conversation, its last turn the say; `answers` the text of the assistant
+`turns` is the conversation, its last turn the say; each earlier say is matched first, in
+order, as the live path would have, so what it left waiting is a candidate for the next;
+`answers` the text of the assistant
 message it answers, or null when it starts something new; a `match/unclear` case has
 `unclear`, the texts of the questions it could answer alike (the right outcome: the reply
 asks which one was meant). Kinds: `latest`, `earlier`, `new`, `unclear`.
 
 A case's reading is what the turn would go on with: no candidate, nothing answered; one
-candidate just before, that one (neither asks the model: `skipped`); else the analysis's
-answer, or, when it gave none (`failed`), the latest message, as the reply then goes ahead.
+candidate just before, that one; the rules' reading where they are sure (none of these asks
+the model: `skipped`); else the analysis's answer, or, when it gave none (`failed`), the
+rules' reading, as the reply then goes ahead. `analysis_failures` counts the calls that gave
+nothing usable, by task and reason (`bad_shape`: an answer not of the task's shape).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -73,8 +79,8 @@ class MatchOutcome:
     where: str
 
 
-def _request(case: Case) -> tuple[TurnRequest, dict[UUID, str]]:
-    """The case as the turn that answers its say; the assistant messages' texts by id."""
+def _turns(case: Case) -> list[Turn]:
+    """The case's turns, each assistant message with a reply id and each say a client id."""
     turns = [
         Turn(t.role, t.text, EPOCH, reply_id=uuid4())
         if t.role == "assistant"
@@ -83,20 +89,34 @@ def _request(case: Case) -> tuple[TurnRequest, dict[UUID, str]]:
     ]
     if not turns or turns[-1].role != "user":
         raise CasesError(f"{case.where}: turns must end with the say (a user turn)")
+    return turns
+
+
+def _turn_request(history: list[Turn], new: list[Turn]) -> TurnRequest:
     phone = _NoPhone()
-    request = TurnRequest(
+    return TurnRequest(
         conversation=uuid4(),
         person="eval",
-        history=turns[:-1],
-        new=turns[-1:],
+        history=history,
+        new=new,
         speaker=None,
         cards=[],
         during_reply=False,
         after_interrupt=False,
         handles=TurnHandles(phone, phone),
     )
-    texts = {t.reply_id: t.text for t in turns if t.reply_id is not None}
-    return request, texts
+
+
+async def _replayed(judging: Judging, turns: list[Turn]) -> list[Turn]:
+    """The turns before the case's say, each earlier say matched as the live path would
+    have (its match kept with it, so what it left waiting is waiting for the next)."""
+    history: list[Turn] = []
+    for turn in turns[:-1]:
+        if turn.role == "user":
+            matching = await match_replies(judging, _turn_request(list(history), [turn]))
+            turn = replace(turn, match=matching.matches.get(str(turn.client_id)))
+        history.append(turn)
+    return history
 
 
 def _expected(case: Case, texts: set[str]) -> str:
@@ -118,10 +138,10 @@ def _unclear(texts: list[str]) -> str:
 
 def _read(matching: Matching, req: TurnRequest, texts: dict[UUID, str]) -> str:
     latest = next((t.text for t in reversed(req.history) if t.reply_id is not None), "(new)")
+    match = matching.matches.get(str(req.new[-1].client_id))
     if matching.how == "no_candidate":
         return "(new)"
-    match = matching.matches.get(str(req.new[-1].client_id))
-    if matching.how == "just_before" or matching.failed or match is None:
+    if match is None:
         return latest
     if match.asked:
         return _unclear([texts[q] for q in match.unclear])
@@ -131,8 +151,10 @@ def _read(matching: Matching, req: TurnRequest, texts: dict[UUID, str]) -> str:
 async def run_match_case(judging: Judging, case: Case) -> MatchOutcome:
     if case.kind.split("/", 1)[1] not in KINDS:
         raise CasesError(f"{case.where}: match kinds are {', '.join(KINDS)}")
-    req, texts = _request(case)
+    turns = _turns(case)
+    texts = {t.reply_id: t.text for t in turns if t.reply_id is not None}
     expected = _expected(case, set(texts.values()))
+    req = _turn_request(await _replayed(judging, turns), turns[-1:])
     matching = await match_replies(judging, req)
     read = _read(matching, req, texts)
     return MatchOutcome(
@@ -183,10 +205,20 @@ def match_report(outcomes: list[MatchOutcome], analysis: str) -> dict[str, Any]:
     }
 
 
+@contextlib.asynccontextmanager
+async def judging_for(args: argparse.Namespace) -> AsyncIterator[Judging]:
+    """A `Judging` with `--analysis-url`'s model, or the rehearsal analysis; its metrics
+    count the calls that gave nothing usable."""
+    metrics = Metrics()
+    async with analysis_model(args, metrics.count_analysis_failure) as model:
+        analysis: Analysis = model if model is not None else RehearsalAnalysis()
+        yield Judging(analysis, metrics=metrics)
+
+
 async def evaluate_matching(cases: list[Case], args: argparse.Namespace) -> dict[str, Any]:
     """The match cases against `--analysis-url`'s model, or the rehearsal analysis."""
-    async with analysis_model(args) as model:
-        analysis: Analysis = model if model is not None else RehearsalAnalysis()
-        judging = Judging(analysis)
+    async with judging_for(args) as judging:
         outcomes = [await run_match_case(judging, case) for case in cases]
-    return match_report(outcomes, analysis.label)
+    return match_report(outcomes, judging.analysis.label) | {
+        "analysis_failures": judging.metrics.analysis_failure_counts()
+    }

@@ -40,7 +40,7 @@ from evals.command import (
     add_command,
     groups_table,
     json_lines,
-    json_report,
+    run_report,
 )
 from evals.replies import evaluate_matching
 
@@ -184,6 +184,8 @@ def match_table(match: dict[str, Any]) -> str:
     lines = [f"reply matching by {match['analysis']}"]
     lines += groups_table(("kind", 22), columns, match["kinds"], match)
     lines += groups_table(("language", 22), columns, match["languages"], match)
+    if match.get("analysis_failures"):
+        lines.append(f"analysis failures: {match['analysis_failures']}")
     return "\n".join(lines)
 
 
@@ -211,16 +213,11 @@ def add_parser(commands: Any) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    try:
-        cases = read_cases(args.cases)
-        report = await evaluate(cases, args)
-    except (OSError, CasesError) as wrong:
-        print(f"cannot read the cases: {wrong}")
-        return 2
-    if not json_report(report, args.json_out):
+    def show(report: dict[str, Any]) -> None:
         print(f"{report['cases']} cases from {args.cases}")
         if "echo" in report:
             print(echo_table(report["echo"]))
         if "match" in report:
             print(match_table(report["match"]))
-    return 0
+
+    return await run_report(args, lambda: evaluate(read_cases(args.cases), args), CasesError, show)

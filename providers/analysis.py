@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
@@ -30,22 +31,40 @@ DEFAULT_TIMEOUT_S = 2.0
 FailureHook = Callable[[str, str], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The answer a caller wants: a JSON Schema of the object, and at most how many tokens."""
+
+    name: str
+    schema: dict[str, Any]
+    max_tokens: int
+
+    def response_format(self) -> dict[str, Any]:
+        schema = {"name": self.name, "strict": True, "schema": self.schema}
+        return {"type": "json_schema", "json_schema": schema}
+
+
+JSON_OBJECT = {"type": "json_object"}
+REFUSED = (400, 422)  # what a server answers a response format it does not take
+
+
 class Analysis(Protocol):
     """What the turn and the memory ask: the model over HTTP, or the rehearsal analysis."""
 
     label: str
 
     async def ask(
-        self, task: str, lines: Sequence[str], instructions: str
+        self, task: str, lines: Sequence[str], instructions: str, shape: Shape | None = None
     ) -> dict[str, Any] | None: ...
 
     async def close(self) -> None: ...
 
 
 class _Failed(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, status: int = 0) -> None:
         super().__init__(detail)
         self.reason = reason
+        self.status = status
 
 
 def request_text(task: str, lines: Sequence[str]) -> str:
@@ -53,6 +72,27 @@ def request_text(task: str, lines: Sequence[str]) -> str:
     if task not in TASKS:
         raise ValueError(f"unknown analysis task {task!r}")
     return "\n".join([task, *lines])
+
+
+def request_body(
+    model: str, task: str, lines: Sequence[str], instructions: str, shape: Shape | None = None
+) -> dict[str, Any]:
+    """The request: the fixed instructions first, byte for byte the same from call to call,
+    so a server that keeps a cached prefix reads only the request's own lines; the answer's
+    shape by JSON Schema and its `max_tokens` when `shape` is given, else any JSON object."""
+    body: dict[str, Any] = {
+        "model": model,
+        "stream": False,
+        "temperature": 0,
+        "response_format": JSON_OBJECT if shape is None else shape.response_format(),
+        "messages": [
+            {"role": "system", "content": instructions},
+            {"role": "user", "content": request_text(task, lines)},
+        ],
+    }
+    if shape is not None:
+        body["max_tokens"] = shape.max_tokens
+    return body
 
 
 class AnalysisModel:
@@ -71,6 +111,7 @@ class AnalysisModel:
         self.timeout = timeout
         self.on_failure = on_failure
         self._model = model
+        self._schema_refused = False  # the server answered a json_schema format with a 400
         # A total timeout: a judgement that is late is no use to the reply waiting for it.
         self._api = ApiClient(
             f"{url.rstrip('/')}/chat/completions", key, aiohttp.ClientTimeout(total=timeout)
@@ -80,28 +121,31 @@ class AnalysisModel:
         await self._api.close()
 
     async def ask(
-        self, task: str, lines: Sequence[str], instructions: str
+        self, task: str, lines: Sequence[str], instructions: str, shape: Shape | None = None
     ) -> dict[str, Any] | None:
         """The answer's JSON object; None (logged, counted) when there is none to use."""
-        body = {
-            "model": self._model,
-            "stream": False,
-            "temperature": 0,
-            "response_format": {"type": "json_object"},
-            "messages": [
-                {"role": "system", "content": instructions},
-                {"role": "user", "content": request_text(task, lines)},
-            ],
-        }
+        body = request_body(self._model, task, lines, instructions, shape)
+        if self._schema_refused:
+            body["response_format"] = JSON_OBJECT
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout):
-                return await self._post(body)
+                return await self._answer(body)
         except TimeoutError:
             self._failed(task, "timeout", f"no answer within {self.timeout:g} s", started)
         except _Failed as failure:
             self._failed(task, failure.reason, str(failure), started)
         return None
+
+    async def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self._post(body)
+        except _Failed as failure:
+            if failure.status not in REFUSED or body["response_format"] == JSON_OBJECT:
+                raise
+        self._schema_refused = True
+        log.warning("the analysis server refuses json_schema answers: asking for json_object")
+        return await self._post({**body, "response_format": JSON_OBJECT})
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         api = self._api
@@ -111,7 +155,8 @@ class AnalysisModel:
             ) as response:
                 raw = await response.read()
         if not 200 <= response.status < 300:
-            raise _Failed("http", api.scrub(f"answered {response.status}: {excerpt(raw)}"))
+            detail = api.scrub(f"answered {response.status}: {excerpt(raw)}")
+            raise _Failed("http", detail, response.status)
         return _answer_object(_content(raw))
 
     def _failed(self, task: str, reason: str, detail: str, started: float) -> None:

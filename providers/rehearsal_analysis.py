@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from providers import rehearsal_lexicon as lexicon
-from providers.analysis import request_text
+from providers.analysis import Shape, request_text
 from providers.stemming import stem
 
 _WORD = re.compile(r"[^\W\d_]+(?:['\u2019-][^\W\d_]+)*")
@@ -31,7 +31,7 @@ _CLITIC = re.compile(
 _LAUGH = re.compile(r"(?:ha|ah|he|hi){2,}h?")
 _EVALUATIVE = frozenset(stem(w) for w in lexicon.EVALUATIVE)
 _STOP = {"en": lexicon.EN_STOP, "fr": lexicon.EN_STOP | lexicon.FR_STOP}
-_LONGEST_LULL = max(len(p) for p in lexicon.LULLS)
+_HOLDS = lexicon.HOLDING | lexicon.FILLERS
 # Claims at most this far apart are a tie: the reading is unclear.
 _TIE = 0.25
 
@@ -77,7 +77,7 @@ class _Message:
 
     @cached_property
     def is_question(self) -> bool:
-        return "?" in _QUOTED.sub("", self.text)  # a question quoted is not asked
+        return asks(self.text)
 
     @cached_property
     def is_lull(self) -> bool:
@@ -156,59 +156,83 @@ def is_lull(text: str) -> bool:
     """Whether `text` is made only of lull phrasings (lexicon.LULLS): "ok thanks", "haha,
     true", "d'accord, bonne soirée"."""
     said = _normal(text)
-    return bool(said) and _spans(said)
+    return bool(said) and _spans(said, lexicon.LULLS)
 
 
-def _spans(said: tuple[str, ...]) -> bool:
-    """Whether lull phrasings cover `said` end to end: the positions reachable from its
-    start by whole phrasings, word by word (no recursion: a say may be thousands of words)."""
+def is_holding(text: str) -> bool:
+    """Whether `text` plainly answers nothing: made only of phrasings that hold the floor,
+    laugh or step away (lexicon.HOLDING, with fillers such as "ok"), at least one of them
+    not a filler: "hold on, thinking", "ok, back in a sec", "lol", "attends, je réfléchis"."""
+    said = _normal(text)
+    return _spans(said, _HOLDS) and not _spans(said, lexicon.FILLERS)
+
+
+def asks(text: str) -> bool:
+    """Whether `text` asks something (a question quoted is not asked)."""
+    return "?" in _QUOTED.sub("", text)
+
+
+def _spans(said: tuple[str, ...], phrases: frozenset[tuple[str, ...]]) -> bool:
+    """Whether `phrases` cover `said` end to end (and it says something): the positions
+    reachable from its start by whole phrasings, word by word (no recursion: a say may be
+    thousands of words)."""
+    longest = max(len(p) for p in phrases)
     reach = {0}
     for i in range(len(said)):
         if i in reach:
             reach.update(
                 i + n
-                for n in range(1, min(_LONGEST_LULL, len(said) - i) + 1)
-                if said[i : i + n] in lexicon.LULLS
+                for n in range(1, min(longest, len(said) - i) + 1)
+                if said[i : i + n] in phrases
             )
-    return len(said) in reach
+    return bool(said) and len(said) in reach
 
 
-def _claim(say: _Message, asked: _Message, latest: bool) -> float:
-    """How strongly `say` looks like an answer to `asked`."""
+def _claim(say: _Message, asked: _Message, latest: bool) -> tuple[float, bool]:
+    """How strongly `say` looks like an answer to `asked`, and whether that rests on
+    evidence (shared words, the kind of answer a yes/no or a "how was" question takes)
+    rather than on an open question's taking any answer."""
     shared = len(say.content_words & asked.content_words)
     if not asked.is_question or say.is_question:
-        return float(shared)  # a question in return answers none by its kind
-    kind = 0.0
+        return float(shared), shared > 0  # a question in return answers none by its kind
+    kind, evidence = 0.0, shared > 0
     if say.answers_yes_no:
         kind = 1.0 if asked.asks_yes_no else 0.0
+        evidence = evidence or asked.asks_yes_no
     elif asked.asks_how and say.evaluates:
-        kind = 1.5  # "it was great" to "how was ...": more than any open answer
+        kind, evidence = 1.5, True  # "it was great" to "how was ...": more than any open answer
     elif not asked.asks_yes_no:
         # An open question takes any answer: readily the latest one, weakly an earlier one.
         kind = 1.0 if latest else 0.5
-    return 2.0 * shared + kind
+    return 2.0 * shared + kind, evidence
 
 
-def _match(say: _Message, assistant: list[_Message]) -> dict[str, Any]:
+def _match(say: _Message, assistant: list[_Message]) -> tuple[dict[str, Any], bool]:
+    """The say's entry of the answer, and whether the rules are sure of it: a lull, a
+    claim resting on evidence and above all others, or a tie of yes/no questions (unclear).
+    Where nothing claims the say, or only an open question's taking any answer does, or
+    other questions tie, they are not: that is for a model to judge."""
     entry: dict[str, Any] = {"message": say.ref, "answers": None}
     if not assistant:
-        return entry
+        return entry, True
     latest = assistant[-1]
     claims = sorted(
-        ((_claim(say, a, a is latest), i) for i, a in enumerate(assistant)), reverse=True
+        ((*_claim(say, a, a is latest), i) for i, a in enumerate(assistant)), reverse=True
     )
-    best, index = claims[0]
+    best, evidence, index = claims[0]
     if best < 1.0 or say.is_lull:
         # Nothing claims it: a remark on the latest message, unless that asked a question
         # this is no answer to, in which case the person starts something new.
         answers_latest = not latest.is_question or say.is_lull
         entry["answers"] = latest.ref if answers_latest else None
-        return entry
-    tied = [assistant[i] for claim, i in claims if best - claim <= _TIE]
+        return entry, say.is_lull
+    tied = [assistant[i] for claim, _, i in claims if best - claim <= _TIE]
     entry["answers"] = assistant[index].ref  # the latest of the tied: the likeliest
     if len(tied) > 1 and all(a.asks_yes_no for a in tied):
         entry["unclear"] = sorted((a.ref for a in tied), key=_number)
-    return entry
+        return entry, True
+    others = sum(a.is_question for a in assistant if a is not assistant[index])
+    return entry, len(tied) == 1 and (evidence or not others)
 
 
 def _number(ref: str) -> int:
@@ -227,12 +251,18 @@ def _parse(lines: Sequence[str]) -> tuple[list[_Message], list[_Message]]:
 
 
 def reply_matching(lines: Sequence[str]) -> dict[str, Any]:
+    return sure_reply_matching(lines)[0]
+
+
+def sure_reply_matching(lines: Sequence[str]) -> tuple[dict[str, Any], list[bool]]:
+    """The rules' answer, and for each P line whether they are sure of it (`_match`)."""
     assistant, person = _parse(lines)
-    answers = [_match(say, assistant) for say in person]
+    read = [_match(say, assistant) for say in person]
+    answers = [entry for entry, _ in read]
     settled = {a["answers"] for a in answers if not a.get("unclear")}
     open_ = [a.ref for a in assistant if a.is_question and a.ref not in settled]
     lull = bool(person) and person[-1].is_lull
-    return {"answers": answers, "open": open_, "lull": lull}
+    return {"answers": answers, "open": open_, "lull": lull}, [sure for _, sure in read]
 
 
 _PROMISE = re.compile(
@@ -248,10 +278,14 @@ _PROMISE = re.compile(
 
 def loose_ends(lines: Sequence[str]) -> dict[str, Any]:
     """Unanswered questions of ours (but in the reply, the last A line: too soon), their
-    questions the reply shares no word with, and promises to go on later (threads)."""
+    questions the reply shares no word with, and promises to go on later (threads). The
+    says came before the reply, so they are matched to the lines before it only; a lull
+    ("ok thanks") answers no question."""
     assistant, person = _parse(lines)
     reply = assistant[-1] if assistant else None
-    waiting = set(reply_matching(lines)["open"])
+    skipped = {m.ref for m in person if m.is_lull} | ({reply.ref} if reply else set())
+    before = [line for line in lines if line.split(":", 1)[0] not in skipped]
+    waiting = set(reply_matching(before)["open"])
     found = [_end("assistant", a, "question") for a in assistant[:-1] if a.ref in waiting]
     if reply is not None:
         found += [
@@ -262,9 +296,15 @@ def loose_ends(lines: Sequence[str]) -> dict[str, Any]:
     found += [
         _end("assistant" if m.ref[0] == "A" else "person", m, "thread")
         for m in [*assistant, *person]
-        if _PROMISE.search(m.text) and not (reply is not None and _taken_up(m, reply))
+        if promises(m.text) and not (reply is not None and _taken_up(m, reply))
     ]
     return {"loose_ends": found}
+
+
+def promises(text: str) -> bool:
+    """Whether `text` leaves something to go on later: "I'll tell you later", "je reviens
+    vers toi", "to be continued"."""
+    return _PROMISE.search(text) is not None
 
 
 def _taken_up(thread: _Message, reply: _Message) -> bool:
@@ -282,7 +322,7 @@ class RehearsalAnalysis:
     label = "rehearsal (built-in rules, not a model)"
 
     async def ask(
-        self, task: str, lines: Sequence[str], instructions: str
+        self, task: str, lines: Sequence[str], instructions: str, shape: Shape | None = None
     ) -> dict[str, Any] | None:
         request_text(task, lines)  # the same refusal of unknown tasks as the model's
         if task == "reply-matching":

@@ -4,7 +4,8 @@ Kept apart from the rules (providers/rehearsal_analysis.py) so that a language i
 its grammar's closed classes, not by touching a rule: the auxiliaries that open an English
 yes/no question, the interrogatives that make a French question open, the words a yes/no
 answer starts with, the acknowledgements, thanks, laughter and leave-takings a topic winds
-down with, and the function words no two messages share by meaning.
+down with, the phrasings that hold the floor without answering, and the function words no
+two messages share by meaning.
 """
 
 from __future__ import annotations
@@ -123,6 +124,60 @@ LULLS = frozenset(
     )
 )
 LAUGHTER = "haha"
+
+# Says made only of these answer nothing: the person holds the floor, laughs or steps away,
+# and any question waiting stays waiting ("hold on, thinking", "ok, back in a sec", "lol").
+# At least one must be a HOLDING phrase; FILLERS alone ("ok", "oui") may well be answers.
+HOLDING = frozenset(
+    tuple(phrase.split())
+    for phrase in (
+        "hold on",
+        "hang on",
+        "wait",
+        "one sec",
+        "one second",
+        "one moment",
+        "just a sec",
+        "just a second",
+        "just a minute",
+        "give me a sec",
+        "give me a minute",
+        "a sec",
+        "sec",
+        "back in a sec",
+        "back in a minute",
+        "be right back",
+        "brb",
+        "thinking",
+        "let me think",
+        "i'm thinking",
+        "still thinking",
+        "haha",
+        "lol",
+        "lmao",
+        "hmm",
+        "attends",
+        "attendez",
+        "une seconde",
+        "une minute",
+        "deux secondes",
+        "deux minutes",
+        "deux sec",
+        "je réfléchis",
+        "laisse-moi réfléchir",
+        "je reviens",
+        "je reviens vite",
+        "je reviens tout de suite",
+        "bouge pas",
+        "mdr",
+        "ptdr",
+        "hum",
+    )
+)
+FILLERS = frozenset(
+    tuple(phrase.split())
+    for phrase in ("ok", "okay", "oh", "ah", "um", "uh", "so", "euh", "bon", "ben", "alors")
+)
 
 EN_STOP = words(
     "a an the and or but i you he she it we they me my your our their this that these those "

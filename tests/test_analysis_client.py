@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from providers.analysis import AnalysisModel
+from providers.analysis import AnalysisModel, Shape
 from tests.fakes.analysis_server import Answer, Down, FakeAnalysis, Stall
 from tests.test_openai_client import closed_port
 
@@ -104,3 +104,47 @@ async def test_unknown_task_is_a_programming_error(fake: FakeAnalysis) -> None:
     with pytest.raises(ValueError, match="unknown analysis task"):
         await model.ask("mood", [], "")
     await model.close()
+
+
+SHAPE = Shape(
+    "reply-matching",
+    {"type": "object", "properties": {"answers": {"enum": ["A1", "A2", "none"]}}},
+    max_tokens=16,
+)
+
+
+async def test_a_shape_is_asked_for_by_json_schema(fake: FakeAnalysis) -> None:
+    fake.queue(Answer({"answers": "A2"}))
+    model = AnalysisModel(fake.url, "judge")
+    try:
+        assert await model.ask("reply-matching", LINES, "Match P1.", SHAPE) == {"answers": "A2"}
+    finally:
+        await model.close()
+    body = fake.requests[0]
+    assert body["max_tokens"] == 16
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "reply-matching", "strict": True, "schema": SHAPE.schema},
+    }
+    # The fixed instructions come first, the request's own lines last.
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+
+
+async def test_a_server_refusing_json_schema_is_asked_for_json_object_from_then_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    failures = Failures()
+    async with FakeAnalysis(refuse_schema=True) as fake:
+        fake.queue(Answer({"answers": "A1"}), Answer({"answers": "A2"}))
+        model = AnalysisModel(fake.url, "judge", on_failure=failures)
+        try:
+            first = await model.ask("reply-matching", LINES, "Match P1.", SHAPE)
+            second = await model.ask("reply-matching", LINES, "Match P1.", SHAPE)
+        finally:
+            await model.close()
+    assert (first, second) == ({"answers": "A1"}, {"answers": "A2"})
+    formats = [body["response_format"]["type"] for body in fake.requests]
+    assert formats == ["json_schema", "json_object", "json_object"]
+    assert all(body["max_tokens"] == 16 for body in fake.requests)
+    assert failures.seen == []
+    assert caplog.text.count("refuses json_schema") == 1

@@ -15,7 +15,14 @@ import pytest
 
 from providers.notes import LOOSE_ENDS
 from tests.conftest import Harness, Phone
-from tests.fakes.analysis_server import AnalysisResponse, Answer, Asked, FakeAnalysis, neutral
+from tests.fakes.analysis_server import (
+    AnalysisResponse,
+    Answer,
+    Asked,
+    FakeAnalysis,
+    Stall,
+    neutral,
+)
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 HOUR = 3600.0
@@ -174,3 +181,20 @@ async def test_a_broken_answer_closes_nothing(
     )
     await talk.exchange("and?")
     assert [t["text"] for t in await threads(harness, talk.phone)] == [promise]
+
+
+async def test_loose_ends_are_off_the_replys_path(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
+) -> None:
+    """A loose-ends analysis that never answers delays no reply: each is asked once its
+    reply has ended, and the next say is answered while it still hangs."""
+    await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url, analysis_timeout=60.0)
+    analysis.queue(Stall(), Stall(), task="loose-ends")
+    fake_llm.queue(Reply("How was your weekend?"), Reply("Lovely."))
+    phone = await harness.phone()
+    first = await phone.say("hi")
+    await phone.expect("reply.end", lambda f: f["seq"] > first["seq"])
+    second = await phone.say("great, we went hiking")
+    end = await phone.expect("reply.end", lambda f: f["seq"] > second["seq"])
+    assert end["text"] == "Lovely." and "error" not in end
+    assert len(analysis.tasks("loose-ends")) >= 1  # asked, and still unanswered

@@ -6,6 +6,7 @@ import pytest
 
 from providers.rehearsal_analysis import (
     RehearsalAnalysis,
+    is_holding,
     is_lull,
     language,
     loose_ends,
@@ -214,6 +215,21 @@ def test_not_lulls(text: str) -> None:
     assert not is_lull(text)
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["hold on, thinking", "ok, back in a sec", "lol", "hahaha", "brb", "attends, je réfléchis"],
+)
+def test_says_that_answer_nothing(text: str) -> None:
+    assert is_holding(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["ok", "oui", "yes!", "ok thanks", "brb, coffee?", "wait, which book?", ""]
+)
+def test_says_that_may_answer(text: str) -> None:
+    assert not is_holding(text)
+
+
 def test_a_lull_answers_the_latest_message() -> None:
     lines = ["A1: Comment s'est passé ton week-end ?", "A2: Bonne soirée !", "P1: ok merci"]
     assert reply_matching(lines) == {
@@ -287,3 +303,14 @@ def test_a_thread_is_taken_up_by_a_reply_that_speaks_of_it() -> None:
 def test_a_lull_of_thousands_of_words_is_read_without_recursion() -> None:
     assert is_lull("ok " * 3000)
     assert not is_lull("ok " * 3000 + "but the hotel")
+
+
+def test_the_says_answer_what_came_before_the_reply_not_the_reply() -> None:
+    """Though "yes, loved it" shares a word with the reply after it, it answers the book."""
+    lines = ["A1: Did you finish that book?", "A2: Glad you loved it!", "P1: yes, loved it"]
+    assert loose_ends(lines)["loose_ends"] == []
+
+
+def test_a_lull_leaves_our_question_open() -> None:
+    lines = ["A1: Did you finish that book?", "A2: You're welcome!", "P1: ok thanks"]
+    assert [e["ref"] for e in loose_ends(lines)["loose_ends"]] == ["A1"]

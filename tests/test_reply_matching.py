@@ -17,9 +17,16 @@ import aiohttp
 import asyncpg
 import pytest
 
-from providers.notes import REPLY_CONTEXT
+from providers.notes import REPLY_ASK, REPLY_CONTEXT
 from tests.conftest import Harness, Phone
-from tests.fakes.analysis_server import Answer, Down, FakeAnalysis, Stall
+from tests.fakes.analysis_server import (
+    AnalysisResponse,
+    Answer,
+    Asked,
+    Down,
+    FakeAnalysis,
+    Stall,
+)
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.sse_client import EventStream, SseClient
 from tests.test_restart import ServerProcess, hello
@@ -170,83 +177,88 @@ async def test_sleep_and_dinner_over_sse_on_a_first_run(harness: Harness) -> Non
 
 
 def matched(answers: str | None, open_: list[str], **entry: Any) -> Answer:
+    """An answer in the contract's full form (entries by P line)."""
     return Answer({"answers": [{"message": "P1", "answers": answers, **entry}], "open": open_})
 
 
+WEEKEND_LINES = ["A1: How was your weekend?", "A2: Did you finish that book?"]
+HIKING = "went hiking with Sam"  # shares no word with either question: the rules cannot say
+
+
 async def weekend_over_sse(
-    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis, loved: Answer
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis, hiking: AnalysisResponse
 ) -> tuple[SseClient, EventStream, list[dict[str, Any]]]:
-    """The weekend story over SSE, up to the answer to the book, which the analysis reads as
-    `loved` says; the reply.ends."""
+    """The weekend story over SSE: the weekend asked, "brb, coffee?" (a question back that
+    shares no word with it: the analysis reads it as something new), the book asked, then
+    HIKING, which the analysis reads as `hiking` says; the reply.ends."""
     await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url)
     fake_llm.queue(
-        Reply("How was your weekend?"),
-        Reply("Did you finish that book?"),
-        Reply("So glad you liked it."),
+        Reply("How was your weekend?"), Reply("Did you finish that book?"), Reply("Lovely.")
     )
     client = SseClient(harness.http, harness.url)
     stream = await client.open()
     await stream.expect("welcome")
-    analysis.queue(matched(None, ["A1"]), loved)  # "brb, coffee?" starts something new
+    analysis.queue(Answer({"answers": "none"}), hiking)
     ends = []
-    for text in ("hi", "brb, coffee?"):
-        await client.say(text)
+    for text in ("hi", "brb, coffee?", HIKING):
+        await client.say(text, text[:4])
         ends.append((await stream.expect("reply.end")).data)
-    await client.say("yes, loved it!")
-    ends.append((await stream.expect("reply.end")).data)
     return client, stream, ends
 
 
+@pytest.mark.parametrize(
+    "hiking",
+    [
+        Answer({"answers": "A1"}),  # the shape asked for
+        Answer({"answers": ["A1"]}),  # labels where objects were meant: read all the same
+        matched("A1", ["A2"]),  # the contract's full form
+    ],
+)
 async def test_weekend_story_over_sse_hands_the_model_the_note(
-    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis, hiking: Answer
 ) -> None:
-    loved = matched("A2", ["A1"])
-    client, stream, ends = await weekend_over_sse(harness, fake_llm, analysis, loved)
+    client, stream, ends = await weekend_over_sse(harness, fake_llm, analysis, hiking)
     weekend, book, _ = ends
-    # "hi" had no candidate; "brb" a question back to a question; "yes" two candidates.
-    assert [a.lines for a in analysis.tasks("reply-matching")] == [
-        ["A1: How was your weekend?", "P1: brb, coffee?"],
-        ["A1: How was your weekend?", "A2: Did you finish that book?", "P1: yes, loved it!"],
-    ]
-    assert not any(REPLY_CONTEXT in m["content"] for m in fake_llm.requests[2]["messages"])
-
-    analysis.queue(matched("A1", []))
-    fake_llm.queue(Reply("Hiking sounds lovely."))
-    ack = await client.say("it was great, went hiking", "hiking")
-    reply_to = await stream.expect("reply_to")
-    await stream.expect("reply.end")
+    # "hi" had no candidate; "brb, coffee?" one, but a question back; HIKING two.
+    brb, asked = analysis.tasks("reply-matching")
+    assert brb.lines == ["A1: How was your weekend?", "P1: brb, coffee?"]
+    assert asked.lines == [*WEEKEND_LINES, f"P1: {HIKING}"]
+    assert asked.body["response_format"]["type"] == "json_schema"
+    schema = asked.body["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["answers"]["enum"] == ["A1", "A2", "none"]
+    assert asked.body["max_tokens"] <= 16
+    reply_to = next(e for e in stream.events if e.type == "reply_to")
     assert reply_to.data == {
         "type": "reply_to",
         "seq": int(reply_to.id or 0),
-        "id": "hiking",
+        "id": "went",
         "reply": weekend["reply"],
         "excerpt": "How was your weekend?",
         "guessed": False,
     }
-    assert reply_to.seq is not None and reply_to.seq > ack["seq"]
-    assert analysis.tasks("reply-matching")[-1].lines == [
-        "A1: How was your weekend?",
-        "A2: So glad you liked it.",
-        "P1: it was great, went hiking",
-    ]
-    messages = fake_llm.requests[-1]["messages"]
-    note = messages[-2]
-    assert note["role"] == "system"
-    assert note["content"] == (
+    assert fake_llm.requests[-1]["messages"][-2]["content"] == (
         f"{REPLY_CONTEXT}\n"
         'This message answers your earlier message "How was your weekend?" '
-        "(not your latest one)."
+        "(not your latest one).\n"
+        'Still waiting for an answer: "Did you finish that book?".'
     )
-    assert messages[-1] == {"role": "user", "content": "it was great, went hiking"}
-    assert book["text"] == "Did you finish that book?"
+    assert await counters(harness, "stillhere_analysis_failures") == {}
+
+    # The book still waits, and a yes is for it: the rules are sure, nothing is asked.
+    fake_llm.queue(Reply("Glad you liked it."))
+    await client.say("yes, loved it!", "loved")
+    reply_to = (await stream.expect("reply_to")).data
+    await stream.expect("reply.end")
+    assert reply_to["id"] == "loved" and reply_to["reply"] == book["reply"]
+    assert len(analysis.tasks("reply-matching")) == 2
     await client.close()
 
 
 async def test_the_note_lists_the_questions_still_waiting(
     harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
 ) -> None:
-    loved = matched(None, ["A1", "A2"])  # "yes, loved it!" taken as something new
-    client, _, _ = await weekend_over_sse(harness, fake_llm, analysis, loved)
+    hiking = Answer({"answers": "none"})  # HIKING taken as something new
+    client, _, _ = await weekend_over_sse(harness, fake_llm, analysis, hiking)
     note = fake_llm.requests[2]["messages"][-2]["content"]
     assert note == (
         f"{REPLY_CONTEXT}\n"
@@ -254,6 +266,21 @@ async def test_the_note_lists_the_questions_still_waiting(
         'Still waiting for an answer: "How was your weekend?"; "Did you finish that book?".'
     )
     await client.close()
+
+
+async def test_a_server_refusing_json_schema_is_asked_for_json_object(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    async with FakeAnalysis(refuse_schema=True) as analysis:
+        client, stream, ends = await weekend_over_sse(
+            harness, fake_llm, analysis, Answer({"answers": "A1"})
+        )
+        await client.close()
+    formats = [r["response_format"]["type"] for r in analysis.requests]
+    # Refused once, asked again at once; loose ends asked for json_object from then on.
+    assert formats[:2] == ["json_schema", "json_object"] and set(formats[2:]) == {"json_object"}
+    assert [e.data["reply"] for e in stream.events if e.type == "reply_to"] == [ends[0]["reply"]]
+    assert await counters(harness, "stillhere_analysis_failures") == {}
 
 
 async def test_easy_cases_make_no_analysis_request(
@@ -268,6 +295,8 @@ async def test_easy_cases_make_no_analysis_request(
     assert await counters(harness, "stillhere_reply_matching") == {
         'how="no_candidate"': 1.0,
         'how="just_before"': 2.0,
+        'how="holding"': 0.0,
+        'how="rules"': 0.0,
         'how="asked"': 0.0,
     }
     lines = [r.getMessage() for r in caplog.records if "handing the model" in r.getMessage()]
@@ -300,12 +329,13 @@ async def test_reply_matching_off_asks_nothing_and_notes_nothing(
     [
         (Down(503), "http"),
         (Stall(), "timeout"),
-        (Answer({"answers": [{"message": "P1", "answers": "A1"}]}, delay=1.0), "timeout"),
+        (Answer({"answers": "A1"}, delay=1.0), "timeout"),
         (Answer("the weekend, probably"), "not_json"),
         (Answer({"answers": [{"message": "P7", "answers": "A9"}], "open": []}), "bad_shape"),
+        (Answer({"answers": "the weekend"}), "bad_shape"),
     ],
 )
-async def test_analysis_down_slow_or_garbage_the_reply_comes_without_the_note(
+async def test_analysis_down_slow_or_garbage_the_reply_comes_with_the_rules_reading(
     harness: Harness,
     fake_llm: FakeOpenAI,
     analysis: FakeAnalysis,
@@ -316,15 +346,129 @@ async def test_analysis_down_slow_or_garbage_the_reply_comes_without_the_note(
     fake_llm.queue(Reply("How was your weekend?"), Reply("Did you finish that book?"))
     phone = await harness.phone()
     await turn(phone, "hi")
-    analysis.queue(matched(None, ["A1"]), response)  # "brb?" leaves the weekend waiting
-    await turn(phone, "brb?")
+    analysis.queue(Answer({"answers": "none"}), response)
+    await turn(phone, "coffee first?")  # something new: the weekend still waiting
     fake_llm.queue(Reply("Good to hear."))
-    end = await turn(phone, "it was great, went hiking")
+    end = await turn(phone, HIKING)
     assert end["text"] == "Good to hear." and "error" not in end
     assert not [f for f in phone.frames if f["type"] == "reply_to"]
-    assert not any(REPLY_CONTEXT in m["content"] for m in fake_llm.requests[-1]["messages"])
+    # The rules' reading, as without a model: nothing claims it, so something new.
+    assert fake_llm.requests[-1]["messages"][-2]["content"] == (
+        f"{REPLY_CONTEXT}\n"
+        "This message starts something new: it answers none of your messages.\n"
+        'Still waiting for an answer: "How was your weekend?"; "Did you finish that book?".'
+    )
     failures = await counters(harness, "stillhere_analysis_failures")
     assert failures == {f'reason="{reason}",task="reply-matching"': 1.0}
+
+
+# -- says that answer nothing, and the questions waiting ------------------------------------
+
+
+class Reader:
+    """Answers as a real model would: each say answers the A line whose text `answers`
+    gives for it (a list: unclear between them; absent: something new), and the
+    assistant's questions no say answers are open, and listed as loose ends."""
+
+    def __init__(self, answers: dict[str, str | list[str]]) -> None:
+        self.answers = answers
+
+    def __call__(self, request: Asked) -> AnalysisResponse:
+        said = dict(line.split(": ", 1) for line in request.lines)
+        label = {text: ref for ref, text in said.items() if ref.startswith("A")}
+        people = [(ref, text) for ref, text in said.items() if ref.startswith("P")]
+        read = {ref: self.answers.get(text) for ref, text in people}
+        answered = {a for a in read.values() if isinstance(a, str)}
+        waiting = [ref for text, ref in label.items() if "?" in text and text not in answered]
+        if request.task == "loose-ends":
+            ends = [
+                {"by": "assistant", "ref": r, "text": said[r], "kind": "question"} for r in waiting
+            ]
+            return Answer({"loose_ends": ends})
+        entries = []
+        for ref, answer in read.items():
+            entry: dict[str, Any] = {"message": ref, "answers": None}
+            if isinstance(answer, list):
+                entry |= {"answers": label[answer[-1]], "unclear": [label[a] for a in answer]}
+            elif answer is not None:
+                entry["answers"] = label[answer]
+            entries.append(entry)
+        return Answer({"answers": entries, "open": waiting, "lull": False})
+
+
+def asked_once(
+    analysis: FakeAnalysis, fake_llm: FakeOpenAI, asked: list[list[str]], note: str
+) -> None:
+    """The analysis was asked about the last say alone, with `asked` (or not at all), and
+    the chat model handed `note` beside it."""
+    assert [a.lines for a in analysis.tasks("reply-matching")] == asked
+    assert fake_llm.requests[-1]["messages"][-2]["content"] == f"{REPLY_CONTEXT}\n{note}"
+
+
+CONCERT = "How was the concert?"
+PLUMBER = "Take your time. Did you call the plumber?"
+
+
+async def test_a_say_that_answers_nothing_leaves_the_question_waiting(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    """The concert is asked; "hold on, thinking" answers nothing; the plumber is asked; the
+    answer about the concert is matched to it, both questions being candidates."""
+    reader = Reader({"the band played for three hours": CONCERT})
+    async with FakeAnalysis(default=reader) as analysis:
+        await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url)
+        fake_llm.queue(Reply(CONCERT), Reply(PLUMBER), Reply("Three hours!"))
+        phone = await harness.phone()
+        concert = await turn(phone, "hi")
+        await turn(phone, "hold on, thinking")
+        await harness.server.runtime.settle(5.0)
+        await phone.say("the band played for three hours", "band")
+        reply_to = await phone.expect("reply_to")
+        await phone.reply()
+        await harness.server.runtime.settle(5.0)
+    assert reply_to["id"] == "band" and reply_to["reply"] == concert["reply"]
+    asked_once(
+        analysis,
+        fake_llm,
+        [[f"A1: {CONCERT}", f"A2: {PLUMBER}", "P1: the band played for three hours"]],
+        f'This message answers your earlier message "{CONCERT}" (not your latest one).\n'
+        f'Still waiting for an answer: "{PLUMBER}".',
+    )
+    assert await counters(harness, "stillhere_reply_matching") == {
+        'how="no_candidate"': 1.0,
+        'how="just_before"': 0.0,
+        'how="holding"': 1.0,
+        'how="rules"': 0.0,
+        'how="asked"': 1.0,
+    }
+    # The loose ends noted after "hi" (the concert question) are listed once, not again as
+    # the message the next say followed.
+    for asked_ in analysis.tasks("loose-ends"):
+        texts = [line.split(": ", 1)[1] for line in asked_.lines]
+        assert len(texts) == len(set(texts)), asked_.lines
+    assert [len(a.lines) for a in analysis.tasks("loose-ends")] == [2, 3, 4]
+
+
+async def test_an_unclear_yes_after_a_say_in_between_asks_the_person(
+    harness: Harness, fake_llm: FakeOpenAI
+) -> None:
+    sleep, dinner = "Did you sleep well?", "Are you coming to dinner tonight?"
+    reader = Reader({"yes!": [sleep, dinner]})
+    async with FakeAnalysis(default=reader) as analysis:
+        await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url)
+        fake_llm.queue(Reply(sleep), Reply(dinner), Reply("Which one?"))
+        phone = await harness.phone()
+        await turn(phone, "morning")
+        await turn(phone, "ok, back in a sec")
+        await turn(phone, "yes!")
+    asked_once(
+        analysis,
+        fake_llm,
+        [],  # two yes/no questions and a yes: the rules are sure it is unclear
+        f'This message could answer "{sleep}" or "{dinner}". {REPLY_ASK}\n'
+        f'Still waiting for an answer: "{sleep}"; "{dinner}".',
+    )
+    assert not [f for f in phone.frames if f["type"] == "reply_to"]
 
 
 # -- resume ---------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ def asked(body: dict[str, Any]) -> Asked:
 
 
 def neutral(request: Asked) -> AnalysisResponse:
+    """What a model with no judgement would answer: every P line answers the latest A."""
     if request.task == "reply-matching":
         last = [line.split(":", 1)[0] for line in request.lines if line.startswith("A")]
         people = [line.split(":", 1)[0] for line in request.lines if line.startswith("P")]
@@ -79,9 +80,14 @@ class FakeAnalysis(FakeApi["AnalysisResponse"]):
 
     path = "/v1/chat/completions"
 
-    def __init__(self, default: Callable[[Asked], AnalysisResponse] | None = None) -> None:
+    def __init__(
+        self,
+        default: Callable[[Asked], AnalysisResponse] | None = None,
+        refuse_schema: bool = False,
+    ) -> None:
         super().__init__()
         self.default = default or neutral
+        self.refuse_schema = refuse_schema  # answer a json_schema response format with a 400
         self.asked: list[Asked] = []
         self._scripts: dict[str, deque[AnalysisResponse]] = defaultdict(deque)
 
@@ -99,6 +105,8 @@ class FakeAnalysis(FakeApi["AnalysisResponse"]):
 
     async def respond(self, body: dict[str, Any]) -> web.Response:
         """The answer to one request; also used by the chat fake for its non-streamed calls."""
+        if self.refuse_schema and (body.get("response_format") or {}).get("type") == "json_schema":
+            return web.Response(status=400, text="response_format json_schema not supported")
         request = asked(body)
         self.asked.append(request)
         script = self._scripts[request.task]
