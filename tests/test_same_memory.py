@@ -266,3 +266,44 @@ async def test_with_the_local_models_the_band_reaches_the_judge(
     assert (await local_keeper.store.get(PERSON, [first.memory.id]))[
         first.memory.id
     ].mention_count == 2
+
+
+@pytest.mark.parametrize("cosine", [0.6, 0.95])
+async def test_a_fact_and_a_reminder_are_never_judged_nor_merged(
+    keeper: MemoryKeeper,
+    judge: SameMemoryJudge,
+    fake: FakeAnalysis,
+    script: Script,
+    db: asyncpg.Connection,
+    cosine: float,
+) -> None:
+    """Seed 001: one memory needs one type. Whatever cosine, and a judge that would say
+    `same` to anything, a fact and a reminder stay two memories, and the judge is not asked."""
+    fake.default = lambda asked: pairs_answer("same")
+    stay = MemoryDraft("Owen is staying with us for two nights.", "fact", ("owen",), ("family",))
+    bed = MemoryDraft(
+        "Remind me to get the spare bed out on Thursday for Owen.",
+        "reminder",
+        ("owen",),
+        ("family",),
+    )
+    script.close_to(stay.text, bed.text, cosine)
+    await keeper.remember(PERSON, stay)
+    second = await keeper.remember(PERSON, bed)
+    await judge.drain()
+    assert second.created
+    assert fake.tasks("same-memory") == []
+    assert await db.fetchval("SELECT count(*) FROM cards WHERE status = 'active'") == 2
+
+
+async def test_the_judge_never_merges_two_types_handed_to_it(
+    keeper: MemoryKeeper, judge: SameMemoryJudge, fake: FakeAnalysis, db: asyncpg.Connection
+) -> None:
+    fake.default = lambda asked: pairs_answer("same")
+    base = await keeper.remember(PERSON, TOM)
+    task = MemoryDraft("Buy Tom a bottle of juice instead of wine.", "task", ("tom",))
+    (stored, _) = await keeper.store.create(PERSON, task, keeper.clock.now())
+    judge.submit(PERSON, stored, [Candidate(base.memory, Judged(0.6, "m", Thresholds()))])
+    await judge.drain()
+    assert fake.tasks("same-memory") == []
+    assert await db.fetchval("SELECT status FROM cards WHERE id = $1", stored.id) == "active"

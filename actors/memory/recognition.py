@@ -1,10 +1,12 @@
 """Recognising a memory that is already there: the rule, apart from any storage.
 
 Nobody says the same thing twice in the same words, so one threshold cannot do: high
-enough to refuse false twins, it refuses natural rewordings too. Two tiers instead:
+enough to refuse false twins, it refuses natural rewordings too. Two tiers instead, for
+two memories of one type (a fact and the reminder it prompts are two memories, whatever
+their cosine, and never reach the judge either):
 
 - `close`: cosine at or above `high`: a near copy or a tight paraphrase;
-- `shared`: cosine in `[low, high)`, and the two memories have the same type and share at
+- `shared`: cosine in `[low, high)`, and the two memories share at
   least one person or theme (set by the model when each memory was made, so two unrelated
   Owens do not share one). A model may also set a lower `worded` floor: from there, the
   shared tier also takes a pair whose fact-bearing words are nearly all in the other's
@@ -240,10 +242,13 @@ def reach(
 ) -> str | None:
     """The tier by cosine, types, subject and wording, before the guards (the facts
     `recognise` and the eval's replay both decide on); `vouched`: a second model finds the
-    pair close, which lets a pair whose words say more through."""
+    pair close, which lets a pair whose words say more through. Two types are never one
+    memory, at any cosine: a fact and the reminder it prompts share every word that matters."""
+    if not same_type:
+        return None
     if score >= t.high:
         return "close"
-    if not (same_type and shared) or (words.says_more and not vouched):
+    if not shared or (words.says_more and not vouched):
         return None
     if score >= t.low:
         return "shared"
@@ -281,14 +286,16 @@ def recognise(
     uncertain: list[Candidate] = []
     for candidate in sorted(candidates, key=lambda c: -c.judged.score):
         existing, judged = candidate.memory, candidate.judged
+        if new.type != existing.type:
+            continue  # seed 001: another type is another memory, for the tiers and the judge
         score, t = judged.score, judged.thresholds
         found = "exact" if same_text(new.text, existing.text) else None
-        same_type, shared = new.type == existing.type, shares_subject(new, existing.draft)
+        shared = shares_subject(new, existing.draft)
         band = score >= t.judged
-        if found is None and score < t.high and not (same_type and shared) and not band:
+        if found is None and score < t.high and not shared and not band:
             continue  # no tier can take it: spare the word-by-word comparison
         words = wording(new, existing.draft, me)
-        found = found or reach(score, same_type, shared, words, t, judged.vouched)
+        found = found or reach(score, True, shared, words, t, judged.vouched)
         if found is None and not band:
             continue
         stopped = None if found == "exact" else guard(existing.draft, new, me)
@@ -298,7 +305,7 @@ def recognise(
                 contradicts.append((existing, stopped))
             continue
         if found is None:
-            if words.says_more and reach(score, same_type, shared, words.traded(), t):
+            if words.says_more and reach(score, True, shared, words.traded(), t):
                 decisions.append(Decision(existing, "band", _says_more(words, judged)))
             uncertain.append(candidate)
             continue

@@ -134,6 +134,8 @@ class SameMemoryJudge:
                 len(uncertain) - max(room, 0),
             )
         for candidate in uncertain[: max(room, 0)]:
+            if candidate.memory.type != new.type:
+                continue  # two types are two memories, whatever a model would say
             pair = Pending(person, new, candidate.memory, candidate.judged.score, epoch)
             self._queue.append(pair)
         if self._task is None or self._task.done():
