@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from actors.memory.guards import CONTRADICTION, Guarded, guard
 from actors.memory.language import english
+from actors.memory.times import agree
 from actors.memory.values import TODO_TYPES, capitalised, fact_words, tokens, values
 from storage.records import Memory, MemoryDraft
 
@@ -227,7 +228,8 @@ def same_slot(a: MemoryDraft, b: MemoryDraft) -> bool:
     if a.type != APPOINTMENT or b.type != APPOINTMENT:
         return False
     ours, theirs = values(a), values(b)
-    if not ours.get("time") or ours.get("time") != theirs.get("time"):
+    times = agree(ours.get("time", frozenset()), theirs.get("time", frozenset()))
+    if not times[0] or times[0] != times[1]:
         return False
     return any(ours.get(day) and ours.get(day) == theirs.get(day) for day in ("date", "weekday"))
 
