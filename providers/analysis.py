@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import aiohttp
@@ -30,13 +31,26 @@ DEFAULT_TIMEOUT_S = 2.0
 FailureHook = Callable[[str, str], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The answer a caller wants: a JSON Schema of the object, and at most how many tokens."""
+
+    name: str
+    schema: dict[str, Any]
+    max_tokens: int
+
+    def response_format(self) -> dict[str, Any]:
+        schema = {"name": self.name, "strict": True, "schema": self.schema}
+        return {"type": "json_schema", "json_schema": schema}
+
+
 class Analysis(Protocol):
     """What the turn and the memory ask: the model over HTTP, or the rehearsal analysis."""
 
     label: str
 
     async def ask(
-        self, task: str, lines: Sequence[str], instructions: str
+        self, task: str, lines: Sequence[str], instructions: str, shape: Shape | None = None
     ) -> dict[str, Any] | None: ...
 
     async def close(self) -> None: ...
@@ -53,6 +67,27 @@ def request_text(task: str, lines: Sequence[str]) -> str:
     if task not in TASKS:
         raise ValueError(f"unknown analysis task {task!r}")
     return "\n".join([task, *lines])
+
+
+def request_body(
+    model: str, task: str, lines: Sequence[str], instructions: str, shape: Shape | None = None
+) -> dict[str, Any]:
+    """The request: the fixed instructions first, byte for byte the same from call to call,
+    so a server that keeps a cached prefix reads only the request's own lines; the answer's
+    shape by JSON Schema and its `max_tokens` when `shape` is given, else any JSON object."""
+    body: dict[str, Any] = {
+        "model": model,
+        "stream": False,
+        "temperature": 0,
+        "response_format": {"type": "json_object"} if shape is None else shape.response_format(),
+        "messages": [
+            {"role": "system", "content": instructions},
+            {"role": "user", "content": request_text(task, lines)},
+        ],
+    }
+    if shape is not None:
+        body["max_tokens"] = shape.max_tokens
+    return body
 
 
 class AnalysisModel:
@@ -80,19 +115,10 @@ class AnalysisModel:
         await self._api.close()
 
     async def ask(
-        self, task: str, lines: Sequence[str], instructions: str
+        self, task: str, lines: Sequence[str], instructions: str, shape: Shape | None = None
     ) -> dict[str, Any] | None:
         """The answer's JSON object; None (logged, counted) when there is none to use."""
-        body = {
-            "model": self._model,
-            "stream": False,
-            "temperature": 0,
-            "response_format": {"type": "json_object"},
-            "messages": [
-                {"role": "system", "content": instructions},
-                {"role": "user", "content": request_text(task, lines)},
-            ],
-        }
+        body = request_body(self._model, task, lines, instructions, shape)
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout):

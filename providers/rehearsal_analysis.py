@@ -18,7 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from providers import rehearsal_lexicon as lexicon
-from providers.analysis import request_text
+from providers.analysis import Shape, request_text
 from providers.stemming import stem
 
 _WORD = re.compile(r"[^\W\d_]+(?:['\u2019-][^\W\d_]+)*")
@@ -282,7 +282,7 @@ class RehearsalAnalysis:
     label = "rehearsal (built-in rules, not a model)"
 
     async def ask(
-        self, task: str, lines: Sequence[str], instructions: str
+        self, task: str, lines: Sequence[str], instructions: str, shape: Shape | None = None
     ) -> dict[str, Any] | None:
         request_text(task, lines)  # the same refusal of unknown tasks as the model's
         if task == "reply-matching":

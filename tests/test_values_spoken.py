@@ -138,6 +138,6 @@ async def test_the_issues_pair_reaches_the_judge_and_is_merged_on_its_word(
         finally:
             await analysis.close()
         assert not second.reason.startswith("guard"), second.reason
-        assert len(fake.tasks("same-memory")) == 1
+        assert fake.tasks("same-memory")[0].lines[2] == f"M2: {again.text}"
     status = await db.fetchval("SELECT status FROM cards WHERE id = $1", second.memory.id)
     assert status == "muted"

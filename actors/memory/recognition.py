@@ -45,8 +45,16 @@ from dataclasses import dataclass
 
 from actors.memory.guards import CONTRADICTION, Guarded, guard
 from actors.memory.language import english
+from actors.memory.owner import names_self
 from actors.memory.times import agree
-from actors.memory.values import TODO_TYPES, capitalised, fact_words, tokens, values
+from actors.memory.values import (
+    TODO_TYPES,
+    capitalised,
+    fact_words,
+    shared_subject,
+    tokens,
+    values,
+)
 from storage.records import Memory, MemoryDraft
 
 # How much of the shorter memory's fact-bearing words the other must hold for the `worded`
@@ -220,6 +228,23 @@ def wording(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) ->
     return Wording(round(share, 4), same_slot(a, b), unsaid)
 
 
+# The kinds of value `each_adds` looks at: what a fact states, not who it is about.
+STATED = ("time", "date", "weekday", "month", "year", "number", "colour", "name")
+
+
+def each_adds(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) -> bool:
+    """Each states a kind of value the other does not state at all ("I work as a nurse at
+    the General Hospital." / "I work night shifts on Tuesdays and Wednesdays.": a place,
+    days): each tells something the other does not, so they are two facts, not one to
+    judge. Only by its words, within one language."""
+    if english(a.text) != english(b.text):
+        return False
+    shared = shared_subject(a, b)
+    ours, theirs = values(a, shared, me), values(b, shared, me)
+    kinds = [{k for k in STATED if found.get(k)} for found in (ours, theirs)]
+    return bool(kinds[0] - kinds[1]) and bool(kinds[1] - kinds[0])
+
+
 def same_slot(a: MemoryDraft, b: MemoryDraft) -> bool:
     """Two appointments stating the same time on the same day (weekday or date). With a
     shared person or theme they are one appointment, in whatever words or language (the
@@ -309,7 +334,10 @@ def recognise(
         if found is None:
             if words.says_more and reach(score, True, shared, words.traded(), t):
                 decisions.append(Decision(existing, "band", _says_more(words, judged)))
-            uncertain.append(candidate)
+            if names_self(new.text) == names_self(existing.text) and not each_adds(
+                new, existing.draft, me
+            ):
+                uncertain.append(candidate)
             continue
         why = f"tier {found}: {_cosine(judged)}" if found != "exact" else "tier exact: same words"
         if found == "shared" and words.says_more:
