@@ -256,7 +256,7 @@ async def _lifecycle(settings: Settings, clock: Clock, app: web.Application) -> 
                     await ownership.stop()
     finally:
         await model.close()
-        await close_keeper(memory)  # first: the same-memory judge's last batch asks analysis
+        await close_keeper(memory)  # first: the same-memory judge's last pair asks analysis
         await analysis.close()
         await store.close()
         if embedded is not None:
