@@ -148,11 +148,11 @@ async def test_with_a_judge_its_answer_decides(
 ) -> None:
     same, fake = judge
     pair = {"existing": "M1", "new": "M2", "verdict": verdict}
-    fake.queue(Answer({"pairs": [pair]}), task="same-memory")
+    fake.default = lambda asked: Answer({"pairs": [pair]})  # to each question it asks
     _, second = await remember(keeper, script, existing, new)
     assert second.created  # stored at once, whatever the judge will say
     await same.drain()
-    (asked,) = fake.tasks("same-memory")
+    asked = fake.tasks("same-memory")[0]
     assert asked.lines[0] == f"M1: {existing.text}" and asked.lines[2] == f"M2: {new.text}"
     row = await db.fetchrow("SELECT status, recognition FROM cards WHERE id = $1", second.memory.id)
     assert row["status"] == status

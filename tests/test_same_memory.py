@@ -8,13 +8,14 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
+import orjson
 import pytest
 
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.recognition import Candidate, Judged, Thresholds
-from actors.memory.same_memory import SameMemoryJudge
+from actors.memory.same_memory import NEWS, VERDICT, SameMemoryJudge
 from providers.analysis import AnalysisModel
-from storage.records import MemoryDraft
+from storage.records import Memory, MemoryDraft
 from tests.fakes.analysis_server import Answer, Asked, Down, FakeAnalysis
 from tests.memory_support import Script
 
@@ -57,20 +58,28 @@ async def test_the_band_goes_to_the_judge_and_same_merges(
     script: Script,
     db: asyncpg.Connection,
 ) -> None:
-    fake.queue(pairs_answer("same"), task="same-memory")
+    fake.default = lambda asked: pairs_answer("same")  # a contract's model: same to all
     withdrawn: list[tuple[str, list]] = []
     keeper.on_withdrawn = lambda person, ids: withdrawn.append((person, ids))
     tom, teetotal = await remember_pair(keeper, script)
     await judge.drain()
     assert withdrawn == [(PERSON, [teetotal.id])]  # the live conversation drops it too
 
-    (asked,) = fake.tasks("same-memory")
-    assert asked.lines == [
-        f"M1: {TOM.text}",
-        "  meta: type=fact people=tom themes=drinks",
-        f"M2: {TEETOTAL.text}",
-        "  meta: type=fact people=tom themes=drinks",
-    ]
+    # The verdict, then whether M2 tells anything new, each way round.
+    verdict, news, swapped = fake.tasks("same-memory")
+    assert (
+        verdict.lines
+        == news.lines
+        == [
+            f"M1: {TOM.text}",
+            "  meta: type=fact people=tom themes=drinks",
+            f"M2: {TEETOTAL.text}",
+            "  meta: type=fact people=tom themes=drinks",
+        ]
+    )
+    texts = [line.split(": ", 1)[-1] for line in news.lines]
+    assert [line.split(": ", 1)[-1] for line in swapped.lines] == [*texts[2:], *texts[:2]]
+    assert (verdict.instructions, news.instructions) == (VERDICT, NEWS)
     rows = {r["id"]: r for r in await db.fetch("SELECT * FROM cards")}
     assert rows[teetotal.id]["status"] == "muted" and rows[tom.id]["mention_count"] == 2
     assert rows[teetotal.id]["recognition"].startswith(f"judge: the same as {tom.id}")
@@ -140,28 +149,35 @@ async def test_without_a_usable_answer_the_memory_is_stored_and_says_so(
     assert await db.fetchval("SELECT count(*) FROM cards WHERE status = 'active'") == 2
 
 
-async def test_pairs_are_batched_in_one_request(
+async def test_a_pairs_request_is_the_same_whatever_else_waits(
     keeper: MemoryKeeper, judge: SameMemoryJudge, fake: FakeAnalysis
 ) -> None:
-    def all_distinct(asked: Asked) -> Answer:
-        count = sum(line.startswith("M") for line in asked.lines) // 2
-        found = [
-            {"existing": f"M{2 * i + 1}", "new": f"M{2 * i + 2}", "verdict": "distinct"}
-            for i in range(count)
-        ]
-        return Answer({"pairs": found})
-
-    fake.default = all_distinct
+    """One pair, one request: asked alone or among others, a pair is asked in the same
+    bytes, so its verdict cannot depend on the pairs queued beside it."""
+    fake.default = lambda asked: Answer({"verdict": "distinct"})
     base = await keeper.remember(PERSON, TOM)
     news = [MemoryDraft(f"Tom skips the wine, take {i}.", "fact", ("tom",)) for i in range(3)]
     stored = [(await keeper.store.create(PERSON, d, keeper.clock.now()))[0] for d in news]
-    for memory in stored:  # told within one turn of the loop: one request
+
+    def submit(memory: Memory) -> None:
         judge.submit(PERSON, memory, [Candidate(base.memory, Judged(0.6, "m", Thresholds()))])
+
+    submit(stored[1])  # alone
     await judge.drain()
-    (asked,) = fake.tasks("same-memory")
-    assert [line[:3] for line in asked.lines if line.startswith("M")] == [
-        "M1:", "M2:", "M3:", "M4:", "M5:", "M6:",
-    ]  # fmt: skip
+    for memory in stored:  # told within one turn of the loop, the same pair among others
+        submit(memory)
+    await judge.drain()
+    requests = [a.body for a in fake.tasks("same-memory")]
+    assert len(requests) == 4
+    assert requests[0] == requests[2]
+    assert [a.lines[2] for a in fake.tasks("same-memory")] == [
+        "M2: Tom skips the wine, take 1.",
+        "M2: Tom skips the wine, take 0.",
+        "M2: Tom skips the wine, take 1.",
+        "M2: Tom skips the wine, take 2.",
+    ]
+    # The instructions come first and are the same bytes in every request (a cached prefix).
+    assert len({orjson.dumps(r["messages"][0]) for r in requests}) == 1
 
 
 async def test_a_pair_a_guard_decides_never_reaches_the_judge(
@@ -186,7 +202,7 @@ async def test_closing_finishes_the_batch_in_flight_and_drops_the_rest(
 
     fake.default = distinct_slowly
     analysis = AnalysisModel(fake.url, "fake-analysis", timeout=0.5)
-    judge = SameMemoryJudge(analysis, keeper, batch=1)
+    judge = SameMemoryJudge(analysis, keeper)
     base = await keeper.remember(PERSON, TOM)
     news = [MemoryDraft(f"Tom skips the wine, take {i}.", "fact", ("tom",)) for i in range(3)]
     stored = [(await keeper.store.create(PERSON, d, keeper.clock.now()))[0] for d in news]
@@ -194,7 +210,7 @@ async def test_closing_finishes_the_batch_in_flight_and_drops_the_rest(
         judge.submit(PERSON, memory, [Candidate(base.memory, Judged(0.6, "m", Thresholds()))])
     while not fake.tasks("same-memory"):
         await asyncio.sleep(0.01)
-    await judge.close()  # the first batch is in flight: it is answered, the others dropped
+    await judge.close()  # the first pair is in flight: it is answered, the others dropped
     await analysis.close()
 
     assert len(fake.tasks("same-memory")) == 1
@@ -221,8 +237,7 @@ async def test_past_the_queue_bound_pairs_are_left_unjudged(
     await judge.drain()
     await analysis.close()
 
-    (asked,) = fake.tasks("same-memory")
-    assert sum(line.startswith("M") for line in asked.lines) == 4  # two pairs
+    assert len(fake.tasks("same-memory")) == 2  # two pairs, one request each
     rows = await keeper.store.get(PERSON, [m.id for m in stored])
     assert [rows[m.id].status for m in stored] == ["active"] * 3
     assert rows[stored[2].id].recognition is None  # never asked
@@ -249,7 +264,7 @@ async def test_with_the_local_models_the_band_reaches_the_judge(
     its tiers: stored at once, then merged on the judge's word."""
     analysis = AnalysisModel(fake.url, "fake-analysis", timeout=5.0)
     local_keeper.same_memory = judge = SameMemoryJudge(analysis, local_keeper)
-    fake.queue(pairs_answer("same"), task="same-memory")
+    fake.default = lambda asked: pairs_answer("same")
     try:
         first = await local_keeper.remember(PERSON, existing)
         second = await local_keeper.remember(PERSON, new)
@@ -257,7 +272,7 @@ async def test_with_the_local_models_the_band_reaches_the_judge(
         await judge.drain()
     finally:
         await analysis.close()
-    (asked,) = fake.tasks("same-memory")
+    asked = fake.tasks("same-memory")[0]
     assert asked.lines[0] == f"M1: {existing.text}" and asked.lines[2] == f"M2: {new.text}"
     status = await db.fetchval("SELECT status FROM cards WHERE id = $1", second.memory.id)
     assert status == "muted"
@@ -266,3 +281,99 @@ async def test_with_the_local_models_the_band_reaches_the_judge(
     assert (await local_keeper.store.get(PERSON, [first.memory.id]))[
         first.memory.id
     ].mention_count == 2
+
+
+@pytest.mark.parametrize("cosine", [0.6, 0.95])
+async def test_a_fact_and_a_reminder_are_never_judged_nor_merged(
+    keeper: MemoryKeeper,
+    judge: SameMemoryJudge,
+    fake: FakeAnalysis,
+    script: Script,
+    db: asyncpg.Connection,
+    cosine: float,
+) -> None:
+    """Seed 001: one memory needs one type. Whatever cosine, and a judge that would say
+    `same` to anything, a fact and a reminder stay two memories, and the judge is not asked."""
+    fake.default = lambda asked: pairs_answer("same")
+    stay = MemoryDraft("Owen is staying with us for two nights.", "fact", ("owen",), ("family",))
+    bed = MemoryDraft(
+        "Remind me to get the spare bed out on Thursday for Owen.",
+        "reminder",
+        ("owen",),
+        ("family",),
+    )
+    script.close_to(stay.text, bed.text, cosine)
+    await keeper.remember(PERSON, stay)
+    second = await keeper.remember(PERSON, bed)
+    await judge.drain()
+    assert second.created
+    assert fake.tasks("same-memory") == []
+    assert await db.fetchval("SELECT count(*) FROM cards WHERE status = 'active'") == 2
+
+
+async def test_the_judge_never_merges_two_types_handed_to_it(
+    keeper: MemoryKeeper, judge: SameMemoryJudge, fake: FakeAnalysis, db: asyncpg.Connection
+) -> None:
+    fake.default = lambda asked: pairs_answer("same")
+    base = await keeper.remember(PERSON, TOM)
+    task = MemoryDraft("Buy Tom a bottle of juice instead of wine.", "task", ("tom",))
+    (stored, _) = await keeper.store.create(PERSON, task, keeper.clock.now())
+    judge.submit(PERSON, stored, [Candidate(base.memory, Judged(0.6, "m", Thresholds()))])
+    await judge.drain()
+    assert fake.tasks("same-memory") == []
+    assert await db.fetchval("SELECT status FROM cards WHERE id = $1", stored.id) == "active"
+
+
+def local_model_like(asked: Asked) -> Answer:
+    """Answers as a small model may for two health facts: `same`, and nothing new read one
+    way round, something new only the other way."""
+    if asked.instructions == VERDICT:
+        return pairs_answer("same")
+    return Answer({"new": asked.lines[0].startswith("M1: Je suis asthmatique")})
+
+
+async def test_same_is_merged_only_when_nothing_new_either_way(
+    keeper: MemoryKeeper,
+    judge: SameMemoryJudge,
+    fake: FakeAnalysis,
+    script: Script,
+    db: asyncpg.Connection,
+) -> None:
+    fake.default = local_model_like
+    allergy = MemoryDraft("Je suis allergique à la pénicilline.", "fact", (), ("santé",))
+    asthma = MemoryDraft("Je suis asthmatique depuis l'enfance.", "fact", (), ("santé",))
+    script.close_to(allergy.text, asthma.text, 0.6)
+    await keeper.remember(PERSON, allergy)
+    second = await keeper.remember(PERSON, asthma)
+    await judge.drain()
+    assert len(fake.tasks("same-memory")) == 3
+    row = await db.fetchrow("SELECT status, recognition FROM cards WHERE id = $1", second.memory.id)
+    assert row["status"] == "active"
+    assert "judge: distinct from" in row["recognition"]
+
+
+async def test_related_facts_stating_other_values_never_reach_the_judge(
+    keeper: MemoryKeeper, judge: SameMemoryJudge, fake: FakeAnalysis, script: Script
+) -> None:
+    """A place one way, days the other: each tells something the other does not."""
+    fake.default = lambda asked: pairs_answer("same")
+    nurse = MemoryDraft("I work as a nurse at the General Hospital.", "fact", (), ("work",))
+    shifts = MemoryDraft("I work night shifts on Tuesdays and Wednesdays.", "fact", (), ("work",))
+    script.close_to(nurse.text, shifts.text, 0.6)
+    await keeper.remember(PERSON, nurse)
+    second = await keeper.remember(PERSON, shifts)
+    await judge.drain()
+    assert second.created and fake.tasks("same-memory") == []
+
+
+async def test_the_persons_name_is_never_judged_the_same_as_another_fact(
+    keeper: MemoryKeeper, judge: SameMemoryJudge, fake: FakeAnalysis, script: Script
+) -> None:
+    fake.default = lambda asked: pairs_answer("same")
+    name = MemoryDraft("My name is Hannah.", "fact", (), ("name",))
+    vegetarian = MemoryDraft("Hannah is vegetarian.", "fact", (), ("name", "food"))
+    script.close_to(name.text, vegetarian.text, 0.6)
+    await keeper.remember(PERSON, name)
+    second = await keeper.remember(PERSON, vegetarian)
+    await judge.drain()
+    assert second.created and fake.tasks("same-memory") == []

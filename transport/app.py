@@ -274,7 +274,7 @@ async def _lifecycle(
                     await ownership.stop()
     finally:
         await model.close()
-        await close_keeper(memory)  # first: the same-memory judge's last batch asks analysis
+        await close_keeper(memory)  # first: the same-memory judge's last pair asks analysis
         await analysis.close()
         await store.close()
         if embedded is not None:

@@ -107,7 +107,7 @@ def _relations(
     others = {w for w, _ in _words_with_case(other.text)} & people
     found: dict[str, bool] = {}
     for i, (word, _) in enumerate(words):
-        relation = _KIN.get(word.removesuffix("'s"))
+        relation = _KIN.get(word.removesuffix("'s").rstrip("'"))  # "the kids' bedtime"
         if relation is None:
             continue
         before = words[i - 1][0] if i else ""
@@ -119,7 +119,7 @@ def _relations(
         owned_by_name = before.endswith("'s") and words[i - 1][1]
         # "my sister's boss", "le chat de la voisine": the sister, the neighbour, is another
         # person, whoever owns them.
-        chained = word.endswith("'s") or _owns_before(words, i)
+        chained = word.endswith("'") or word.endswith("'s") or _owns_before(words, i)
         # "Owen's son" is another person, unless named after ("Owen's wife Nadia").
         steps = (1,) if owned_by_name else (1, -1)
         named = not chained and _names_someone(words, i, people, steps)
@@ -171,7 +171,7 @@ def _kin(word: str) -> str | None:
 
 def _mentions(draft: MemoryDraft) -> set[str]:
     """Every relation the memory's words touch, named or not, partners included."""
-    words = {w.removesuffix("'s") for w, _ in _words_with_case(draft.text)}
+    words = {w.removesuffix("'s").rstrip("'") for w, _ in _words_with_case(draft.text)}
     found = {kin for w in words if (kin := _kin(w)) is not None}
     if words & _PARTNER_WORDS or _PARTNERED.search(plain(draft.text)):
         found.add("partner")

@@ -49,3 +49,10 @@ def own_names(texts: Iterable[str]) -> frozenset[str]:
             if name and name not in STOP_WORDS and (name in written or text.islower()):
                 names.add(name)
     return frozenset(names)
+
+
+def names_self(text: str) -> bool:
+    """Whether `text` says the person's name ("My name is Hannah."). Such a memory is where
+    the name is read from: no other memory of theirs is that one, whatever a judge says (and
+    one that says more, "My name is Hannah and I live in Bristol", is not it either)."""
+    return NAMING.search(plain(text)) is not None

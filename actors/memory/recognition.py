@@ -1,10 +1,12 @@
 """Recognising a memory that is already there: the rule, apart from any storage.
 
 Nobody says the same thing twice in the same words, so one threshold cannot do: high
-enough to refuse false twins, it refuses natural rewordings too. Two tiers instead:
+enough to refuse false twins, it refuses natural rewordings too. Two tiers instead, for
+two memories of one type (a fact and the reminder it prompts are two memories, whatever
+their cosine, and never reach the judge either):
 
 - `close`: cosine at or above `high`: a near copy or a tight paraphrase;
-- `shared`: cosine in `[low, high)`, and the two memories have the same type and share at
+- `shared`: cosine in `[low, high)`, and the two memories share at
   least one person or theme (set by the model when each memory was made, so two unrelated
   Owens do not share one). A model may also set a lower `worded` floor: from there, the
   shared tier also takes a pair whose fact-bearing words are nearly all in the other's
@@ -43,7 +45,16 @@ from dataclasses import dataclass
 
 from actors.memory.guards import CONTRADICTION, Guarded, guard
 from actors.memory.language import english
-from actors.memory.values import TODO_TYPES, capitalised, fact_words, tokens, values
+from actors.memory.owner import names_self
+from actors.memory.times import agree
+from actors.memory.values import (
+    TODO_TYPES,
+    capitalised,
+    fact_words,
+    shared_subject,
+    tokens,
+    values,
+)
 from storage.records import Memory, MemoryDraft
 
 # How much of the shorter memory's fact-bearing words the other must hold for the `worded`
@@ -217,6 +228,23 @@ def wording(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) ->
     return Wording(round(share, 4), same_slot(a, b), unsaid)
 
 
+# The kinds of value `each_adds` looks at: what a fact states, not who it is about.
+STATED = ("time", "date", "weekday", "month", "year", "number", "colour", "name")
+
+
+def each_adds(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) -> bool:
+    """Each states a kind of value the other does not state at all ("I work as a nurse at
+    the General Hospital." / "I work night shifts on Tuesdays and Wednesdays.": a place,
+    days): each tells something the other does not, so they are two facts, not one to
+    judge. Only by its words, within one language."""
+    if english(a.text) != english(b.text):
+        return False
+    shared = shared_subject(a, b)
+    ours, theirs = values(a, shared, me), values(b, shared, me)
+    kinds = [{k for k in STATED if found.get(k)} for found in (ours, theirs)]
+    return bool(kinds[0] - kinds[1]) and bool(kinds[1] - kinds[0])
+
+
 def same_slot(a: MemoryDraft, b: MemoryDraft) -> bool:
     """Two appointments stating the same time on the same day (weekday or date). With a
     shared person or theme they are one appointment, in whatever words or language (the
@@ -225,7 +253,8 @@ def same_slot(a: MemoryDraft, b: MemoryDraft) -> bool:
     if a.type != APPOINTMENT or b.type != APPOINTMENT:
         return False
     ours, theirs = values(a), values(b)
-    if not ours.get("time") or ours.get("time") != theirs.get("time"):
+    times = agree(ours.get("time", frozenset()), theirs.get("time", frozenset()))
+    if not times[0] or times[0] != times[1]:
         return False
     return any(ours.get(day) and ours.get(day) == theirs.get(day) for day in ("date", "weekday"))
 
@@ -240,10 +269,13 @@ def reach(
 ) -> str | None:
     """The tier by cosine, types, subject and wording, before the guards (the facts
     `recognise` and the eval's replay both decide on); `vouched`: a second model finds the
-    pair close, which lets a pair whose words say more through."""
+    pair close, which lets a pair whose words say more through. Two types are never one
+    memory, at any cosine: a fact and the reminder it prompts share every word that matters."""
+    if not same_type:
+        return None
     if score >= t.high:
         return "close"
-    if not (same_type and shared) or (words.says_more and not vouched):
+    if not shared or (words.says_more and not vouched):
         return None
     if score >= t.low:
         return "shared"
@@ -281,14 +313,16 @@ def recognise(
     uncertain: list[Candidate] = []
     for candidate in sorted(candidates, key=lambda c: -c.judged.score):
         existing, judged = candidate.memory, candidate.judged
+        if new.type != existing.type:
+            continue  # seed 001: another type is another memory, for the tiers and the judge
         score, t = judged.score, judged.thresholds
         found = "exact" if same_text(new.text, existing.text) else None
-        same_type, shared = new.type == existing.type, shares_subject(new, existing.draft)
+        shared = shares_subject(new, existing.draft)
         band = score >= t.judged
-        if found is None and score < t.high and not (same_type and shared) and not band:
+        if found is None and score < t.high and not shared and not band:
             continue  # no tier can take it: spare the word-by-word comparison
         words = wording(new, existing.draft, me)
-        found = found or reach(score, same_type, shared, words, t, judged.vouched)
+        found = found or reach(score, True, shared, words, t, judged.vouched)
         if found is None and not band:
             continue
         stopped = None if found == "exact" else guard(existing.draft, new, me)
@@ -298,9 +332,12 @@ def recognise(
                 contradicts.append((existing, stopped))
             continue
         if found is None:
-            if words.says_more and reach(score, same_type, shared, words.traded(), t):
+            if words.says_more and reach(score, True, shared, words.traded(), t):
                 decisions.append(Decision(existing, "band", _says_more(words, judged)))
-            uncertain.append(candidate)
+            if names_self(new.text) == names_self(existing.text) and not each_adds(
+                new, existing.draft, me
+            ):
+                uncertain.append(candidate)
             continue
         why = f"tier {found}: {_cosine(judged)}" if found != "exact" else "tier exact: same words"
         if found == "shared" and words.says_more:

@@ -23,6 +23,7 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 
+from actors.memory.times import agree, clock, spoken_times
 from providers.stemming import stem
 from storage.records import MemoryDraft
 
@@ -58,7 +59,7 @@ NUMBER_WORDS = {
     "fourteen": "14", "fifteen": "15", "sixteen": "16", "seventeen": "17", "eighteen": "18",
     "nineteen": "19", "twenty": "20", "thirty": "30", "forty": "40", "fifty": "50",
     "sixty": "60", "seventy": "70", "eighty": "80", "ninety": "90", "hundred": "100",
-    "thousand": "1000", "dozen": "12", "half": "0.5", "twice": "2",
+    "thousand": "1000", "dozen": "12", "douzaine": "12", "half": "0.5", "twice": "2",
     "deux": "2", "trois": "3", "quatre": "4", "cinq": "5", "sept": "7", "huit": "8",
     "neuf": "9", "dix": "10", "onze": "11", "douze": "12", "vingt": "20", "trente": "30",
     "quarante": "40", "cinquante": "50", "soixante": "60", "cent": "100", "mille": "1000",
@@ -125,8 +126,10 @@ _TIME = re.compile(
 )
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
 _NUMERIC_DATE = re.compile(r"\b(\d{1,2})/(\d{1,2})(?:/(\d{2,4}))?\b")
-_DAY_MONTH = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th|er)?\s+(?:of\s+)?({_WORD})", re.I)
-_MONTH_DAY = re.compile(rf"\b({_WORD})\s+(?:the\s+)?(\d{{1,2}})(?:st|nd|rd|th)?\b", re.I)
+# A day of the month, in digits or as an ordinal word ("the first of May", "le premier mai").
+_DAY = "(\\d{1,2}|" + "|".join(ORDINALS) + ")"
+_DAY_MONTH = re.compile(rf"\b{_DAY}(?:st|nd|rd|th|er)?\s+(?:of\s+)?({_WORD})", re.I)
+_MONTH_DAY = re.compile(rf"\b({_WORD})\s+(?:the\s+)?{_DAY}(?:st|nd|rd|th)?\b", re.I)
 # 1,050 and 1 050 are one number (thousands grouped); 2.5 and 2,5 are one too.
 _NUMBER = re.compile(
     r"(?<![\w.])(?:\d{1,3}(?:[,\u00a0\u202f ]\d{3})+(?![\d,.])|\d+(?:[.,]\d+)?)"
@@ -182,7 +185,7 @@ def values(
 ) -> dict[str, frozenset[str]]:
     """The values `draft` states, by kind, leaving out the words of `shared`. A relation
     of the person's own (`me`: "Hannah's colleague") is theirs, as "my colleague" is."""
-    text = unicodedata.normalize("NFKC", draft.text).replace(_CURLY, "'")
+    text = spoken_times(unicodedata.normalize("NFKC", draft.text).replace(_CURLY, "'"))
     found: dict[str, set[str]] = {}
 
     def add(kind: str, value: str) -> None:
@@ -215,6 +218,9 @@ def values(
     month_day = [(m, m.group(2), m.group(1)) for m in _MONTH_DAY.finditer(text)]
     for match, day, month in day_month + month_day:
         number = MONTHS.get(_fold(month).rstrip("."))
+        if not day.isdigit() and not month[0].isupper() and _fold(month) in _AMBIGUOUS:
+            continue  # "you may first call": no date
+        day = day if day.isdigit() else ORDINALS[_fold(day)]
         if number is None or int(day) > 31 or taken(*match.span()):
             continue
         add("date", f"{number}-{int(day):02d}")
@@ -273,7 +279,7 @@ def values(
         else:  # "Hannah's brother Owen": who Owen is to her, a value of its own
             add("named", f"{_fold(named.group(1))}={relation}")
     for match in _WORDS.finditer(text):
-        kin = RELATIONS.get(_fold(match.group(0)).removesuffix("'s"))
+        kin = RELATIONS.get(_fold(match.group(0)).removesuffix("'s").rstrip("'"))
         if kin is not None:
             add("kin", kin)
             if kin in ("mother", "father"):
@@ -285,18 +291,16 @@ def values(
 
 
 def _time(match: re.Match[str]) -> str:
+    """The time as `actors.memory.times` writes it: "7:30" and "19h" as said, "07:30" (a
+    two-digit hour) and "7.30 pm" in their half of the day."""
     if match.group(1) is not None:
-        hour, minute, half = int(match.group(1)), int(match.group(2) or 0), match.group(3)
-        half = half.replace(".", "").casefold()
-        if half == "pm" and hour < 12:
-            hour += 12
-        elif half == "am" and hour == 12:
-            hour = 0
-    elif match.group(4) is not None:
-        hour, minute = int(match.group(4)), int(match.group(5))
+        hour, minute = int(match.group(1)), int(match.group(2) or 0)
+        said = clock(hour, minute, match.group(3).replace(".", "").casefold())
     else:
-        hour, minute = int(match.group(6)), 0
-    return f"{hour:02d}:{minute:02d}"
+        written = match.group(4) or match.group(6)
+        hour, minute = int(written), int(match.group(5) or 0)
+        said = clock(hour, minute, "am" if written.startswith("0") else None)
+    return said or f"{hour:02d}:{minute:02d}"
 
 
 def _instant(when: datetime) -> str:
@@ -343,7 +347,7 @@ def plain(text: str) -> str:
     two wordings are compared word by word ("Léa" and "Lea" are one word)."""
     text = unicodedata.normalize("NFKD", text.replace(_CURLY, "'"))
     text = "".join(c for c in text if not unicodedata.combining(c)).casefold()
-    return re.sub(r"(?<=\w)n't\b", " not", text.replace("can't", "can not"))
+    return spoken_times(re.sub(r"(?<=\w)n't\b", " not", text.replace("can't", "can not")))
 
 
 def tokens(text: str) -> list[str]:
@@ -562,6 +566,8 @@ def conflict(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) -
             return Conflict("relation", named[0][name], named[1][name])
     for kind in KINDS[1:]:
         x, y = ours.get(kind), theirs.get(kind)
+        if kind == "time" and x and y:
+            x, y = agree(x, y)  # "7:30" is 07:30 or 19:30, whichever the other says
         if kind == "name" and x and y:
             # A name the other memory says too, even where it starts a sentence, is shared;
             # accents aside, as a name keeps them in one language only ("Crete", "Crète").
