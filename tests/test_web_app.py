@@ -597,6 +597,10 @@ def test_marking_wrong_ranges_and_muting(browser: Browser, server: Served, tabs:
         "data-id", ids["Owen lives in Porto"]
     )
     expect(found).not_to_contain_text("Owen lives in Lisbon")  # erroneous: not active
+    expect(found.get_by_text(re.compile(r"· match \d\.\d\d$")).first).to_be_visible()  # scored
+    page.get_by_label("Search").fill("my tax return")  # nothing said of it: no result at all
+    page.get_by_role("button", name="Find").click()
+    expect(found).to_have_text("Nothing found.")
     page.get_by_label("Search").fill("")
     page.get_by_role("button", name="Find").click()
     boxes = found.get_by_role("checkbox")

@@ -19,6 +19,7 @@ export class Memories {
     this.cursors = [null]; // the cursor of each page seen, to go back
     this.page = 0;
     this.next = null;
+    this.scores = null; // memory id -> its match score while a search is shown
     $("memory-filters").addEventListener("submit", (event) => {
       event.preventDefault();
       this.search();
@@ -81,6 +82,7 @@ export class Memories {
       const found = await api("GET", `/v1/memories/search?${new URLSearchParams({ q, limit: "50" })}`);
       const status = $("memory-status").value.split(",");
       const type = $("memory-type").value;
+      this.scores = new Map(found.results.map((result) => [result.memory.id, result.score]));
       this.shown = found.results
         .map((result) => result.memory)
         .filter((memory) => status.includes(memory.status) && (!type || memory.type === type));
@@ -90,6 +92,7 @@ export class Memories {
       const cursor = this.cursors[this.page];
       if (cursor) query.set("cursor", cursor);
       const page = await api("GET", `/v1/memories?${query}`);
+      this.scores = null;
       this.shown = page.memories;
       this.next = page.next_cursor;
       this.cursors[this.page + 1] = page.next_cursor;
@@ -107,7 +110,7 @@ export class Memories {
         return el(
           "li",
           {},
-          el("label", {}, box, el("span", {}, el("span", { text: memory.text }), " ", el("span", { class: "kind", text: `${memory.type} · ${memory.status}` }))),
+          el("label", {}, box, el("span", {}, el("span", { text: memory.text }), " ", el("span", { class: "kind", text: this.kind(memory) }))),
           memory.mention_count > 1
             ? el("button", { type: "button", onclick: () => this.guard(() => this.mentions(memory)), "aria-label": `Said again: ${memory.text}` }, `Said ${memory.mention_count}×…`)
             : null,
@@ -115,10 +118,17 @@ export class Memories {
         );
       }),
     );
-    if (this.shown.length === 0) list.append(el("li", { text: "Nothing here." }));
+    if (this.shown.length === 0) list.append(el("li", { text: this.scores ? "Nothing found." : "Nothing here." }));
     $("memories-prev").disabled = this.page === 0;
     $("memories-next").disabled = !this.next;
     $("memories-page").textContent = this.next || this.page ? `Page ${this.page + 1}` : "";
+  }
+
+  /** A memory's type and status, and how well it matched when searched for. */
+  kind(memory) {
+    const score = this.scores?.get(memory.id);
+    const match = score === undefined ? "" : ` · match ${score.toFixed(2)}`;
+    return `${memory.type} · ${memory.status}${match}`;
   }
 
   // -- selecting -------------------------------------------------------------------------
