@@ -39,7 +39,7 @@ import orjson
 from actors import loose_ends, replies
 from actors.asking import numbered
 from bench.flap import percentiles
-from bench.procs import write_json
+from bench.results import write_json
 from providers.analysis import Shape, request_body
 from providers.rehearsal_analysis import sure_reply_matching
 

@@ -56,6 +56,7 @@ async def _deactivated(harness: Harness, phone: Phone, links: int = 1) -> LiveCo
     ref = live.ref
     assert ref is not None
     await harness.recorded()
+    await eventually(lambda: _quiet(live))  # its follow-on drawn, say, under load
     harness.clock.advance(IDLE_S)
     assert (await harness.sweep())["deactivated"] == 1
     assert live.ref is None and harness.server.directory.get(live.person) is live
@@ -237,6 +238,8 @@ async def test_nothing_acked_is_lost_across_deactivations(
         acked.append(ack["id"])
         end = await phone.reply()
         await harness.recorded()
+        live = _live(harness, phone)
+        await eventually(lambda: _quiet(live))  # noqa: B023 (awaited in this round)
         harness.clock.advance(IDLE_S)
         assert (await harness.sweep())["deactivated"] == 1
         if n % 2 == 0:
