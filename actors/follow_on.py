@@ -24,8 +24,8 @@ from storage.owners import Fenced
 
 if TYPE_CHECKING:
     from actors.handles import TurnHandles
+    from actors.inbox import Mailbox
     from actors.runtime import Runtime
-    from actors.tools import Mailbox
 
 log = logging.getLogger("stillhere.follow_on")
 

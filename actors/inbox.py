@@ -9,7 +9,7 @@ as many on the actor's thread for every wake-up. `queue.SimpleQueue` is all that
 from __future__ import annotations
 
 import queue
-from typing import Any
+from typing import Any, Protocol
 
 import pykka
 
@@ -18,3 +18,9 @@ class ThreadingActor(pykka.ThreadingActor):
     @staticmethod
     def _create_actor_inbox() -> queue.SimpleQueue[Any]:
         return queue.SimpleQueue()
+
+
+class Mailbox(Protocol):
+    """Anything that delivers a message to a conversation's current actor."""
+
+    def tell(self, message: object) -> bool: ...

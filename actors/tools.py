@@ -11,12 +11,13 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time
-from typing import Any, Protocol
+from typing import Any
 from uuid import UUID
 
 import orjson
 
 from actors.handles import Page, TurnHandles
+from actors.inbox import Mailbox
 from actors.memory.search import BadQuery, Found, query_limit, query_text
 from actors.messages import CardCreated, SpeakerSet
 from actors.runtime import Runtime
@@ -26,12 +27,6 @@ from providers.embedding import EmbeddingError
 from storage.records import MemoryDraft
 
 log = logging.getLogger("stillhere.turn")
-
-
-class Mailbox(Protocol):
-    """Anything that delivers a message to a conversation's current actor."""
-
-    def tell(self, message: object) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

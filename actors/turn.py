@@ -18,13 +18,14 @@ from uuid import UUID, uuid4
 
 from actors.context import Context, assemble
 from actors.echo import NO_REPEAT, EchoGuard, sources_for
+from actors.inbox import Mailbox
 from actors.loose_ends import NO_ENDS, OpenEnds, choose, note_after, read_open, winding_down
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
 from actors.prompt import build_messages
 from actors.replies import UNMATCHED, Matching, match_replies
 from actors.runtime import Runtime
 from actors.stream import ConversationStream
-from actors.tools import TOOLS, Mailbox, ToolContext, execute
+from actors.tools import TOOLS, ToolContext, execute
 from actors.trace import TurnTrace
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
 from providers.notes import FOLLOW_ON
