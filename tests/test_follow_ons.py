@@ -186,6 +186,7 @@ async def test_a_follow_on_sent_while_the_phone_was_away_is_replayed(harness: Ha
     harness.clock.advance(60)
     await until(lambda: _sent(harness))
     await harness.recorded()
+    await eventually(lambda: _in_history(harness))  # the actor's window, not only the stream
 
     back = await harness.phone(
         phone.device, conversation=phone.welcome["conversation"], last_seq=seen
@@ -198,6 +199,12 @@ async def test_a_follow_on_sent_while_the_phone_was_away_is_replayed(harness: Ha
     for welcome in (back.welcome, await _welcome_after_restart(harness, phone.device)):
         marked = [t["reply"] for t in welcome["history"] if t.get("follow_on")]
         assert marked == [start["reply"]]
+
+
+def _in_history(harness: Harness) -> bool:
+    """The follow-on is in the window a welcome hands out (the actor's latest snapshot)."""
+    snapshots = [live.current_snapshot() for live in harness.server.directory.lives()]
+    return any(s is not None and any(t.follow_on for t in s.history) for s in snapshots)
 
 
 async def _welcome_after_restart(harness: Harness, device: str) -> dict[str, Any]:
