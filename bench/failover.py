@@ -254,6 +254,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         **{key: sum(got["ledger"][key] for got in runs) for key in MUST_BE_ZERO[:4]},
         "phones_lost_conversation": sum(got["phones_lost_conversation"] for got in runs),
+        "unsettled": sum(got["unsettled"] for got in runs),
         "says": sum(got["ledger"]["says"] for got in runs),
         "wait_p50_s": p50s[len(p50s) // 2] if p50s else None,
         "wait_p99_s": p99s[len(p99s) // 2] if p99s else None,
