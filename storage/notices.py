@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from storage.pool import UNAVAILABLE
+
 log = logging.getLogger("stillhere.notices")
 
 RECONNECT_S = 2.0  # between attempts to connect again after the connection was lost
@@ -68,7 +70,7 @@ class Notices:
             await asyncio.sleep(RECONNECT_S)
             try:
                 return await self.open()
-            except (OSError, asyncpg.PostgresError) as failed:
+            except (*UNAVAILABLE, asyncpg.PostgresError) as failed:
                 log.warning("the notices connection cannot connect: %s", type(failed).__name__)
 
     def _heard(self, conn: object, pid: int, channel: str, payload: str) -> None:

@@ -14,13 +14,18 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 # What asyncpg raises when PostgreSQL is down, restarting or cut off (refused, reset, shut
-# down by an operator, a pooled connection found dead): "not now", not a wrong query. The
-# pool drops such a connection and opens a fresh one on a later use, once PostgreSQL is back.
+# down by an operator, a pooled connection found dead, no primary among the hosts yet):
+# "not now", not a wrong query. The pool drops such a connection and opens a fresh one on
+# a later use, once PostgreSQL is back.
 UNAVAILABLE = (
     OSError,
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.InterfaceError,
+    # During a failover: no host of a multi-host DSN accepts writes yet (the standby is
+    # still one), or a connection reached a server that is read-only now.
+    asyncpg.TargetServerAttributeNotMatched,
+    asyncpg.exceptions.ReadOnlySQLTransactionError,
 )
 
 # PostgreSQL's disk is full (SQLSTATE 53100): a statement that needed a new page of a table,

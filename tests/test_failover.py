@@ -34,6 +34,7 @@ STORED_ACKS = """
     WHERE conversation = $1 AND frame->>'type' = 'ack'
 """
 RESEND_PAUSE_S = 0.2
+THINK_S = 0.1  # a fast talker's pace between says
 
 
 @contextlib.asynccontextmanager
@@ -147,6 +148,7 @@ async def test_a_promotion_under_load_loses_no_acked_say(tmp_path: Path) -> None
             while after < 5:
                 await phone.say(f"said while failing over, say {len(phone.acked)}")
                 after += failover.done()
+                await asyncio.sleep(THINK_S)
             assert await failover == 0
         finally:
             await node.kill()
@@ -168,7 +170,9 @@ async def test_a_promotion_under_load_loses_no_acked_say(tmp_path: Path) -> None
 async def _fail_over(primary: DbProcess, standby: DbProcess) -> int:
     """The primary's machine dies mid-talk; the operator's tooling promotes the standby."""
     await asyncio.sleep(0.5)
-    primary.postmaster().kill()
+    postmaster = primary.postmaster()
+    for process in [postmaster, *postmaster.children()]:  # the machine dies: all of it
+        process.kill()
     await primary.stop(signal.SIGKILL)
     return await _promote(standby.data)
 
