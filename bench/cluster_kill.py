@@ -1,4 +1,4 @@
-"""`stillhere bench cluster-kill`: a node of a cluster killed with SIGKILL under flapping load.
+"""`stillhere-bench cluster-kill`: a node of a cluster killed with SIGKILL under flapping load.
 
 Starts `stillhere cluster --nodes N` (embedded PostgreSQL, N nodes, HAProxy in front) and
 two fleets of flap-bench phones (`bench.flap_phones`): one through HAProxy, one straight
@@ -19,7 +19,7 @@ to node-1. Then, in one run:
   acked says lost and says stored twice (the phones' ledger against PostgreSQL,
   `bench.flap_db`), both 0.
 
-    stillhere bench cluster-kill --nodes 2 --clients 20 --json /tmp/cluster-kill.json
+    stillhere-bench cluster-kill --nodes 2 --clients 20 --json /tmp/cluster-kill.json
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ MUST_BE_ZERO = (
 
 
 def add_parser(subparsers: Any) -> None:
-    """`stillhere bench cluster-kill`."""
+    """`stillhere-bench cluster-kill`."""
     parser = subparsers.add_parser("cluster-kill", help=DESCRIPTION, description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_options(parser)

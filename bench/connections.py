@@ -1,4 +1,4 @@
-"""`stillhere bench connections`: what connected phones cost a node when most are quiet.
+"""`stillhere-bench connections`: what connected phones cost a node when most are quiet.
 
 N phones connect, say hello and one thing (each conversation then has a window), and hold
 their links open, pinging every `--ping-every`, while a share of them (`--talking`, 5%) say
@@ -11,7 +11,7 @@ running and the links (`/metrics`), its CPU per second over the second hold, and
 `reply.delta` of a say from a sample of quiet phones (their conversations deactivated, on
 the first server) against one from talking phones (active), one say at a time. Run:
 
-    stillhere bench connections --phones 500 --json bench/out/connections.json
+    stillhere-bench connections --phones 500 --json bench/out/connections.json
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ GAUGES = {
 
 
 def add_parser(subparsers: Any) -> None:
-    """`stillhere bench connections`."""
+    """`stillhere-bench connections`."""
     parser = subparsers.add_parser("connections", help=DESCRIPTION, description=DESCRIPTION)
     add_options(parser)
     parser.set_defaults(run=run)

@@ -1,4 +1,4 @@
-"""`stillhere bench crash`: phones on flapping links while the server is killed, again and again.
+"""`stillhere-bench crash`: phones on flapping links while the server is killed, again and again.
 
 Starts a real `stillhere serve` (embedded PostgreSQL in a tmp data dir, rehearsal model),
 brings up the flap bench's phones (`bench.flap_phones`: reference clients whose links
@@ -54,7 +54,7 @@ class Crash:
 
 
 def add_parser(subparsers: Any) -> None:
-    """`stillhere bench crash`."""
+    """`stillhere-bench crash`."""
     parser = subparsers.add_parser("crash", help=DESCRIPTION, description=DESCRIPTION)
     add_options(parser)
     parser.set_defaults(run=run)

@@ -1,4 +1,4 @@
-"""`stillhere bench db-cost`: what one turn costs PostgreSQL, read from PostgreSQL's own counters.
+"""`stillhere-bench db-cost`: what one turn costs PostgreSQL, read from PostgreSQL's own counters.
 
 How far one PostgreSQL carries a cluster (docs/scaling.md) depends on what each turn asks of
 it. This bench starts one real `stillhere serve` (zero-latency rehearsal model, embedded
@@ -92,7 +92,7 @@ TOP_STATEMENTS = 12
 
 
 def add_parser(subparsers: Any) -> None:
-    """`stillhere bench db-cost`."""
+    """`stillhere-bench db-cost`."""
     parser = subparsers.add_parser("db-cost", help=DESCRIPTION, description=DESCRIPTION)
     add_options(parser)
     parser.set_defaults(run=run)

@@ -1,4 +1,4 @@
-"""`stillhere bench failover`: PostgreSQL's primary killed under load, its standby promoted.
+"""`stillhere-bench failover`: PostgreSQL's primary killed under load, its standby promoted.
 
 Two phases, in one run:
 
@@ -17,7 +17,7 @@ Two phases, in one run:
   bench's ledger against the promoted standby: acked says lost, stored twice, seq
   repeated, all 0.
 
-    stillhere bench failover --runs 3 --clients 20 --json /tmp/failover.json
+    stillhere-bench failover --runs 3 --clients 20 --json /tmp/failover.json
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ SIDES = ("nodes", "postgres", "standby")
 
 
 def add_parser(subparsers: Any) -> None:
-    """`stillhere bench failover`."""
+    """`stillhere-bench failover`."""
     parser = subparsers.add_parser("failover", help=DESCRIPTION, description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--nodes", type=int, default=2, help="nodes of each cluster (2)")

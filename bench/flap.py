@@ -1,4 +1,4 @@
-"""`stillhere bench flap`: phones on flapping mobile links against a real server.
+"""`stillhere-bench flap`: phones on flapping mobile links against a real server.
 
 Starts a real `stillhere serve` (embedded PostgreSQL in a tmp data dir, rehearsal model),
 brings up N reference phones (`client.Phone`) that hold conversations while their links
@@ -103,7 +103,7 @@ def add_rehearsal_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parser(subparsers: Any) -> None:
-    """Add `flap` to a subparsers object (`stillhere bench flap`); the command's `run`
+    """Add `flap` to a subparsers object (`stillhere-bench flap`); the command's `run`
     checks the options first."""
     parser = subparsers.add_parser("flap", help=DESCRIPTION, description=DESCRIPTION)
     add_options(parser)

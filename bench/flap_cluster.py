@@ -1,4 +1,4 @@
-"""`stillhere bench flap --cluster N`: what N nodes behind HAProxy give against one node.
+"""`stillhere-bench flap --cluster N`: what N nodes behind HAProxy give against one node.
 
 Two `stillhere cluster`s run at once on this machine, one with a single node and one with
 N, each with its own embedded PostgreSQL and HAProxy, so the two differ only in the number

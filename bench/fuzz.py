@@ -1,4 +1,4 @@
-"""`stillhere bench fuzz`: property-based fuzzing of a real server's frames, bodies, streams.
+"""`stillhere-bench fuzz`: property-based fuzzing of a real server's frames, bodies, streams.
 
 Starts a real `stillhere serve` (embedded PostgreSQL in a tmp data dir, rehearsal model)
 and lets Hypothesis draw link scripts (`bench.fuzz_frames`), POST bodies and event-stream
@@ -37,7 +37,7 @@ SERVER_OPTIONS = [
 
 
 def add_parser(subparsers: Any) -> None:
-    """`stillhere bench fuzz`."""
+    """`stillhere-bench fuzz`."""
     parser = subparsers.add_parser("fuzz", help=DESCRIPTION, description=DESCRIPTION)
     add_options(parser)
     parser.set_defaults(run=run)

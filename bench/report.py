@@ -1,4 +1,4 @@
-"""`stillhere bench report`: bench/README.md's table of current figures, from bench/results.
+"""`stillhere-bench report`: bench/README.md's table of current figures, from bench/results.
 
 A row per figure: its value (a number, a median with the runs' range, or each run's), the
 target and whether it is met, the results file it comes from. Under the table, each file's
@@ -17,7 +17,7 @@ from typing import Any
 from bench.results import RESULTS, Value, load_all
 
 README = Path(__file__).resolve().parent / "README.md"
-BEGIN = "<!-- figures: made by `stillhere bench report --write` from bench/results/ -->"
+BEGIN = "<!-- figures: made by `stillhere-bench report --write` from bench/results/ -->"
 END = "<!-- figures: end -->"
 HEADER = "| figure | value | target | met | results | note |\n|---|---|---|---|---|---|"
 OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -29,7 +29,7 @@ OPS: dict[str, Callable[[Any, Any], bool]] = {
 
 
 def add_parser(subparsers: Any) -> None:
-    """`stillhere bench report`."""
+    """`stillhere-bench report`."""
     parser = subparsers.add_parser(
         "report", help="bench/README.md's table of figures, from bench/results", description=__doc__
     )

@@ -120,10 +120,11 @@ def load_all(folder: Path = RESULTS) -> dict[str, dict[str, Any]]:
 def command() -> str:
     """This process's command line as one would type it again."""
     arguments = shlex.join(sys.argv[1:])
-    if Path(sys.argv[0]).name == "stillhere":
-        return f"stillhere {arguments}"
+    program = Path(sys.argv[0]).name
+    if program in ("stillhere", "stillhere-bench"):
+        return f"{program} {arguments}"
     spec = getattr(sys.modules["__main__"], "__spec__", None)
-    module = spec.name if spec is not None else Path(sys.argv[0]).stem
+    module = spec.name.removesuffix(".__main__") if spec is not None else Path(sys.argv[0]).stem
     return f"python -m {module} {arguments}".rstrip()
 
 

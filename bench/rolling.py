@@ -1,4 +1,4 @@
-"""`stillhere bench rolling`: every node of a cluster restarted in turn, under load.
+"""`stillhere-bench rolling`: every node of a cluster restarted in turn, under load.
 
 Starts `stillhere cluster --nodes N` (the embedded PostgreSQL, N nodes, HAProxy in front),
 brings up the flap bench's phones through HAProxy (reference clients; by default on links
@@ -14,7 +14,7 @@ cost:
 - each phone's longest interruption (its link down until up again), p50/p99: target p99
   at most 2 s.
 
-    stillhere bench rolling --nodes 3 --clients 60 --json /tmp/rolling.json
+    stillhere-bench rolling --nodes 3 --clients 60 --json /tmp/rolling.json
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class TimedFleet(Fleet):
 
 
 def add_parser(subparsers: Any) -> None:
-    """`stillhere bench rolling`."""
+    """`stillhere-bench rolling`."""
     parser = subparsers.add_parser("rolling", help=DESCRIPTION, description=DESCRIPTION)
     add_options(parser)
     parser.set_defaults(run=run)

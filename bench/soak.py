@@ -1,4 +1,4 @@
-"""`stillhere bench soak`: a moderate flapping load for a long time, and what the server holds.
+"""`stillhere-bench soak`: a moderate flapping load for a long time, and what the server holds.
 
 Starts a real `stillhere serve` (embedded PostgreSQL in a tmp data dir, rehearsal model),
 brings up the flap bench's phones (`bench.flap_phones`: reference clients saying something
@@ -62,7 +62,7 @@ SERIES = (
 
 
 def add_parser(subparsers: Any) -> None:
-    """`stillhere bench soak`."""
+    """`stillhere-bench soak`."""
     parser = subparsers.add_parser("soak", help=DESCRIPTION, description=DESCRIPTION)
     add_options(parser)
     parser.set_defaults(run=run)

@@ -1,5 +1,6 @@
-"""The `stillhere` command: `serve`, `db`, `cluster`, `token`, `revoke`, `inspect`, `memory`,
-`eval` and `bench`."""
+"""The `stillhere` command: `serve`, `db`, `cluster`, `token`, `revoke`, `inspect`, `memory`
+and `eval`. The benchmarks are a command of their own, `stillhere-bench` (bench/__main__.py):
+they drive the product from above, and nothing here imports them."""
 
 from __future__ import annotations
 
@@ -7,18 +8,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from bench import (
-    cluster_kill,
-    connections,
-    crash,
-    db_cost,
-    failover,
-    flap,
-    fuzz,
-    report,
-    rolling,
-    soak,
-)
 from cli import cluster, db, inspect, memory, revoke, serve, token
 from evals import dedup, loose_ends, search, turns
 from evals.command import add_eval_command
@@ -35,21 +24,6 @@ def _parser() -> argparse.ArgumentParser:
     evals = add_eval_command(commands)
     for evaluation in (dedup, turns, search, loose_ends):
         evaluation.add_parser(evals)  # eval dedup, eval turns, eval search, eval loose-ends
-    bench = commands.add_parser("bench", help="load benchmarks (see bench/README.md)")
-    benches = bench.add_subparsers(dest="bench", required=True)
-    for module in (
-        flap,
-        fuzz,
-        crash,
-        soak,
-        rolling,
-        db_cost,
-        cluster_kill,
-        failover,
-        connections,
-        report,
-    ):
-        module.add_parser(benches)  # bench flap, ..., failover, connections, report
     return parser
 
 
@@ -60,9 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging("text")
     if args.command in ("db", "cluster"):
         return int(args.run(args))
-    # bench flap's phones run on the loop its servers do; the other commands on asyncio's
     try:
-        return run_on_loop(args.run(args), getattr(args, "event_loop", "asyncio"))
+        return run_on_loop(args.run(args), "asyncio")
     except InUse as busy:
         other_way = ", or pass --db with a DSN" if hasattr(args, "db") else ""
         print(f"stillhere {args.command}: {busy}{other_way}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""`stillhere bench cluster-kill`, small: a real cluster of two nodes behind Debian's HAProxy,
+"""`stillhere-bench cluster-kill`, small: a real cluster of two nodes behind Debian's HAProxy,
 the node owning the most of its phones' people killed with SIGKILL while they flap. What
 must hold at any size is asserted (its people all resumed, nothing acked lost, nothing
 stored twice, no seq repeated); the timings are the bench's to report (bench/README.md),

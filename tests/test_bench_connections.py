@@ -1,4 +1,4 @@
-"""`stillhere bench connections` at a small N: both servers measured, the deactivating one
+"""`stillhere-bench connections` at a small N: both servers measured, the deactivating one
 holding fewer threads and running actors than the one that never deactivates."""
 
 from __future__ import annotations

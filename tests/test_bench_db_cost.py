@@ -1,4 +1,4 @@
-"""`stillhere bench db-cost`, small: a real server's turns read from its PostgreSQL's own
+"""`stillhere-bench db-cost`, small: a real server's turns read from its PostgreSQL's own
 counters. What is checked is that the readings are of the turns (each stores its say and its
 reply, goes through the say log's fenced write, and writes WAL), never how large a figure is
 against a fixed value: the figures are the bench's to report (bench/README.md)."""
@@ -20,7 +20,7 @@ PHONES, SAYS = 3, 4
 def test_a_tiny_db_cost_run_reads_the_turns_from_postgresql(tmp_path: Path) -> None:
     report_path = tmp_path / "db-cost.json"
     command = [
-        sys.executable, "-m", "cli.main", "bench", "db-cost", "--phones", str(PHONES),
+        sys.executable, "-m", "bench", "db-cost", "--phones", str(PHONES),
         "--says", str(SAYS), "--serial-says", str(SAYS), "--idle", "2s", "--json", str(report_path),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=220)

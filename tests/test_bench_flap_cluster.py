@@ -1,4 +1,4 @@
-"""`stillhere bench flap --cluster N`, small: two real clusters (1 node and 2) behind
+"""`stillhere-bench flap --cluster N`, small: two real clusters (1 node and 2) behind
 Debian's HAProxy, every turn answered, every side's CPU read. No timing is asserted: the
 figures are the bench's to report (bench/README.md)."""
 

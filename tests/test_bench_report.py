@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bench import report, results
-from cli.main import main
+from bench.__main__ import main
 
 README_AROUND = f"# Benchmarks\n\nprose\n\n{report.BEGIN}\nold table\n{report.END}\n\nafter\n"
 
@@ -29,7 +29,7 @@ def table_rows(folder: Path) -> list[str]:
 def test_the_readme_table_is_the_one_the_results_render() -> None:
     readme = report.README.read_text()
     rendered = report.render(results.load_all())
-    assert report.replaced(readme, rendered) == readme, "run: stillhere bench report --write"
+    assert report.replaced(readme, rendered) == readme, "run: stillhere-bench report --write"
     assert len(readme.splitlines()) < 500
 
 
@@ -115,7 +115,7 @@ def test_check_fails_on_a_stale_table_and_write_mends_it(tmp_path: Path) -> None
     folder, readme = tmp_path / "results", tmp_path / "README.md"
     write_results(folder, "c", [{"figure": "x", "value": 1}])
     readme.write_text(README_AROUND)
-    options = ["bench", "report", "--results", str(folder), "--readme", str(readme)]
+    options = ["report", "--results", str(folder), "--readme", str(readme)]
     assert main([*options, "--check"]) == 1
     assert readme.read_text() == README_AROUND
     assert main([*options, "--write"]) == 0
@@ -130,7 +130,7 @@ def test_check_fails_on_a_stale_table_and_write_mends_it(tmp_path: Path) -> None
 def test_bad_input_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     folder, readme = tmp_path / "results", tmp_path / "README.md"
     write_results(folder, "d", [{"figure": "x", "value": 1}])
-    options = ["bench", "report", "--results", str(folder), "--readme", str(readme)]
+    options = ["report", "--results", str(folder), "--readme", str(readme)]
     for text in ("# no markers here\n", ""):
         readme.write_text(text)
         assert main([*options, "--write"]) == 2

@@ -1,4 +1,4 @@
-"""The soak bench: a tiny run of `stillhere bench soak`, and its verdict on drawn series.
+"""The soak bench: a tiny run of `stillhere-bench soak`, and its verdict on drawn series.
 
 The run's samples must be readings of the real server: its threads hold one per live actor,
 its descriptors the attached links and its PostgreSQL connections, its tables the turns the
@@ -26,7 +26,7 @@ PHONES = 4
 def test_a_tiny_soak_reads_the_real_server(tmp_path: Path) -> None:
     report_path = tmp_path / "soak.json"
     command = [
-        sys.executable, "-m", "cli.main", "bench", "soak", "--duration", "8s",
+        sys.executable, "-m", "bench", "soak", "--duration", "8s",
         "--sample-every", "1s", "--clients", str(PHONES), "--think", "1s",
         "--flap-every", "3s", "--rehearsal-latency", "50ms", "--settle-timeout", "60s",
         "--json", str(report_path),

@@ -33,7 +33,7 @@ from transport import websocket
 from transport.config import Limits
 from transport.protocol import ProtocolError
 
-# As `stillhere bench fuzz` runs its server (bench/fuzz.py, SERVER_OPTIONS).
+# As `stillhere-bench fuzz` runs its server (bench/fuzz.py, SERVER_OPTIONS).
 LIMITS = Limits(max_frame_bytes=fuzz.MAX_FRAME_BYTES, frames_per_s=100_000, frame_burst=100_000)
 
 

@@ -72,7 +72,7 @@ async def test_a_request_line_too_long_is_one_info_line_without_the_query(
 ) -> None:
     """aiohttp refuses a request line over 8190 bytes before any handler; it logged that as
     an ERROR with a traceback and the line's start, an EventSource's device secret with it
-    (found by `stillhere bench fuzz`)."""
+    (found by `stillhere-bench fuzz`)."""
     secret = "device-secret-in-a-query-" + "0" * 16
     async with serving(dsn, tmp_path) as log_path:
         main = int((await listening(log_path)).group(1))

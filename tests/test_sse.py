@@ -238,7 +238,7 @@ async def test_an_event_stream_with_bad_credentials_is_refused(harness: Harness)
 
 
 # Superscript two and fullwidth one are digits to Python's str.isdigit, but no integer's:
-# found by `stillhere bench fuzz`, which got a 500 for the first.
+# found by `stillhere-bench fuzz`, which got a 500 for the first.
 @pytest.mark.parametrize("last_seq", ["abc", "-1", "1.5", " 1", "\u00b2", "1\u00b2", "\uff11"])
 async def test_a_last_seq_of_anything_but_ascii_digits_is_refused(
     harness: Harness, client: SseClient, last_seq: str
