@@ -68,13 +68,7 @@ def shape(assistant: int, people: int) -> Shape:
     """The answer: at most four labels of the request's lines."""
     labels = [f"A{i}" for i in range(1, assistant + 1)] + [f"P{i}" for i in range(1, people + 1)]
     listed = {"type": "array", "items": {"type": "string", "enum": labels}, "maxItems": 4}
-    schema = {
-        "type": "object",
-        "properties": {"loose_ends": listed},
-        "required": ["loose_ends"],
-        "additionalProperties": False,
-    }
-    return Shape(TASK, schema, ANSWER_TOKENS)
+    return Shape.of(TASK, {"loose_ends": listed}, ANSWER_TOKENS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -201,13 +201,7 @@ def shape(texts: list[str]) -> Shape:
     answer: the questions, and the latest message, which a say may remark on."""
     labels = [f"A{i}" for i, text in enumerate(texts, 1) if asks(text) or i == len(texts)]
     answers = {"type": "string", "enum": [*labels, NONE]}
-    schema = {
-        "type": "object",
-        "properties": {"answers": answers},
-        "required": ["answers"],
-        "additionalProperties": False,
-    }
-    return Shape(TASK, schema, ANSWER_TOKENS)
+    return Shape.of(TASK, {"answers": answers}, ANSWER_TOKENS)
 
 
 def _questions(found: list[Turn]) -> tuple[UUID, ...]:

@@ -39,6 +39,12 @@ class Shape:
     schema: dict[str, Any]
     max_tokens: int
 
+    @classmethod
+    def of(cls, name: str, properties: dict[str, Any], max_tokens: int) -> Shape:
+        """An object of exactly these properties, each required."""
+        schema = {"type": "object", "properties": properties, "required": list(properties)}
+        return cls(name, {**schema, "additionalProperties": False}, max_tokens)
+
     def response_format(self) -> dict[str, Any]:
         schema = {"name": self.name, "strict": True, "schema": self.schema}
         return {"type": "json_schema", "json_schema": schema}

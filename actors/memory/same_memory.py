@@ -78,8 +78,7 @@ ANSWER_TOKENS = 12
 
 
 def _shape(name: str, properties: dict[str, Any]) -> Shape:
-    schema = {"type": "object", "properties": properties, "required": list(properties)}
-    return Shape(name, {**schema, "additionalProperties": False}, ANSWER_TOKENS)
+    return Shape.of(name, properties, ANSWER_TOKENS)
 
 
 VERDICT_SHAPE = _shape(TASK, {"verdict": {"type": "string", "enum": list(VERDICTS)}})
