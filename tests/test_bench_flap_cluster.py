@@ -34,7 +34,8 @@ async def test_the_cluster_bench_times_one_node_and_two_through_haproxy(tmp_path
         nodes = [f"node-{i}" for i in range(1, (2 if label == "2 nodes" else 1) + 1)]
         parts = [*nodes, "haproxy", "postgres", "phones", "others", "steal", "idle"]
         assert list(got["cores"]) == parts, label
-        assert all(got["cores"][node] > 0 for node in nodes), label
+        # (A node may be idle in so short a round: the conversations' routing chose the other.)
+        assert sum(got["cores"][node] for node in nodes) > 0, label
         assert sum(got["cores"].values()) == pytest.approx(report["cores"], rel=0.2), label
     assert report["turns_ratio"] > 0
     printed = flap_cluster.table(report)
