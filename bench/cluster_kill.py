@@ -37,7 +37,6 @@ from typing import Any
 
 import aiohttp
 import asyncpg
-import psutil
 
 from actors.clock import parse_duration as seconds
 from bench import flap_cluster, procs, results
@@ -184,13 +183,6 @@ def most_owned(nodes: int, owner_of: Iterable[str | None]) -> int:
     return max(range(1, nodes + 1), key=lambda i: (counts[f"node-{i}"], -i))
 
 
-def node_process(cluster: procs.Server, name: str) -> psutil.Process:
-    for child in cluster.ps().children():
-        if f"--node-id {name} " in " ".join(child.cmdline()) + " ":
-            return child
-    raise procs.ServerError(f"{name} is not running")
-
-
 async def back_at(cluster: procs.Server, i: int, killed: float) -> float:
     """When node-`i` answered `/readyz` 200 again after the kill (now() seconds)."""
     url = flap_cluster.node(cluster, i).base_url + "/readyz"
@@ -221,7 +213,7 @@ async def kill(args: argparse.Namespace, cluster: procs.Server, via: Fleet) -> K
     node = most_owned(args.nodes, owner_of.values())
     victims = {i for i, name in owner_of.items() if name == f"node-{node}"}
     up = {i for i in victims if (p := via.runs[i].phone) and p.state is LinkState.UP}
-    victim = node_process(cluster, f"node-{node}")
+    victim = procs.node_process(cluster, f"node-{node}")
     killed = now()
     victim.kill()
     returned = asyncio.create_task(back_at(cluster, node, killed))

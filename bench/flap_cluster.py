@@ -89,7 +89,7 @@ def readings(cluster: procs.Server, nodes: int) -> dict[str, float]:
     out["bench"] = _cpu_s(psutil.Process())
     with contextlib.suppress(psutil.Error, OSError, ValueError):
         for child in cluster.ps().children():
-            command = child.cmdline()
+            command = procs.command_line(child)
             if child.name() == "haproxy":
                 out["haproxy"] += _cpu_s(child)
             elif "--node-id" in command:  # not a standby's `stillhere db`

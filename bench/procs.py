@@ -89,6 +89,23 @@ class Server:
         return int(self.ps().num_threads())
 
 
+def command_line(process: psutil.Process) -> list[str]:
+    """A process's arguments, or none for one that has exited (a child is a zombie until its
+    parent reaps it, and psutil refuses to read it)."""
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+def node_process(cluster: Server, name: str) -> psutil.Process:
+    """The live process of node `name` of `stillhere cluster` (its --node-id)."""
+    for child in cluster.ps().children():
+        if f"--node-id {name} " in " ".join(command_line(child)) + " ":
+            return child
+    raise ServerError(f"{name} is not running")
+
+
 def process_rss_mb(process: psutil.Process) -> float:
     """A process's resident memory, in MB."""
     return float(process.memory_info().rss) / (1024 * 1024)

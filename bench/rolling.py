@@ -29,8 +29,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from actors.clock import parse_duration as seconds
 from bench import procs, results
 from bench.crash import FOREVER_S, back_since, ledger_figures, problems_exit_code
@@ -108,23 +106,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=seconds, default=1800.0, help="bound on the run (30m)")
 
 
-def node_process(cluster: procs.Server, name: str) -> psutil.Process:
-    """The live process of node `name` of `cluster`."""
-    for child in cluster.ps().children():
-        try:
-            if f"--node-id {name} " in " ".join(child.cmdline()) + " ":
-                return child
-        except psutil.Error:
-            continue
-    raise procs.ServerError(f"{name} is not running")
-
-
 async def restart(cluster: procs.Server, index: int) -> Restart:
     """SIGTERM node `index`, wait for it to exit and to serve again (the cluster restarts
     it after its first pause)."""
     loop = asyncio.get_running_loop()
     name = f"node-{index}"
-    process = node_process(cluster, name)
+    process = procs.node_process(cluster, name)
     term_at = now()
     process.terminate()
     await loop.run_in_executor(None, process.wait, STOP_TIMEOUT_S)

@@ -22,7 +22,7 @@ import orjson
 import psutil
 import pytest
 
-from bench.procs import free_ports
+from bench.procs import command_line, free_ports
 from tests.conftest import INSTANT_OPTIONS
 from tests.test_db_command import gone
 from tests.test_deploy import HAPROXY, needs_haproxy
@@ -52,7 +52,7 @@ class Cluster:
     def node(self, name: str) -> psutil.Process:
         """The live process of node `name`."""
         for child in psutil.Process(self.proc.pid).children():
-            with_name = f"--node-id {name} " in " ".join(child.cmdline()) + " "
+            with_name = f"--node-id {name} " in " ".join(command_line(child)) + " "
             if with_name and not gone(child):
                 return child
         raise LookupError(name)

@@ -19,6 +19,7 @@ import orjson
 import psutil
 import pytest
 
+from bench.procs import command_line
 from storage import replication
 from storage.owners import Fenced, hold, take
 from storage.store import Store
@@ -213,17 +214,9 @@ async def test_an_epoch_taken_on_a_lost_timeline_is_never_trusted(tmp_path: Path
 
 
 def walsender(db: DbProcess) -> psutil.Process:
-    [sender] = [p for p in db.postmaster().children() if "walsender" in _cmdline(p)]
+    children = db.postmaster().children()
+    [sender] = [p for p in children if "walsender" in " ".join(command_line(p))]
     return sender
-
-
-def _cmdline(process: psutil.Process) -> str:
-    """A child's command line, or "" for one that exited (a backend that has just closed is a
-    zombie until the postmaster reaps it)."""
-    try:
-        return " ".join(process.cmdline())
-    except psutil.Error:
-        return ""
 
 
 async def _take(dsn: str, person: str, node: str) -> int:
