@@ -91,16 +91,20 @@ async def _store(
     resent id is acked again and a refused say answered with an error; both give None, as
     nothing new was stored. A PostgreSQL that does not answer within `store_timeout_s`
     (paused, restarting, unreachable) gets the say answered `unavailable`: the client
-    resends it with its id, and is acked (`repeat` if the write landed after all)."""
+    resends it with its id, and is acked (`repeat` if the write landed after all). It is
+    answered then even if a statement it waited on takes longer to give up (asyncpg cancels a
+    statement by asking PostgreSQL, which may not answer that either): that unwinds alone."""
+    storing = asyncio.ensure_future(_store_in_turn(rt, say, now, stream))
     try:
-        async with asyncio.timeout(rt.settings.store_timeout_s):
-            return await _store_in_turn(rt, say, now, stream)
+        return await asyncio.wait_for(asyncio.shield(storing), rt.settings.store_timeout_s)
     except TimeoutError:
         log.warning(
             "a say was not stored within %g s: PostgreSQL unavailable", rt.settings.store_timeout_s
         )
         say.reply.resolve_here(SayOutcome(None, error="unavailable"))
         return None
+    finally:
+        storing.cancel()  # done already, or given up on
 
 
 async def _store_in_turn(

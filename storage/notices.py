@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from storage.pool import UNAVAILABLE
+from storage.pool import UNAVAILABLE, connect
 
 log = logging.getLogger("stillhere.notices")
 
@@ -40,9 +40,7 @@ class Notices:
 
     async def open(self) -> asyncpg.Connection:
         """Connect, listen, run the hooks; the connection, for `keep`."""
-        conn = await asyncpg.connect(
-            self._dsn, server_settings={"application_name": APPLICATION_NAME}
-        )
+        conn = await connect(self._dsn, server_settings={"application_name": APPLICATION_NAME})
         try:
             for channel in self._channels:
                 await conn.add_listener(channel, self._heard)

@@ -21,7 +21,7 @@ from storage.loose_ends import LooseEndStore
 from storage.migrate import migrate
 from storage.moods import MoodStore
 from storage.owners import Fenced, fence_one, hold
-from storage.pool import STORAGE_FULL, DiskSpace, open_pool
+from storage.pool import STORAGE_FULL, DiskSpace, connect, open_pool
 from storage.records import (
     LAST_FIRST,
     TALK_ORDER,
@@ -134,7 +134,7 @@ class Store:
     @classmethod
     async def open(cls, dsn: str, *, max_size: int = 10) -> Store:
         """Connect, run the migrations, and hand back a ready store."""
-        conn = await asyncpg.connect(dsn)
+        conn = await connect(dsn)
         try:
             await migrate(conn)
         finally:

@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import asyncpg
@@ -22,6 +25,7 @@ import pytest
 from bench.procs import command_line
 from storage import replication
 from storage.owners import Fenced, hold, take
+from storage.pool import DEAD_PEER_S, connect
 from storage.store import Store
 from tests.test_cluster import NODES, start_cluster, stop_cluster
 from tests.test_db_command import DbProcess, running_db
@@ -35,7 +39,10 @@ STORED_ACKS = """
     WHERE conversation = $1 AND frame->>'type' = 'ack'
 """
 RESEND_PAUSE_S = 0.2
-THINK_S = 0.1  # a fast talker's pace between says
+# The node's frame rate in the promotion test, far below the pace of a phone that says back
+# to back, on any machine: its says are refused for rate (docs/protocol.md, Limits) from the
+# second on, until a second has passed since the last one let through.
+FRAME_LIMITS = ("--frames-per-s", "1", "--frame-burst", "2")
 
 
 @contextlib.asynccontextmanager
@@ -50,7 +57,17 @@ async def primary_and_standby(tmp_path: Path) -> AsyncIterator[tuple[DbProcess, 
 
 def both_hosts(primary: DbProcess, standby: DbProcess) -> str:
     """The multi-host DSN a node is given: whichever of the two accepts writes."""
-    hosts = ",".join(dsn.split("@")[1].split("/")[0] for dsn in (primary.dsn, standby.dsn))
+    return both_hosts_of(primary.dsn, standby.dsn)
+
+
+def port_of(dsn: str) -> int:
+    port = urlsplit(dsn).port
+    assert port is not None
+    return port
+
+
+def both_hosts_of(*dsns: str) -> str:
+    hosts = ",".join(dsn.split("@")[1].split("/")[0] for dsn in dsns)
     return f"postgresql://postgres@{hosts}/postgres?target_session_attrs=read-write"
 
 
@@ -62,9 +79,21 @@ async def fetch(dsn: str, query: str, *params: Any) -> list[asyncpg.Record]:
         await conn.close()
 
 
+def answers(id_: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether a frame answers the say `id_`: its ack or an error naming it, or `rate_limited`,
+    which names no say (the frame was dropped unread) and is the one say in flight's."""
+
+    def answered(frame: dict[str, Any]) -> bool:
+        if frame["type"] == "error" and frame["code"] == "rate_limited":
+            return True
+        return frame.get("id") == id_ and frame["type"] in ("ack", "error")
+
+    return answered
+
+
 class Phone:
     """Says over one WebSocket, each resent with its id until acked, as the protocol asks
-    of a client that is answered `unavailable` or loses its link."""
+    of a client that is answered `unavailable` or `rate_limited`, or loses its link."""
 
     def __init__(self, http: aiohttp.ClientSession, base: str) -> None:
         self.http = http
@@ -73,6 +102,7 @@ class Phone:
         self.conversation: str | None = None
         self.last_seq = 0
         self.acked: dict[str, int] = {}  # say id -> its ack's seq
+        self.refused: Counter[str] = Counter()  # error codes its says were answered with
         self.ws: aiohttp.ClientWebSocketResponse | None = None
 
     async def connect(self) -> None:
@@ -105,9 +135,7 @@ class Phone:
                         await self.connect()
                     assert self.ws is not None
                     await self.ws.send_bytes(orjson.dumps({"type": "say", "id": id_, "text": text}))
-                    frame = await self._next(
-                        lambda f: f.get("id") == id_ and f["type"] in ("ack", "error")
-                    )
+                    frame = await self._next(answers(id_))
                 except (ConnectionError, aiohttp.ClientError, OSError):
                     self.ws = None
                     await asyncio.sleep(RESEND_PAUSE_S)
@@ -115,7 +143,8 @@ class Phone:
                 if frame["type"] == "ack":
                     self.acked[id_] = frame["seq"]
                     return
-                assert frame["code"] == "unavailable", frame
+                assert frame["code"] in ("unavailable", "rate_limited"), frame
+                self.refused[frame["code"]] += 1
                 await asyncio.sleep(RESEND_PAUSE_S)
 
 
@@ -140,7 +169,7 @@ async def test_a_promotion_under_load_loses_no_acked_say(tmp_path: Path) -> None
     ):
         node = ServerProcess(both_hosts(primary, standby), tmp_path / "data", tmp_path / "node.log")
         try:
-            await node.start(http, ["--store-timeout", "2s"])
+            await node.start(http, ["--store-timeout", "2s", *FRAME_LIMITS])
             phone = Phone(http, node.base)
             for i in range(5):
                 await phone.say(f"before the failover, say {i}")
@@ -149,7 +178,6 @@ async def test_a_promotion_under_load_loses_no_acked_say(tmp_path: Path) -> None
             while after < 5:
                 await phone.say(f"said while failing over, say {len(phone.acked)}")
                 after += failover.done()
-                await asyncio.sleep(THINK_S)
             assert await failover == 0
         finally:
             await node.kill()
@@ -166,6 +194,106 @@ async def test_a_promotion_under_load_loses_no_acked_say(tmp_path: Path) -> None
     assert all(phone.acked[id_] == seq for id_, seq in stored_acks.items())
     seqs = list(phone.acked.values())
     assert len(set(seqs)) == len(seqs), "a seq repeated"
+    assert phone.refused["rate_limited"], "the phone never went over the frame rate"
+
+
+class FallsSilent:
+    """A TCP relay before a PostgreSQL that can fall silent, as a primary whose machine
+    vanished does: nothing sent is answered, nothing is refused or closed, and a new
+    connection is taken but never spoken to. (This relay's kernel still acknowledges the
+    packets, so what finds it out is the node's statement and per-host connect timeouts;
+    for a host truly gone its TCP keepalives would too.)"""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.silent = False
+        self.taken = 0  # connections taken
+        self._held: list[asyncio.StreamWriter] = []  # every link's writers, kept open
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return self._server.sockets[0].getsockname()[1]
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.taken += 1
+        self._held.append(writer)
+        if self.silent:
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self._held.append(up_writer)
+        await asyncio.gather(self._copy(reader, up_writer), self._copy(up_reader, writer))
+
+    async def _copy(self, source: asyncio.StreamReader, to: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await source.read(65536):
+                if not self.silent:
+                    to.write(data)
+        if not self.silent:  # a connection closed while the relay still speaks
+            to.close()
+
+    def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._held:
+            writer.transport.abort()
+
+
+async def test_a_host_that_never_answers_is_passed_over_and_the_next_kept(tmp_path: Path) -> None:
+    """The first host of the DSN takes connections and never speaks: a connection goes to
+    the next one, with keepalives and a user timeout on its socket, and the next connection
+    tries that host first."""
+    async with running_db(tmp_path / "db", "--port", str(free_port())) as db:
+        await db.read_dsn()
+        relay = FallsSilent(port_of(db.dsn))
+        relay.silent = True
+        relayed = db.dsn.replace(f":{relay.port}/", f":{await relay.start()}/")
+        dsn = both_hosts_of(relayed, db.dsn)
+        try:
+            for _ in range(2):
+                conn = await connect(dsn)
+                try:
+                    assert await conn.fetchval("SELECT inet_server_port()") == port_of(db.dsn)
+                    sock = conn._transport.get_extra_info("socket")
+                    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                    user_timeout_ms = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+                    assert user_timeout_ms == DEAD_PEER_S * 1000
+                finally:
+                    await conn.close()
+            assert relay.taken == 1  # the second connection went to the host that answered
+        finally:
+            relay.close()
+
+
+async def test_a_primary_that_vanished_is_given_up_for_the_promoted_standby(
+    tmp_path: Path,
+) -> None:
+    """The primary's machine vanishes (silent, no connection refused or reset) rather than
+    dying in front of its kernel: the node's connections to it, pooled and new, give up
+    on it, and the says go on being acked on the standby promoted after it."""
+    async with (
+        primary_and_standby(tmp_path) as (primary, standby),
+        aiohttp.ClientSession() as http,
+    ):
+        relay = FallsSilent(port_of(primary.dsn))
+        relayed = primary.dsn.replace(f":{relay.port}/", f":{await relay.start()}/")
+        node = ServerProcess(
+            both_hosts_of(relayed, standby.dsn), tmp_path / "data", tmp_path / "node.log"
+        )
+        try:
+            await node.start(http, ["--store-timeout", "2s"])
+            phone = Phone(http, node.base)
+            for i in range(3):
+                await phone.say(f"before it vanishes, say {i}")
+            relay.silent = True
+            assert await _fail_over(primary, standby) == 0
+            for i in range(3):
+                await phone.say(f"after the promotion, say {i}")
+        finally:
+            await node.kill()
+            relay.close()
+        says = await fetch(standby.dsn, STORED_SAYS, uuid.UUID(phone.conversation))
+    assert {row["client_id"] for row in says} >= set(phone.acked)
 
 
 async def _fail_over(primary: DbProcess, standby: DbProcess) -> int:
