@@ -19,7 +19,15 @@ from uuid import UUID, uuid4
 from actors.context import Context, assemble
 from actors.echo import NO_REPEAT, EchoGuard, sources_for
 from actors.inbox import Mailbox
-from actors.loose_ends import NO_ENDS, OpenEnds, choose, note_after, read_open, winding_down
+from actors.loose_ends import (
+    NO_ENDS,
+    KeptEnds,
+    OpenEnds,
+    choose,
+    note_after,
+    read_open,
+    winding_down,
+)
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
 from actors.prompt import build_messages
 from actors.replies import UNMATCHED, Matching, match_replies
@@ -287,9 +295,10 @@ async def run_turn(
     # next turn, and its place in the record is after this reply (`records.say_place`).
     marked = {"follow_on": True} if req.follow_on else {}
     start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to, **marked)
-    context, matching, ends = await _gather(rt, req, generation)
+    context, matching, ends = await _gather(rt, req, generation, stream.loose_ends)
     _tell_replies_to(stream, matching)
-    loose = choose(ends, req, matching)
+    lull = not req.follow_on and winding_down(req, matching)
+    loose = choose(ends, req.follow_on or lull)
     notes = (matching.note, loose.note(), FOLLOW_ON if req.follow_on else None)
     messages, stats = build_messages(
         req.history,
@@ -359,7 +368,6 @@ async def run_turn(
     stream.traces.append(trace)
     _count_echoes(rt, req, guard)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
-    lull = not req.follow_on and winding_down(req, matching)
     mailbox.tell(
         TurnEnded(
             turn,
@@ -370,11 +378,12 @@ async def run_turn(
         )
     )
     if rt.settings.reply_matching:
-        rt.jobs.start(note_after(rt, req, stream.epoch, turn, ends), "noting loose ends")
+        noting = note_after(rt, req, stream.epoch, turn, ends, stream.loose_ends)
+        rt.jobs.start(noting, "noting loose ends")
 
 
 async def _gather(
-    rt: Runtime, req: TurnRequest, generation: int | None
+    rt: Runtime, req: TurnRequest, generation: int | None, kept: KeptEnds
 ) -> tuple[Context, Matching, OpenEnds]:
     """The context, and what the says answer with the loose ends to note: matched while the
     context is gathered, so a judgement costs the reply no extra wait. With reply matching
@@ -382,7 +391,7 @@ async def _gather(
     if not rt.settings.reply_matching:
         return await _context(rt, req, generation), UNMATCHED, NO_ENDS
     return await asyncio.gather(
-        _context(rt, req, generation), match_replies(rt, req), read_open(rt, req)
+        _context(rt, req, generation), match_replies(rt, req), read_open(rt, req, kept)
     )
 
 
