@@ -82,15 +82,24 @@ def _fold_char(char: str) -> str:
     return "".join(c for c in decomposed if c.isalnum())
 
 
-# Each ASCII character's fold, so that ASCII text folds in one call, not one per character.
-_ASCII_FOLD = {code: _fold_char(chr(code)) or None for code in range(128)}
+class _Folds(dict[int, str]):
+    """Each character's fold by its code, for `str.translate`: a text folds in one call,
+    not one per character. Filled as characters come, up to a bound."""
+
+    def __missing__(self, code: int) -> str:
+        folded = _fold_char(chr(code))
+        if len(self) < FOLDS_KEPT:
+            self[code] = folded
+        return folded
+
+
+FOLDS_KEPT = 4096
+_FOLDS = _Folds()
 
 
 def fold(text: str) -> str:
     """The characters compared: letters and digits, case-folded, accents dropped."""
-    if text.isascii():
-        return text.translate(_ASCII_FOLD)
-    return "".join(_fold_char(c) for c in text)
+    return text.translate(_FOLDS)
 
 
 def _words(text: str) -> str:
