@@ -29,6 +29,7 @@ from actors.loose_ends import (
     winding_down,
 )
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
+from actors.persona import START_FONDNESS
 from actors.prompt import build_messages
 from actors.replies import UNMATCHED, Matching, match_replies
 from actors.runtime import Runtime
@@ -38,6 +39,7 @@ from actors.trace import TurnTrace
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
 from providers.notes import FOLLOW_ON
 from storage.event_log import ReplyRow
+from storage.moods import Nudge
 from storage.owners import Fenced
 from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
 from storage.records import StoredSay, Turn, reply_place, say_place
@@ -351,6 +353,7 @@ async def run_turn(
         reply_place(start["seq"]),
         tuple(matching.matches.items()),
         follow_on=req.follow_on,
+        mood=None if req.follow_on else _mood(rt, turn),
     )
     stream.end_reply(row, **end)
     handed = tuple(note for note in notes if note)
@@ -393,6 +396,13 @@ async def _gather(
     return await asyncio.gather(
         _context(rt, req, generation), match_replies(rt, req), read_open(rt, req, kept)
     )
+
+
+def _mood(rt: Runtime, reply: Turn) -> Nudge:
+    """How a reply to a say moves the assistant's mood (actors/follow_on.py): written with
+    the reply."""
+    toward, share = rt.persona.nudge(cut_off=reply.interrupted)
+    return Nudge(START_FONDNESS, toward, share, rt.clock.now())
 
 
 def _tell_replies_to(stream: ConversationStream, matching: Matching) -> None:
