@@ -97,6 +97,7 @@ FOLDS_KEPT = 4096
 _FOLDS = _Folds()
 
 
+@lru_cache(maxsize=1024)  # a reply is folded again by the next three turns' guards
 def fold(text: str) -> str:
     """The characters compared: letters and digits, case-folded, accents dropped."""
     return text.translate(_FOLDS)
