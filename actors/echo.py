@@ -82,6 +82,9 @@ def _fold_char(char: str) -> str:
     return "".join(c for c in decomposed if c.isalnum())
 
 
+FOLDS_KEPT = 4096  # characters whose fold is kept
+
+
 class _Folds(dict[int, str]):
     """Each character's fold by its code, for `str.translate`: a text folds in one call,
     not one per character. Filled as characters come, up to a bound."""
@@ -93,7 +96,6 @@ class _Folds(dict[int, str]):
         return folded
 
 
-FOLDS_KEPT = 4096
 _FOLDS = _Folds()
 
 
@@ -105,8 +107,8 @@ def fold(text: str) -> str:
 
 def _words(text: str) -> str:
     """Lower-case words, accents dropped, one space between: for the phrase patterns."""
-    folded = (fold(w) for w in re.split(r"[\s.,;:!?\u2026'\u2019\"()-]+", text))
-    return " ".join(w for w in folded if w)
+    words = re.split(r"[\s.,;:!?\u2026'\u2019\"()-]+", text)
+    return " ".join(f for f in (w.translate(_FOLDS) for w in words) if f)
 
 
 def sources_for(history: Sequence[Turn], new: Sequence[Turn]) -> list[Source]:
