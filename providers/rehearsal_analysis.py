@@ -38,6 +38,7 @@ _TIE = 0.25
 # the next turn's again (its candidates, the reply before). At most this many texts of each
 # reading, most of them excerpts of a few hundred characters.
 _READINGS = 1024
+_VOCABULARY = 8192  # words whose reading is kept
 
 
 @lru_cache(maxsize=_READINGS)
@@ -122,9 +123,15 @@ class _Message:
 
 @lru_cache(maxsize=_READINGS)
 def _content_words(text: str, lang: str) -> frozenset[str]:
-    stop = _STOP[lang]
-    bare = (_bare(w) for w in _words(text))
-    return frozenset(stem(w) for w in bare if w not in stop and len(w) > 2)
+    return frozenset(c for c in (_content_word(w, lang) for w in _words(text)) if c is not None)
+
+
+@lru_cache(maxsize=_VOCABULARY)
+def _content_word(word: str, lang: str) -> str | None:
+    """The word's stem, or None for a word that carries no content (a stop word, a short
+    one): most words of a text are words of the texts before it."""
+    bare = _bare(word)
+    return stem(bare) if bare not in _STOP[lang] and len(bare) > 2 else None
 
 
 def _opens_with(said: tuple[str, ...], phrases: Sequence[tuple[str, ...]]) -> bool:
