@@ -285,23 +285,14 @@ class ConversationActor(ThreadingActor):
     # -- follow-ons -----------------------------------------------------------------------
 
     def _after_exchange(self, ended: TurnEnded) -> None:
-        """The mood moves after every reply to a say; after a lull with nothing else to do,
-        a follow-on may come (actors/follow_on.py)."""
-        assert ended.turn is not None
-        wait = None
+        """After a lull with nothing else to do, a follow-on may come (actors/follow_on.py)."""
         idle = self._turn is None and not self._storing and not self._leaving
         handles = ended.handles
-        if ended.lull and idle and handles and self._rt.settings.follow_ons != "off":
-            wait = self._follow_on = FollowOnWait(handles)
-        job = after_exchange(
-            self._rt,
-            self._id,
-            self._person,
-            self._live.stream.epoch,
-            cut_off=ended.turn.interrupted,
-            wait=wait,
-            mailbox=self._live,
-        )
+        if not (ended.lull and idle and handles and self._rt.settings.follow_ons != "off"):
+            return
+        wait = self._follow_on = FollowOnWait(handles)
+        stream = self._live.stream
+        job = after_exchange(self._rt, self._id, self._person, stream.written, wait, self._live)
         self._rt.run(job, "after an exchange")
 
     def _on_follow_on_due(self, due: FollowOnDue) -> None:

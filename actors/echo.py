@@ -82,30 +82,49 @@ def _fold_char(char: str) -> str:
     return "".join(c for c in decomposed if c.isalnum())
 
 
+FOLDS_KEPT = 4096  # characters whose fold is kept
+
+
+class _Folds(dict[int, str]):
+    """Each character's fold by its code, for `str.translate`: a text folds in one call,
+    not one per character. Filled as characters come, up to a bound."""
+
+    def __missing__(self, code: int) -> str:
+        folded = _fold_char(chr(code))
+        if len(self) < FOLDS_KEPT:
+            self[code] = folded
+        return folded
+
+
+_FOLDS = _Folds()
+
+
+@lru_cache(maxsize=1024)  # a reply is folded again by the next three turns' guards
 def fold(text: str) -> str:
     """The characters compared: letters and digits, case-folded, accents dropped."""
-    return "".join(_fold_char(c) for c in text)
+    return text.translate(_FOLDS)
 
 
 def _words(text: str) -> str:
     """Lower-case words, accents dropped, one space between: for the phrase patterns."""
-    return " ".join(fold(w) for w in re.split(r"[\s.,;:!?\u2026'\u2019\"()-]+", text) if fold(w))
+    words = re.split(r"[\s.,;:!?\u2026'\u2019\"()-]+", text)
+    return " ".join(f for f in (w.translate(_FOLDS) for w in words) if f)
 
 
 def sources_for(history: Sequence[Turn], new: Sequence[Turn]) -> list[Source]:
     """What a reply to `new` must not open with, given the conversation before it."""
     turns = [*history, *new]
     last_own = max((i for i, t in enumerate(turns) if t.role == "assistant"), default=-1)
-    said = [t.text for t in turns[last_own + 1 :] if t.role == "user"]
-    if any(_ASKS_REPEAT.search(_words(text)) for text in said):
+    said = [(t.text, _words(t.text)) for t in turns[last_own + 1 :] if t.role == "user"]
+    if any(_ASKS_REPEAT.search(words) for _, words in said):
         return []  # the person asked for a repetition: it is no echo
     own = [t.text for t in turns if t.role == "assistant"][-OWN_MESSAGES:]
     people = [
-        Source("person", fold(text))
-        for text in said
-        if len(fold(text)) >= PERSON_MIN_CHARS and not _FORMULA.fullmatch(_words(text))
+        Source("person", folded)
+        for folded, words in ((fold(text), words) for text, words in said)
+        if len(folded) >= PERSON_MIN_CHARS and not _FORMULA.fullmatch(words)
     ]
-    mine = [Source("assistant", fold(t)) for t in own if len(fold(t)) >= ASSISTANT_MIN_CHARS]
+    mine = [Source("assistant", f) for f in map(fold, own) if len(f) >= ASSISTANT_MIN_CHARS]
     return people + mine
 
 

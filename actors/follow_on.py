@@ -1,9 +1,10 @@
 """Follow-ons: a message the assistant sends on its own, a few seconds after the person winds
 a topic down, picking up something it still wanted to say (a loose end, an open thread).
 
-After every reply to a say, `after_exchange` nudges the assistant's mood towards the person
-(`actors.persona`). When the says were a lull (the analysis's `lull`, or a phrasing such as
-"ok thanks") it then draws, from the runtime's seedable random, whether a follow-on comes
+Every reply to a say moves the assistant's mood towards the person (`actors.persona`),
+written with the reply (`storage.moods`). When the says were a lull (the analysis's `lull`,
+or a phrasing such as "ok thanks"), `after_exchange` then draws, from the runtime's
+seedable random, whether a follow-on comes
 (`--follow-ons auto`: the persona's chance; `always`: every time; `off`: never) and waits
 the persona's pause on the runtime's clock. Then it tells the actor, which starts the
 follow-on as a turn of its own (`TurnRequest.follow_on`) unless the person said anything
@@ -15,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from uuid import UUID
 
 from actors.persona import START_FONDNESS
-from storage.owners import Fenced
 
 if TYPE_CHECKING:
     from actors.handles import TurnHandles
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from actors.runtime import Runtime
 
 log = logging.getLogger("stillhere.follow_on")
+
+Written = Callable[[], Awaitable[None]]  # waits until the conversation's writes are done
 
 MODES = ("auto", "always", "off")
 
@@ -67,28 +70,22 @@ async def after_exchange(
     rt: Runtime,
     conversation: UUID,
     person: str,
-    epoch: int,
-    *,
-    cut_off: bool,
-    wait: FollowOnWait | None,
+    written: Written,
+    wait: FollowOnWait,
     mailbox: Mailbox,
 ) -> None:
-    """Nudge the mood after a reply to a say; after a lull (`wait` given), draw whether a
-    follow-on comes, wait its pause and tell the actor. As the person's owner under `epoch`:
-    a node that lost them moves nothing and sends no follow-on."""
+    """After a lull's reply, once it is written (`written`) with the mood it moved, draw
+    whether a follow-on comes, wait its pause and tell the actor."""
     where = str(conversation)[:8]
     try:
-        toward, share = rt.persona.nudge(cut_off=cut_off)
-        fondness = await rt.store.moods.nudge(
-            person, epoch, START_FONDNESS, toward, share, rt.clock.now()
-        )
-    except Fenced:
-        return  # another node owns the person now; their links are being closed
+        await written()
+        fondness = await rt.store.moods.fondness(person)
     except Exception:
-        # The mood stays as it was; a follow-on still goes by the persona, fondness aside.
-        log.exception("the mood in conversation %s could not be moved", where)
-        fondness = START_FONDNESS
-    if wait is None or wait.cancelled:
+        # A follow-on still goes by the persona, fondness aside.
+        log.exception("the mood in conversation %s could not be read", where)
+        fondness = None
+    fondness = START_FONDNESS if fondness is None else fondness
+    if wait.cancelled:
         return
     chance = 1.0 if rt.settings.follow_ons == "always" else rt.persona.chance(fondness)
     if rt.random.random() >= chance:

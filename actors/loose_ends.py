@@ -82,11 +82,36 @@ class OpenEnds:
 NO_ENDS = OpenEnds([], [])  # with reply matching off (`--reply-matching off`)
 
 
-async def read_open(rt: Runtime, req: TurnRequest) -> OpenEnds:
+class KeptEnds:
+    """A conversation's open loose ends as last read, kept with its stream, so that a turn
+    reads them from PostgreSQL only after they changed. Only `note_after` writes a person's
+    loose ends, on the node that owns them, under the stream's epoch; it tells `changed`.
+    A read that was under way when they changed is used by its turn, and not kept."""
+
+    def __init__(self) -> None:
+        self._ends: OpenEnds | None = None
+        self._changes = 0
+
+    async def read(self, rt: Runtime, person: str) -> OpenEnds:
+        since = rt.clock.now() - timedelta(seconds=HORIZON_S)
+        if self._ends is None:
+            changes = self._changes
+            ends = OpenEnds(*await rt.store.loose_ends.open_ends(person, since, READ))
+            if changes != self._changes:
+                return ends
+            self._ends = ends
+        # The newest READ at the read stay the newest as time passes; older ones only leave.
+        return OpenEnds([e for e in self._ends.recent if e.at >= since], self._ends.threads)
+
+    def changed(self) -> None:
+        self._ends = None
+        self._changes += 1
+
+
+async def read_open(rt: Runtime, req: TurnRequest, kept: KeptEnds) -> OpenEnds:
     """Never raises: without them the reply only lacks its note."""
     try:
-        since = rt.clock.now() - timedelta(seconds=HORIZON_S)
-        return OpenEnds(*await rt.store.loose_ends.open_ends(req.person, since, READ))
+        return await kept.read(rt, req.person)
     except Exception:
         log.exception("loose ends could not be read; the reply goes ahead without them")
         return OpenEnds([], [])
@@ -116,22 +141,21 @@ class Handed:
         return "\n".join(lines) if len(lines) > 1 else None
 
 
-def choose(ends: OpenEnds, req: TurnRequest, matching: Matching) -> Handed:
+def choose(ends: OpenEnds, lull: bool) -> Handed:
     """At most three loose ends, the person's first; the assistant's own questions only
-    while the person winds a topic down (or in a follow-on, sent then); the three newest
-    open threads."""
-    lull = req.follow_on or winding_down(req, matching)
+    while the person winds a topic down (`lull`: so does a follow-on, sent then); the three
+    newest open threads."""
     person = [e for e in reversed(ends.recent) if e.by == "person"]
     ours = [e for e in reversed(ends.recent) if e.by == "assistant"]
     return Handed((person + (ours if lull else []))[:SHOWN], ends.threads[-SHOWN:])
 
 
 async def note_after(
-    rt: Runtime, req: TurnRequest, epoch: int, reply: Turn, ends: OpenEnds
+    rt: Runtime, req: TurnRequest, epoch: int, reply: Turn, ends: OpenEnds, read: KeptEnds
 ) -> None:
     """After a reply: note what the exchange left unaddressed, close what it addressed,
-    as the person's owner under `epoch`. `ends` are those the turn read as it began (no
-    other turn of the conversation ran since)."""
+    as the person's owner under `epoch`, and tell `read`. `ends` are those the turn read
+    as it began (no other turn of the conversation ran since)."""
     shown = ends.recent + ends.threads
     before = next((t for t in reversed(req.history) if t.role == "assistant"), None)
     a_open = [e for e in shown if e.by == "assistant"]
@@ -154,7 +178,10 @@ async def note_after(
     if not closed and not noted:
         return  # nothing changed: no write, no log line
     now = rt.clock.now()
-    await rt.store.loose_ends.settle(req.person, req.conversation, epoch, now, closed, noted)
+    try:
+        await rt.store.loose_ends.settle(req.person, req.conversation, epoch, now, closed, noted)
+    finally:
+        read.changed()  # written, or perhaps written: read again
     log.info(
         "loose ends in conversation %s: %d noted, %d closed, %d still open",
         str(req.conversation)[:8],

@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 from uuid import UUID
 
+from actors.loose_ends import KeptEnds
 from actors.replay import Frame, ReplayBuffer
 from actors.trace import TRACED_TURNS, TurnTrace
 from storage.event_log import ReplyRow
@@ -83,6 +84,8 @@ class ConversationStream:
         self._reserving: asyncio.Task[None] | None = None
         # The last turns' traces (actors/trace.py), for the admin API; they go with the stream.
         self.traces: deque[TurnTrace] = deque(maxlen=TRACED_TURNS)
+        # The person's open loose ends, as the turns last read them (actors/loose_ends.py).
+        self.loose_ends = KeptEnds()
 
     @classmethod
     async def open(

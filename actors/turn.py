@@ -19,8 +19,17 @@ from uuid import UUID, uuid4
 from actors.context import Context, assemble
 from actors.echo import NO_REPEAT, EchoGuard, sources_for
 from actors.inbox import Mailbox
-from actors.loose_ends import NO_ENDS, OpenEnds, choose, note_after, read_open, winding_down
+from actors.loose_ends import (
+    NO_ENDS,
+    KeptEnds,
+    OpenEnds,
+    choose,
+    note_after,
+    read_open,
+    winding_down,
+)
 from actors.messages import Say, SayStored, TurnEnded, TurnRequest
+from actors.persona import START_FONDNESS
 from actors.prompt import build_messages
 from actors.replies import UNMATCHED, Matching, match_replies
 from actors.runtime import Runtime
@@ -30,6 +39,7 @@ from actors.trace import TurnTrace
 from providers.chat import ChatMessage, ModelError, TextDelta, ToolCall
 from providers.notes import FOLLOW_ON
 from storage.event_log import ReplyRow
+from storage.moods import Nudge
 from storage.owners import Fenced
 from storage.pool import STORAGE_FULL, UNAVAILABLE, storage_fault
 from storage.records import StoredSay, Turn, reply_place, say_place
@@ -291,9 +301,10 @@ async def run_turn(
     # next turn, and its place in the record is after this reply (`records.say_place`).
     marked = {"follow_on": True} if req.follow_on else {}
     start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to, **marked)
-    context, matching, ends = await _gather(rt, req, generation)
+    context, matching, ends = await _gather(rt, req, generation, stream.loose_ends)
     _tell_replies_to(stream, matching)
-    loose = choose(ends, req, matching)
+    lull = not req.follow_on and winding_down(req, matching)
+    loose = choose(ends, req.follow_on or lull)
     notes = (matching.note, loose.note(), FOLLOW_ON if req.follow_on else None)
     messages, stats = build_messages(
         req.history,
@@ -346,6 +357,7 @@ async def run_turn(
         reply_place(start["seq"]),
         tuple(matching.matches.items()),
         follow_on=req.follow_on,
+        mood=None if req.follow_on else _mood(rt, turn),
     )
     stream.end_reply(row, **end)
     handed = tuple(note for note in notes if note)
@@ -363,7 +375,6 @@ async def run_turn(
     stream.traces.append(trace)
     _count_echoes(rt, req, guard)
     rt.metrics.turn_seconds.observe(time.monotonic() - since)
-    lull = not req.follow_on and winding_down(req, matching)
     mailbox.tell(
         TurnEnded(
             turn,
@@ -374,11 +385,12 @@ async def run_turn(
         )
     )
     if rt.settings.reply_matching:
-        rt.jobs.start(note_after(rt, req, stream.epoch, turn, ends), "noting loose ends")
+        noting = note_after(rt, req, stream.epoch, turn, ends, stream.loose_ends)
+        rt.jobs.start(noting, "noting loose ends")
 
 
 async def _gather(
-    rt: Runtime, req: TurnRequest, generation: int | None
+    rt: Runtime, req: TurnRequest, generation: int | None, kept: KeptEnds
 ) -> tuple[Context, Matching, OpenEnds]:
     """The context, and what the says answer with the loose ends to note: matched while the
     context is gathered, so a judgement costs the reply no extra wait. With reply matching
@@ -386,8 +398,15 @@ async def _gather(
     if not rt.settings.reply_matching:
         return await _context(rt, req, generation), UNMATCHED, NO_ENDS
     return await asyncio.gather(
-        _context(rt, req, generation), match_replies(rt, req), read_open(rt, req)
+        _context(rt, req, generation), match_replies(rt, req), read_open(rt, req, kept)
     )
+
+
+def _mood(rt: Runtime, reply: Turn) -> Nudge:
+    """How a reply to a say moves the assistant's mood (actors/follow_on.py): written with
+    the reply."""
+    toward, share = rt.persona.nudge(cut_off=reply.interrupted)
+    return Nudge(START_FONDNESS, toward, share, rt.clock.now())
 
 
 def _tell_replies_to(stream: ConversationStream, matching: Matching) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from providers import rehearsal_lexicon as lexicon
@@ -34,10 +34,16 @@ _STOP = {"en": lexicon.EN_STOP, "fr": lexicon.EN_STOP | lexicon.FR_STOP}
 _HOLDS = lexicon.HOLDING | lexicon.FILLERS
 # Claims at most this far apart are a tie: the reading is unclear.
 _TIE = 0.25
+# Readings of a text kept from call to call: a turn's two analyses read the same lines, and
+# the next turn's again (its candidates, the reply before). At most this many texts of each
+# reading, most of them excerpts of a few hundred characters.
+_READINGS = 1024
+_VOCABULARY = 8192  # words whose reading is kept
 
 
-def _words(text: str) -> list[str]:
-    return [w.lower().replace("\u2019", "'") for w in _WORD.findall(text)]
+@lru_cache(maxsize=_READINGS)
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(w.lower().replace("\u2019", "'") for w in _WORD.findall(text))
 
 
 def _bare(word: str) -> str:
@@ -49,10 +55,16 @@ def language(texts: Sequence[str]) -> str:
     """French ("fr") when French function words outnumber English ones over `texts`, else
     English ("en"): a conversation is read in one language, so that a short line ("Autre
     chose ?") is read as the rest is."""
-    said = [w for text in texts for w in _words(text)]
+    votes = [_language_votes(text) for text in texts]
+    return "fr" if sum(f for f, _ in votes) > sum(e for _, e in votes) else "en"
+
+
+@lru_cache(maxsize=_READINGS)
+def _language_votes(text: str) -> tuple[int, int]:
+    """The French and the English function words of `text`."""
+    said = _words(text)
     french = sum(w in lexicon.FR_ONLY or _ELISION.match(w) is not None for w in said)
-    english = sum(w in lexicon.EN_ONLY for w in said)
-    return "fr" if french > english else "en"
+    return french, sum(w in lexicon.EN_ONLY for w in said)
 
 
 @dataclass(frozen=True)  # no slots: its readings are cached on it
@@ -66,14 +78,12 @@ class _Message:
     lang: str = "en"
 
     @cached_property
-    def words(self) -> list[str]:
+    def words(self) -> tuple[str, ...]:
         return _words(self.text)
 
     @cached_property
-    def content_words(self) -> set[str]:
-        stop = _STOP[self.lang]
-        bare = (_bare(w) for w in self.words)
-        return {stem(w) for w in bare if w not in stop and len(w) > 2}
+    def content_words(self) -> frozenset[str]:
+        return _content_words(self.text, self.lang)
 
     @cached_property
     def is_question(self) -> bool:
@@ -111,7 +121,20 @@ class _Message:
         return describes or not _EVALUATIVE.isdisjoint(stem(w) for w in said)
 
 
-def _opens_with(said: list[str], phrases: Sequence[tuple[str, ...]]) -> bool:
+@lru_cache(maxsize=_READINGS)
+def _content_words(text: str, lang: str) -> frozenset[str]:
+    return frozenset(c for c in (_content_word(w, lang) for w in _words(text)) if c is not None)
+
+
+@lru_cache(maxsize=_VOCABULARY)
+def _content_word(word: str, lang: str) -> str | None:
+    """The word's stem, or None for a word that carries no content (a stop word, a short
+    one): most words of a text are words of the texts before it."""
+    bare = _bare(word)
+    return stem(bare) if bare not in _STOP[lang] and len(bare) > 2 else None
+
+
+def _opens_with(said: tuple[str, ...], phrases: Sequence[tuple[str, ...]]) -> bool:
     return any(tuple(said[: len(p)]) == p for p in phrases)
 
 
@@ -140,11 +163,11 @@ def _french_asks_yes_no(sentence: str) -> bool:
     )
 
 
-def _opens_clause(after: list[str]) -> bool:
+def _opens_clause(after: tuple[str, ...]) -> bool:
     return bool(after) and (after[0] in lexicon.FR_SUBJECTS or _ELISION.match(after[0]) is not None)
 
 
-def _first_past_leaders(words: list[str]) -> str:
+def _first_past_leaders(words: tuple[str, ...]) -> str:
     return next((w for w in words if w not in lexicon.FR_LEADERS), "")
 
 
@@ -152,6 +175,7 @@ def _normal(text: str) -> tuple[str, ...]:
     return tuple(lexicon.LAUGHTER if _LAUGH.fullmatch(w) else w for w in _words(text))
 
 
+@lru_cache(maxsize=_READINGS)
 def is_lull(text: str) -> bool:
     """Whether `text` is made only of lull phrasings (lexicon.LULLS): "ok thanks", "haha,
     true", "d'accord, bonne soirée"."""
@@ -301,6 +325,7 @@ def loose_ends(lines: Sequence[str]) -> dict[str, Any]:
     return {"loose_ends": found}
 
 
+@lru_cache(maxsize=_READINGS)
 def promises(text: str) -> bool:
     """Whether `text` leaves something to go on later: "I'll tell you later", "je reviens
     vers toi", "to be continued"."""

@@ -1,7 +1,8 @@
 """Stream events and replies of every conversation, written many to a statement (group commit).
 
-A turn emits a few turn-level events (ack, reply.start, reply.end...) and stores its reply,
-and each used to be a round trip of its own. Here they queue, and one writer task writes
+A turn emits a few turn-level events (ack, reply.start, reply.end...) and stores its reply
+with the move of the assistant's mood it makes (`storage.moods`), and each used to be a
+round trip of its own. Here they queue, and one writer task writes
 whatever queued while the previous write was in flight: under load the events and replies
 of many conversations share one statement; on a quiet server a write goes at once. A
 resent say's repeated ack is read back from its first `ack` here (`Store.add_say`).
@@ -25,6 +26,7 @@ from uuid import UUID
 import asyncpg
 import orjson
 
+from storage import moods
 from storage.group_commit import GroupCommit
 from storage.owners import FENCE
 from storage.pool import STORAGE_FULL, UNAVAILABLE, DiskSpace, storage_fault
@@ -58,9 +60,14 @@ WITH owned AS ({fence}), written AS (
                 $9::bool[], $10::text[], $11::bigint[], $15::bool[], $20::bigint[])
          AS r (c, p, r, t, a, i, irt, pl, fo, ep)
     WHERE (p, ep) IN (SELECT person, epoch FROM owned)
-)
+), moved AS ({moods})
 SELECT DISTINCT person, epoch FROM owned
-""".format(fence=FENCE.format(persons="$17", epochs="$18"))
+""".format(
+    fence=FENCE.format(persons="$17", epochs="$18"),
+    moods=moods.WRITE.format(
+        persons="$21", starts="$22", scales="$23", offsets="$24", ats="$25", epochs="$26"
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +92,7 @@ class ReplyRow:
     matches: tuple[tuple[str, ReplyMatch], ...] = ()
     follow_on: bool = False  # sent on the assistant's own after a lull (actors/follow_on.py)
     epoch: int = 0  # the person's owner epoch it is written under (set by the stream)
+    mood: moods.Nudge | None = None  # how the exchange moves fondness (a reply to a say)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +204,7 @@ class EventLog(GroupCommit[_Batch]):
                 [epoch for _, epoch in claims],
                 [e.epoch for e in events],
                 [r.epoch for r in replies],
+                *moods.moves((r.person, r.epoch, r.mood) for r in replies if r.mood),
             )
         except (*UNAVAILABLE, STORAGE_FULL) as failure:
             self._space.note(failure)

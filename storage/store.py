@@ -120,7 +120,7 @@ class Store:
         self.says = SayLog(pool, self.space)  # says, group-committed
         self.rules = RuleStore(pool)  # personal rules, edited over HTTP
         self.loose_ends = LooseEndStore(pool, self._told_fenced)  # what exchanges left open
-        self.moods = MoodStore(pool, self._told_fenced)  # the assistant's fondness for each
+        self.moods = MoodStore(pool)  # the assistant's fondness for each
 
     def _told_fenced(self, person: str, epoch: int) -> None:
         """For the stores beside this one: `on_fenced` as it is when they refuse a write."""

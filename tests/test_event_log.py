@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from storage.event_log import ReplyRow
+from storage.moods import Nudge
 from storage.records import Turn
 from storage.store import Store
 from tests.conftest import own
@@ -89,3 +90,42 @@ async def test_a_reply_in_a_refused_batch_is_reported_not_stored(
     with caplog.at_level(logging.ERROR, logger="stillhere.events"):
         assert await store.events.add_reply(row) is False
     assert "0 stream events and 1 replies could not be written" in caplog.text
+
+
+def _nudged(fondness: float, *nudges: Nudge) -> float:
+    for nudge in nudges:
+        fondness += nudge.share * (nudge.toward - fondness)
+    return fondness
+
+
+async def test_the_mood_moves_in_the_replys_statement_once_per_reply(store: Store) -> None:
+    """Each reply's nudge is applied, in order, even two of one person in one batch; a
+    person's first one starts from its `start`."""
+    epoch = await own(store, "pg")
+    a = await store.create_conversation("pg", NOW, epoch)
+    warmer, cooler = Nudge(0.5, 1.0, 0.1, NOW), Nudge(0.5, 0.0, 0.3, NOW)
+
+    def row(nudge: Nudge) -> ReplyRow:
+        reply = Turn("assistant", "Right.", NOW)
+        return ReplyRow(a, "pg", uuid4(), reply, [], 2, epoch=epoch, mood=nudge)
+
+    assert await store.events.add_reply(row(warmer))
+    assert await store.moods.fondness("pg") == pytest.approx(_nudged(0.5, warmer))
+    together = [store.events.add_reply(row(n)) for n in (cooler, warmer, warmer)]
+    assert all(await asyncio.gather(*together))
+    expected = _nudged(0.5, warmer, cooler, warmer, warmer)
+    assert await store.moods.fondness("pg") == pytest.approx(expected, abs=1e-6)
+
+
+async def test_a_reply_under_a_lost_epoch_moves_no_mood(store: Store) -> None:
+    stale = await own(store, "ph")
+    a = await store.create_conversation("ph", NOW, stale)
+    await own(store, "ph")  # taken again: `stale` no longer holds
+    told: list[tuple[str, int]] = []
+    store.on_fenced = lambda person, epoch: told.append((person, epoch))
+    reply = Turn("assistant", "Lost.", NOW)
+    row = ReplyRow(a, "ph", uuid4(), reply, [], 2, epoch=stale, mood=Nudge(0.5, 1.0, 0.1, NOW))
+    assert await store.events.add_reply(row)
+    assert await store.moods.fondness("ph") is None
+    assert await store.all_turns(a) == []
+    assert told == [("ph", stale)]

@@ -1,7 +1,8 @@
-"""The writes a conversation's turn makes besides its says and events (a memory, a
-reminder, the speaker, the mood, loose ends, a judged merge) are fenced by the person's
-owner epoch: under an epoch that is no longer theirs they change nothing, and the node is
-told so it lets the person go. Against a real PostgreSQL, and through two real nodes."""
+"""The writes a conversation's turn makes besides its says, events and reply (a memory, a
+reminder, the speaker, loose ends, a judged merge; the mood rides with the reply,
+tests/test_event_log.py) are fenced by the person's owner epoch: under an epoch that is no
+longer theirs they change nothing, and the node is told so it lets the person go. Against a
+real PostgreSQL, and through two real nodes."""
 
 from __future__ import annotations
 
@@ -80,7 +81,6 @@ def _memory_write(name: str) -> Write:
 WRITES: dict[str, Write] = {
     "reminder": lambda s, e: s.store.add_reminder(s.conversation, PERSON, e, "bed", "Thu", NOW),
     "speaker": lambda s, e: s.store.set_speaker(s.conversation, "Owen", NOW, PERSON, e),
-    "mood": lambda s, e: s.store.moods.nudge(PERSON, e, 0.5, 1.0, 0.1, NOW),
     "loose ends": lambda s, e: s.store.loose_ends.settle(
         PERSON, s.conversation, e, NOW, [], [Noted("person", "point", "the bed")]
     ),
