@@ -1,7 +1,8 @@
 """Same-memory benchmark: what the judge of the uncertain band costs with a real model.
 
 Puts labelled pairs of memories to an OpenAI-compatible analysis model as the
-`same-memory` task, two ways, pair by pair so both share the machine alike:
+`same-memory` task, two ways, one after the other (each way's instructions read into the
+server's cache by one unmeasured pair first):
 
 - `checked`: the judge before its verdict was weighed: one pair per request, and a `same`
   checked by two more questions (does M2 tell anything new, each way round), under the
@@ -163,8 +164,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     timeout = aiohttp.ClientTimeout(total=args.timeout)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         model = Recording(session, args.url.rstrip("/"), args.model)
-        for row in rows:
-            for way, results in ways.items():
+        for way, results in ways.items():
+            # Way by way: one way's instructions in the server's cache, read once beforehand,
+            # as a server that judges pairs all day keeps them.
+            await _judge(model, way, rows[0])
+            for row in rows:
                 first, again = await _judge(model, way, row), await _judge(model, way, row)
                 results.append({**first, "stable": first["verdict"] == again["verdict"]})
     return {"pairs": len(rows), "ways": {name: summary(r) for name, r in ways.items()}}

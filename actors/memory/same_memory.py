@@ -79,7 +79,7 @@ SHAPE = Shape.of(
 )
 # The model's chance of `same` a merge needs. A small model leans to `same` for two facts
 # on one topic; measured with `stillhere eval dedup` (docs/memories.md).
-SURE = 0.75
+SURE = 0.78
 
 
 @dataclass(frozen=True, slots=True)
