@@ -385,10 +385,10 @@ async def test_without_log_probabilities_same_must_hold_the_other_way_round(
     ("existing", "new"),
     [
         ("I work as a nurse at the General Hospital.", "I work night shifts on Tuesdays."),
-        ("My manager is called Priya.", "Priya goes on maternity leave in July."),
+        ("I play the cello in an orchestra.", "The orchestra rehearses on Tuesday evenings."),
         ("My cat Biscuit is nine years old.", "Biscuit is on a special kidney diet."),
     ],
-    ids=["each-a-value", "a-month-one-way", "a-number-one-way"],
+    ids=["each-a-value", "a-weekday-one-way", "a-number-one-way"],
 )
 async def test_related_facts_one_stating_a_value_never_reach_the_judge(
     keeper: MemoryKeeper,
@@ -399,7 +399,7 @@ async def test_related_facts_one_stating_a_value_never_reach_the_judge(
     new: str,
 ) -> None:
     """A kind of value one states and the other does not (a place one way and days the
-    other, a month, an age): it tells something the other does not."""
+    other, days, an age): it tells something the other does not."""
     fake.default = lambda asked: pairs_answer("same")
     first = MemoryDraft(existing, "fact", (), ("work",))
     second = MemoryDraft(new, "fact", (), ("work",))
