@@ -153,7 +153,7 @@ class AnalysisModel:
         """The answer's JSON object; None (logged, counted) when there is none to use."""
         body = request_body(self._model, task, lines, instructions, shape)
         if self._schema_refused:
-            body["response_format"] = JSON_OBJECT
+            body = _plain(body)
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout):
@@ -171,8 +171,11 @@ class AnalysisModel:
             if failure.status not in REFUSED or body["response_format"] == JSON_OBJECT:
                 raise
         self._schema_refused = True
-        log.warning("the analysis server refuses json_schema answers: asking for json_object")
-        return await self._post({**body, "response_format": JSON_OBJECT}, shape)
+        log.warning(
+            "the analysis server refuses json_schema answers: asking for json_object, "
+            "without log-probabilities"
+        )
+        return await self._post(_plain(body), shape)
 
     async def _post(self, body: dict[str, Any], shape: Shape | None) -> dict[str, Any]:
         api = self._api
@@ -192,6 +195,12 @@ class AnalysisModel:
         log.warning("analysis %s failed (%s) after %.0f ms: %s", task, reason, took * 1000, detail)
         if self.on_failure is not None:
             self.on_failure(task, reason)
+
+
+def _plain(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as the plainest server takes it: any JSON object, no log-probabilities."""
+    plain = {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")}
+    return {**plain, "response_format": JSON_OBJECT}
 
 
 def _completion(raw: bytes) -> tuple[str, list[Any]]:

@@ -210,3 +210,19 @@ def test_chances_are_read_where_the_value_begins() -> None:
     ]
     found = chances(tokens, '{"verdict": "same"}', "verdict", ("same", "distinct"))
     assert found == pytest.approx({"same": 0.7 / 0.95, "distinct": 0.25 / 0.95})
+
+
+async def test_a_server_refusing_json_schema_is_asked_plainly_for_a_weighed_answer() -> None:
+    """A server that refuses the schema may not know log-probabilities either: the retry,
+    and every request after it, asks for neither; the answer then has no chances."""
+    async with FakeAnalysis(refuse_schema=True) as fake:
+        fake.queue(*[Answer({"verdict": "same"})] * 2, task="same-memory")
+        model = AnalysisModel(fake.url, "judge")
+        try:
+            for _ in range(2):
+                answer = await model.ask("same-memory", ["M1: a", "M2: b"], "Compare.", WEIGHED)
+                assert answer == {"verdict": "same"}
+        finally:
+            await model.close()
+    asked = [("logprobs" in b, b["response_format"]["type"]) for b in fake.requests]
+    assert asked == [(True, "json_schema"), (False, "json_object"), (False, "json_object")]
