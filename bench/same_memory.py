@@ -1,20 +1,21 @@
 """Same-memory benchmark: what the judge of the uncertain band costs with a real model.
 
 Puts labelled pairs of memories to an OpenAI-compatible analysis model as the
-`same-memory` task, two ways, interleaved chunk by chunk so both share the machine:
+`same-memory` task, two ways, one after the other (each way's instructions read into the
+server's cache by one unmeasured pair first):
 
-- `batched`: the request as it was, several pairs to a request (`--batch`, 8) under the
-  earlier instructions, which ask for the contract's long answer (`{"pairs": [...]}`);
-- `current`: the judge as it asks (`actors.memory.same_memory.judged`): one pair per
-  request, the fixed instructions first (a server's cached prefix), the pair's lines last,
-  a short answer by JSON Schema capped by `max_tokens`; a `same` is checked by two more
-  questions (anything new, each way round). Each pair is judged twice, and the report says
-  how many verdicts were the same both times.
+- `checked`: the judge before its verdict was weighed: one pair per request, and a `same`
+  checked by two more questions (does M2 tell anything new, each way round), under the
+  instructions of then (`CHECKED_GROUND`);
+- `current`: the judge as it asks (`actors.memory.same_memory.judged`): one request a
+  pair, the fixed instructions first (a server's cached prefix), the pair's lines last, a
+  short answer by JSON Schema capped by `max_tokens`, its verdict weighed by the tokens'
+  log-probabilities.
 
-For each way: a pair's latency (a batched request's time is each of its pairs' wait; a
-judged pair's is all its questions'), requests per pair, prompt tokens, the tokens the
-server read from its cache, answer tokens (per request), and the verdicts against the
-labels. Run, with the local model (`../shared/local-model/serve 8092`):
+Each pair is judged twice each way, and the report says how many verdicts were the same
+both times. For each way: a pair's latency (all its questions'), requests per pair, prompt
+tokens, the tokens the server read from its cache, answer tokens (per request), and the
+verdicts against the labels. Run, with the local model (`../shared/local-model/serve 8092`):
 
     .venv/bin/python -m bench.same_memory --url http://127.0.0.1:8092/v1 --model qwen \\
         --pairs tests/data/dedup_pairs.jsonl --limit 16 --json bench/out/same_memory.json
@@ -36,20 +37,42 @@ from typing import Any
 
 import aiohttp
 
-from actors.memory.same_memory import TASK, judged
-from providers.analysis import Shape, request_body
+from actors.memory.same_memory import TASK, VERDICTS, judged, lines, verdict
+from providers.analysis import Shape, request_body, weighed
 from storage.records import MemoryDraft
 
-# The instructions before one pair went to a request, kept to be measured against.
-BATCHED_INSTRUCTIONS = (
-    "You compare memories a personal assistant keeps about the person it talks with. "
-    "Each pair is an existing memory (odd number) and a new one (the next number), each "
-    "followed by its type, people and themes. Answer in JSON: "
-    '{"pairs": [{"existing": "M1", "new": "M2", "verdict": "same" | "distinct" | '
-    '"contradiction"}]}. "same": the new memory restates the existing one, in any words or '
-    'language. "distinct": another fact, even about the same thing or a different person '
-    '(my daughter is not me). "contradiction": the same thing with another value, or its '
-    "negation or opposite. When unsure, answer distinct."
+# The instructions of the judge before its verdict was weighed, kept to be measured against.
+CHECKED_GROUND = """You compare two memories a personal assistant keeps about the person it \
+talks with: M1, kept already, and M2, just told. Each is followed by a meta line (its type, \
+people and themes). Two memories are one only when each tells nothing the other does not: \
+the same fact in other words or in another language. Another fact about the same person or \
+topic, a detail, a date, a place, a reason, another condition or another activity is \
+something new.
+
+Examples:
+M1: Ben is a vegan. / M2: Ben doesn't eat any animal products. (one fact)
+M1: Le chien de Zoé s'appelle Rex. / M2: Zoé's dog is called Rex. (one fact)
+M1: My grandfather died last year. / M2: Grandad passed away last year. (one fact)
+M1: I teach at Oakfield Primary. / M2: I teach Year 4 on Thursdays and Fridays. (M2 tells \
+something new: the class and the days)
+M1: Je suis allergique aux fraises. / M2: Je suis diabétique. (M2 tells something new: \
+another condition)
+M1: Ben lives in Cardiff. / M2: Ben's flat has a garden. (M2 tells something new: the garden)
+M1: Ben's car is green. / M2: Ben's car is black. (a contradiction: another value)
+
+"""
+CHECKED_VERDICT = CHECKED_GROUND + (
+    'Answer {"verdict": "same"} for one fact, {"verdict": "contradiction"} for the same '
+    'thing with another value or denied, else {"verdict": "distinct"}. When unsure, answer '
+    "distinct."
+)
+CHECKED_NEWS = CHECKED_GROUND + (
+    'Does M2 tell anything that M1 does not? Answer {"new": true} or {"new": false}. When '
+    "unsure, answer true."
+)
+CHECKED_SHAPES = (
+    Shape.of(TASK, {"verdict": {"type": "string", "enum": list(VERDICTS)}}, 12),
+    Shape.of(f"{TASK}-news", {"new": {"type": "boolean"}}, 12),
 )
 
 
@@ -68,17 +91,6 @@ def draft(memory: dict[str, Any]) -> MemoryDraft:
     return MemoryDraft(memory["text"], memory.get("type", "fact"), people, themes)
 
 
-def batched_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The lines of `rows` as one request: `M1`/`M2`, `M3`/`M4`... with their meta lines."""
-    out = []
-    for i, row in enumerate(rows):
-        for number, memory in ((2 * i + 1, draft(row["existing"])), (2 * i + 2, draft(row["new"]))):
-            out.append(f"M{number}: {' '.join(memory.text.split())}")
-            people, themes = ",".join(memory.people), ",".join(memory.themes)
-            out.append(f"  meta: type={memory.type} people={people} themes={themes}")
-    return out
-
-
 class Recording:
     """An `Analysis` over HTTP that keeps each request's time and token counts."""
 
@@ -89,9 +101,9 @@ class Recording:
         self.calls: list[dict[str, float]] = []
 
     async def ask(
-        self, task: str, lines: Sequence[str], instructions: str, shape: Shape | None = None
+        self, task: str, asked: Sequence[str], instructions: str, shape: Shape | None = None
     ) -> dict[str, Any] | None:
-        body = request_body(self.model, task, lines, instructions, shape)
+        body = request_body(self.model, task, asked, instructions, shape)
         started = time.monotonic()
         async with self.session.post(f"{self.url}/chat/completions", json=body) as response:
             response.raise_for_status()
@@ -103,28 +115,41 @@ class Recording:
              "cached": cached, "answer": usage.get("completion_tokens", 0)}
         )  # fmt: skip
         try:
-            answer = json.loads(document["choices"][0]["message"]["content"])
+            choice = document["choices"][0]
+            answer = json.loads(content := choice["message"]["content"])
         except (KeyError, IndexError, json.JSONDecodeError):
             return None
-        return answer if isinstance(answer, dict) else None
+        tokens = (choice.get("logprobs") or {}).get("content") or []
+        return weighed(answer, content, tokens, shape) if isinstance(answer, dict) else None
 
     async def close(self) -> None:
         """The session is the caller's."""
 
 
-def _batched_verdicts(answer: dict[str, Any] | None, count: int) -> list[str | None]:
-    found: list[str | None] = [None] * count
-    for item in (answer or {}).get("pairs") or []:
-        number = str(item.get("existing", "")).removeprefix("M") if isinstance(item, dict) else ""
-        if number.isdecimal() and int(number) % 2 == 1 and int(number) // 2 < count:
-            found[int(number) // 2] = item.get("verdict")
-    return found
+async def checked(model: Recording, existing: MemoryDraft, new: MemoryDraft) -> str | None:
+    """The verdict as the judge gave it before: a `same` stands only when M2 tells nothing
+    new, asked each way round."""
+    verdict_shape, news_shape = CHECKED_SHAPES
+    said = verdict(await model.ask(TASK, lines(existing, new), CHECKED_VERDICT, verdict_shape))
+    if said != "same":
+        return said
+    for swapped in (False, True):
+        answer = await model.ask(TASK, lines(existing, new, swapped), CHECKED_NEWS, news_shape)
+        if not isinstance((answer or {}).get("new"), bool):
+            return None
+        if answer["new"]:  # type: ignore[index]
+            return "distinct"
+    return said
 
 
-async def _judge(model: Recording, row: dict[str, Any]) -> dict[str, Any]:
-    """One pair judged as the server judges it: its verdict, time and tokens."""
+async def _judge(model: Recording, way: str, row: dict[str, Any]) -> dict[str, Any]:
+    """One pair judged one way: its verdict, time and tokens."""
     before = len(model.calls)
-    said = await judged(model, draft(row["existing"]), draft(row["new"]))
+    existing, new = draft(row["existing"]), draft(row["new"])
+    if way == "checked":
+        said = await checked(model, existing, new)
+    else:
+        said = (await judged(model, existing, new)).verdict
     calls = model.calls[before:]
     return {
         "same": row["same"], "verdict": said, "seconds": sum(c["seconds"] for c in calls),
@@ -135,21 +160,17 @@ async def _judge(model: Recording, row: dict[str, Any]) -> dict[str, Any]:
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     rows = read_pairs(args.pairs, args.limit)
-    ways: dict[str, list[dict[str, Any]]] = {"batched": [], "current": []}
+    ways: dict[str, list[dict[str, Any]]] = {"checked": [], "current": []}
     timeout = aiohttp.ClientTimeout(total=args.timeout)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         model = Recording(session, args.url.rstrip("/"), args.model)
-        for start in range(0, len(rows), args.batch):
-            chunk = rows[start : start + args.batch]
-            answer = await model.ask(TASK, batched_lines(chunk), BATCHED_INSTRUCTIONS)
-            call = model.calls[-1]
-            for row, said in zip(chunk, _batched_verdicts(answer, len(chunk)), strict=True):
-                ways["batched"].append(
-                    {"same": row["same"], "verdict": said, "requests": 1 / len(chunk), **call}
-                )
-            for row in chunk:
-                first, again = await _judge(model, row), await _judge(model, row)
-                ways["current"].append({**first, "stable": first["verdict"] == again["verdict"]})
+        for way, results in ways.items():
+            # Way by way: one way's instructions in the server's cache, read once beforehand,
+            # as a server that judges pairs all day keeps them.
+            await _judge(model, way, rows[0])
+            for row in rows:
+                first, again = await _judge(model, way, row), await _judge(model, way, row)
+                results.append({**first, "stable": first["verdict"] == again["verdict"]})
     return {"pairs": len(rows), "ways": {name: summary(r) for name, r in ways.items()}}
 
 
@@ -166,9 +187,8 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         "merged_right": sum(r["same"] for r in merged),
         "false_merges": sum(not r["same"] for r in merged),
         "no_verdict": sum(r["verdict"] is None for r in results),
+        "stable": sum(r["stable"] for r in results),
     }
-    if "stable" in results[0]:
-        out["stable"] = sum(r["stable"] for r in results)
     return out
 
 
@@ -178,7 +198,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default="qwen", help="model name sent (default qwen)")
     parser.add_argument("--pairs", type=Path, default=Path("tests/data/dedup_pairs.jsonl"))
     parser.add_argument("--limit", type=int, default=16, help="pairs to ask (default 16)")
-    parser.add_argument("--batch", type=int, default=8, help="pairs per batched request")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     return parser.parse_args(argv)

@@ -101,6 +101,7 @@ class Outcome:
     language: str = "en"
     path: str = "none"  # what decided: tier, guard, judge, or none (nothing came near, or
     # the judge gave no answer)
+    note: str = ""  # the new memory's recognition: the guard, or the judge's verdict and chance
 
 
 def _draft(value: Any, where: str) -> MemoryDraft:
@@ -230,7 +231,7 @@ async def run_pairs(
         second = await keeper.remember(person, pair.new)
         if not (first.fingerprinted and second.fingerprinted):
             raise EmbeddingError("failed", f"pair {number + 1}: a fingerprint failed (see log)")
-        merged, path = await _settled(keeper, person, first.memory.id, second)
+        merged, path, note = await _settled(keeper, person, first.memory.id, second)
         vectors = await keeper.fingerprint([pair.existing.text, pair.new.text])
         judged = keeper.judge.judge(pair.existing.text, vectors[0], pair.new.text, vectors[1])
         disagreement = guard(pair.existing, pair.new, me)
@@ -255,6 +256,7 @@ async def run_pairs(
                 vouched=judged.vouched,
                 language=pair.language,
                 path=path,
+                note=note,
             )
         )
         keeper.drop(person)
@@ -264,18 +266,18 @@ async def run_pairs(
 
 async def _settled(
     keeper: MemoryKeeper, person: str, existing: UUID, second: Remembered
-) -> tuple[bool, str]:
+) -> tuple[bool, str, str]:
     """Whether the new memory ended up as the existing one, once any judge has answered,
-    and which path decided."""
+    which path decided, and the new memory's recognition note."""
     if not second.created:
-        return second.memory.id == existing, "tier"
+        return second.memory.id == existing, "tier", ""
     if keeper.same_memory is not None:
         await keeper.same_memory.drain()
     now = (await keeper.store.get(person, [second.memory.id]))[second.memory.id]
     said = now.recognition or ""
     # A verdict's note starts "judge:"; "no judge answered" is no decision by the judge.
     path = "judge" if "judge:" in said else "guard" if said.startswith("guard") else "none"
-    return now.status == "muted", path
+    return now.status == "muted", path, said
 
 
 def _f1(row: dict[str, Any]) -> float:

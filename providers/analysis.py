@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,17 +35,30 @@ FailureHook = Callable[[str, str], None]
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """The answer a caller wants: a JSON Schema of the object, and at most how many tokens."""
+    """The answer a caller wants: a JSON Schema of the object, and at most how many tokens.
+
+    `weighed` names a property (an enum of strings, or a boolean) whose answer the caller
+    wants weighed, not only read: the server is asked for its tokens' log-probabilities
+    (OpenAI, llama.cpp and vLLM give them), and the answer carries under `CHANCES` how
+    likely the model found each of the property's values (`chances`)."""
 
     name: str
     schema: dict[str, Any]
     max_tokens: int
+    weighed: str | None = None
 
     @classmethod
-    def of(cls, name: str, properties: dict[str, Any], max_tokens: int) -> Shape:
+    def of(
+        cls, name: str, properties: dict[str, Any], max_tokens: int, weighed: str | None = None
+    ) -> Shape:
         """An object of exactly these properties, each required."""
         schema = {"type": "object", "properties": properties, "required": list(properties)}
-        return cls(name, {**schema, "additionalProperties": False}, max_tokens)
+        return cls(name, {**schema, "additionalProperties": False}, max_tokens, weighed)
+
+    def values(self) -> tuple[str, ...]:
+        """The weighed property's values as the answer writes them (`true`, not `"true"`)."""
+        spec = self.schema["properties"][self.weighed] if self.weighed else {}
+        return ("true", "false") if spec.get("type") == "boolean" else tuple(spec.get("enum", ()))
 
     def response_format(self) -> dict[str, Any]:
         schema = {"name": self.name, "strict": True, "schema": self.schema}
@@ -51,6 +66,10 @@ class Shape:
 
 
 JSON_OBJECT = {"type": "json_object"}
+# The answer's key for the chances of a weighed property's values (a model's own key of that
+# name is dropped: the schema allows none).
+CHANCES = "chances"
+TOP_LOGPROBS = 10  # alternatives a token's log-probabilities list
 REFUSED = (400, 422)  # what a server answers a response format it does not take
 
 
@@ -98,6 +117,8 @@ def request_body(
     }
     if shape is not None:
         body["max_tokens"] = shape.max_tokens
+    if shape is not None and shape.weighed:
+        body |= {"logprobs": True, "top_logprobs": TOP_LOGPROBS}
     return body
 
 
@@ -132,28 +153,31 @@ class AnalysisModel:
         """The answer's JSON object; None (logged, counted) when there is none to use."""
         body = request_body(self._model, task, lines, instructions, shape)
         if self._schema_refused:
-            body["response_format"] = JSON_OBJECT
+            body = _plain(body)
         started = time.monotonic()
         try:
             async with asyncio.timeout(self.timeout):
-                return await self._answer(body)
+                return await self._answer(body, shape)
         except TimeoutError:
             self._failed(task, "timeout", f"no answer within {self.timeout:g} s", started)
         except _Failed as failure:
             self._failed(task, failure.reason, str(failure), started)
         return None
 
-    async def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _answer(self, body: dict[str, Any], shape: Shape | None) -> dict[str, Any]:
         try:
-            return await self._post(body)
+            return await self._post(body, shape)
         except _Failed as failure:
             if failure.status not in REFUSED or body["response_format"] == JSON_OBJECT:
                 raise
         self._schema_refused = True
-        log.warning("the analysis server refuses json_schema answers: asking for json_object")
-        return await self._post({**body, "response_format": JSON_OBJECT})
+        log.warning(
+            "the analysis server refuses json_schema answers: asking for json_object, "
+            "without log-probabilities"
+        )
+        return await self._post(_plain(body), shape)
 
-    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _post(self, body: dict[str, Any], shape: Shape | None) -> dict[str, Any]:
         api = self._api
         with api.network_failures(_Failed):  # "timeout" or "connect", as the chat client's
             async with api.session().post(
@@ -163,7 +187,8 @@ class AnalysisModel:
         if not 200 <= response.status < 300:
             detail = api.scrub(f"answered {response.status}: {excerpt(raw)}")
             raise _Failed("http", detail, response.status)
-        return _answer_object(_content(raw))
+        content, tokens = _completion(raw)
+        return weighed(_answer_object(content), content, tokens, shape)
 
     def _failed(self, task: str, reason: str, detail: str, started: float) -> None:
         took = time.monotonic() - started
@@ -172,16 +197,71 @@ class AnalysisModel:
             self.on_failure(task, reason)
 
 
-def _content(raw: bytes) -> str:
-    """The text of the completion's first choice."""
+def _plain(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as the plainest server takes it: any JSON object, no log-probabilities."""
+    plain = {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")}
+    return {**plain, "response_format": JSON_OBJECT}
+
+
+def _completion(raw: bytes) -> tuple[str, list[Any]]:
+    """The text of the completion's first choice, and its tokens' log-probabilities (none
+    unless asked for and given)."""
     try:
-        document = orjson.loads(raw)
-        content = document["choices"][0]["message"]["content"]
+        choice = orjson.loads(raw)["choices"][0]
+        content = choice["message"]["content"]
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
         raise _Failed("bad_response", f"not a chat completion: {excerpt(raw)}") from None
     if not isinstance(content, str):
         raise _Failed("bad_response", "the completion carries no text")
-    return content
+    tokens = (choice.get("logprobs") or {}).get("content") if isinstance(choice, dict) else None
+    return content, tokens if isinstance(tokens, list) else []
+
+
+def weighed(
+    answer: dict[str, Any], content: str, tokens: Sequence[Any], shape: Shape | None
+) -> dict[str, Any]:
+    """`answer` (read from `content`) with the chances of its weighed property, when the
+    shape weighs one and the server gave `tokens` with their log-probabilities."""
+    answer.pop(CHANCES, None)
+    if shape is not None and shape.weighed:
+        found = chances(tokens, content, shape.weighed, shape.values())
+        if found is not None:
+            answer[CHANCES] = found
+    return answer
+
+
+def chances(
+    tokens: Sequence[Any], content: str, prop: str, values: Sequence[str]
+) -> dict[str, float] | None:
+    """How likely the model found each of `values` for `prop`, read at the token where the
+    answer's value of `prop` begins: the share of each among that token's alternatives
+    (a constrained server writes one of them, so the shares add up to 1). None when the
+    server gave no log-probabilities there."""
+    found = re.search(rf'"{re.escape(prop)}"\s*:\s*"?', content)
+    if found is None:
+        return None
+    at = 0
+    for token in tokens:
+        text = token.get("token", "") if isinstance(token, dict) else ""
+        at += len(text)
+        if at > found.end():
+            return _shares([token, *(token.get("top_logprobs") or [])], values)
+    return None
+
+
+def _shares(alternatives: Sequence[Any], values: Sequence[str]) -> dict[str, float] | None:
+    mass = dict.fromkeys(values, 0.0)
+    seen: set[str] = set()
+    for alternative in alternatives:
+        text = str(alternative.get("token", "")) if isinstance(alternative, dict) else ""
+        stem = text.strip(' \t\n"')
+        starting = [v for v in values if stem and v.startswith(stem)]
+        logprob = alternative.get("logprob") if isinstance(alternative, dict) else None
+        if len(starting) == 1 and isinstance(logprob, int | float) and text not in seen:
+            seen.add(text)  # the chosen token is listed among its alternatives too
+            mass[starting[0]] += math.exp(logprob)
+    total = sum(mass.values())
+    return {v: m / total for v, m in mass.items()} if total > 0 else None
 
 
 def _answer_object(content: str) -> dict[str, Any]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator
 
 import pytest
 
-from providers.analysis import AnalysisModel, Shape
+from providers.analysis import AnalysisModel, Shape, chances
 from tests.fakes.analysis_server import Answer, Down, FakeAnalysis, Stall
 from tests.test_openai_client import closed_port
 
@@ -148,3 +149,80 @@ async def test_a_server_refusing_json_schema_is_asked_for_json_object_from_then_
     assert all(body["max_tokens"] == 16 for body in fake.requests)
     assert failures.seen == []
     assert caplog.text.count("refuses json_schema") == 1
+
+
+WEIGHED = Shape.of(
+    "same-memory", {"verdict": {"enum": ["same", "distinct"]}}, max_tokens=12, weighed="verdict"
+)
+
+
+async def test_a_weighed_answer_carries_each_values_chance(fake: FakeAnalysis) -> None:
+    """The server is asked for log-probabilities, and the answer says how likely the model
+    found each value where it wrote it: its alternatives there, as shares."""
+    fake.queue(
+        Answer({"verdict": "same"}, chances={"same": 0.6, "distinct": 0.2}), task="same-memory"
+    )
+    model = AnalysisModel(fake.url, "judge")
+    try:
+        answer = await model.ask("same-memory", ["M1: a", "M2: b"], "Compare.", WEIGHED)
+    finally:
+        await model.close()
+    assert answer is not None
+    assert answer["verdict"] == "same"
+    assert answer["chances"] == pytest.approx({"same": 0.75, "distinct": 0.25})
+    body = fake.requests[0]
+    assert (body["logprobs"], body["top_logprobs"]) == (True, 10)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [Answer({"verdict": "same"}), Answer({"verdict": "same", "chances": {"same": 1.0}})],
+    ids=["no-logprobs", "its-own-chances"],
+)
+async def test_without_log_probabilities_an_answer_has_no_chances(
+    fake: FakeAnalysis, answer: Answer
+) -> None:
+    """A server that gives none, or a model that writes its own, leaves chances unknown."""
+    fake.queue(answer, task="same-memory")
+    model = AnalysisModel(fake.url, "judge")
+    try:
+        got = await model.ask("same-memory", ["M1: a", "M2: b"], "Compare.", WEIGHED)
+    finally:
+        await model.close()
+    assert got == {"verdict": "same"}
+
+
+def test_chances_are_read_where_the_value_begins() -> None:
+    """As llama.cpp answers (its alternatives are the model's own, before the schema)."""
+
+    def token(text: str, *alternatives: tuple[str, float]) -> dict:
+        top = [{"token": t, "logprob": math.log(p)} for t, p in alternatives]
+        return {"token": text, "logprob": top[0]["logprob"] if top else 0.0, "top_logprobs": top}
+
+    tokens = [
+        token('{"', ('{"', 0.7), ("distinct", 0.1), ("same", 0.05)),
+        token("ver", ("ver", 0.99)),
+        token("dict", ("dict", 0.99)),
+        token('":', ('":', 0.99)),
+        token(' "', (' "', 0.99), (" same", 0.001)),
+        token("same", ("same", 0.7), ("distinct", 0.2), ("dist", 0.05), ("different", 0.04)),
+        token('"}', ('"}', 0.99)),
+    ]
+    found = chances(tokens, '{"verdict": "same"}', "verdict", ("same", "distinct"))
+    assert found == pytest.approx({"same": 0.7 / 0.95, "distinct": 0.25 / 0.95})
+
+
+async def test_a_server_refusing_json_schema_is_asked_plainly_for_a_weighed_answer() -> None:
+    """A server that refuses the schema may not know log-probabilities either: the retry,
+    and every request after it, asks for neither; the answer then has no chances."""
+    async with FakeAnalysis(refuse_schema=True) as fake:
+        fake.queue(*[Answer({"verdict": "same"})] * 2, task="same-memory")
+        model = AnalysisModel(fake.url, "judge")
+        try:
+            for _ in range(2):
+                answer = await model.ask("same-memory", ["M1: a", "M2: b"], "Compare.", WEIGHED)
+                assert answer == {"verdict": "same"}
+        finally:
+            await model.close()
+    asked = [("logprobs" in b, b["response_format"]["type"]) for b in fake.requests]
+    assert asked == [(True, "json_schema"), (False, "json_object"), (False, "json_object")]

@@ -1,6 +1,6 @@
 """`bench.same_memory` against the fake analysis model over real HTTP: each way is asked
-as it says (the batched request once per chunk, the judge's questions per pair, twice),
-and the verdicts are scored against the labels."""
+as it says (the checked judge's questions, the current judge's weighed verdict, each pair
+twice), and the verdicts are scored against the labels."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from actors.memory.same_memory import VERDICT
 from bench import same_memory as bench
+from bench.same_memory import CHECKED_NEWS
 from tests.fakes.analysis_server import Answer, Asked, FakeAnalysis
 
 PAIRS = [
@@ -21,13 +21,10 @@ PAIRS = [
 
 
 def says_same(asked: Asked) -> Answer:
-    """`same` to everything, in the shape each request asks for."""
-    if "pairs" in asked.instructions:
-        count = sum(line.startswith("M") for line in asked.lines) // 2
-        found = [{"existing": f"M{2 * i + 1}", "new": f"M{2 * i + 2}", "verdict": "same"}
-                 for i in range(count)]  # fmt: skip
-        return Answer({"pairs": found})
-    return Answer({"verdict": "same"} if asked.instructions == VERDICT else {"new": False})
+    """`same` to everything, in the shape each request asks for; sure of it."""
+    if asked.instructions == CHECKED_NEWS:
+        return Answer({"new": False})
+    return Answer({"verdict": "same"}, chances={"same": 0.9, "distinct": 0.1})
 
 
 async def test_both_ways_are_asked_and_scored(tmp_path: Path) -> None:
@@ -37,12 +34,14 @@ async def test_both_ways_are_asked_and_scored(tmp_path: Path) -> None:
         args = bench.parse_args(["--url", fake.url, "--pairs", str(path), "--limit", "2"])
         report = await bench.measure(args)
         asked = fake.tasks("same-memory")
-    # One batched request of both pairs, then each pair judged twice: three questions each.
-    assert len(asked) == 1 + 2 * 2 * 3
-    assert sum(line.startswith("M") for line in asked[0].lines) == 4
-    assert all(a.body["max_tokens"] == 12 for a in asked[1:])
-    for way in ("batched", "current"):
+    # Each pair judged twice each way, after one to warm the cache: three questions
+    # checked, one weighed.
+    assert len(asked) == (1 + 2 * 2) * (3 + 1)
+    assert all(a.body["max_tokens"] == 12 for a in asked)
+    assert sum("logprobs" in a.body for a in asked) == 1 + 2 * 2
+    for way in ("checked", "current"):
         figures = report["ways"][way]
         assert (figures["merged_right"], figures["false_merges"]) == (1, 1), way
-    assert report["ways"]["current"]["requests"] == 3
-    assert report["ways"]["current"]["stable"] == 2
+        assert figures["stable"] == 2
+    assert report["ways"]["checked"]["requests"] == 3
+    assert report["ways"]["current"]["requests"] == 1

@@ -13,7 +13,7 @@ import pytest
 
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.recognition import Candidate, Judged, Thresholds
-from actors.memory.same_memory import NEWS, VERDICT, SameMemoryJudge
+from actors.memory.same_memory import INSTRUCTIONS, SameMemoryJudge
 from providers.analysis import AnalysisModel
 from storage.records import Memory, MemoryDraft
 from tests.fakes.analysis_server import Answer, Asked, Down, FakeAnalysis
@@ -65,21 +65,17 @@ async def test_the_band_goes_to_the_judge_and_same_merges(
     await judge.drain()
     assert withdrawn == [(PERSON, [teetotal.id])]  # the live conversation drops it too
 
-    # The verdict, then whether M2 tells anything new, each way round.
-    verdict, news, swapped = fake.tasks("same-memory")
-    assert (
-        verdict.lines
-        == news.lines
-        == [
-            f"M1: {TOM.text}",
-            "  meta: type=fact people=tom themes=drinks",
-            f"M2: {TEETOTAL.text}",
-            "  meta: type=fact people=tom themes=drinks",
-        ]
-    )
-    texts = [line.split(": ", 1)[-1] for line in news.lines]
+    # A server that gives no log-probabilities is asked the pair the other way round too.
+    first, swapped = fake.tasks("same-memory")
+    assert first.lines == [
+        f"M1: {TOM.text}",
+        "  meta: type=fact people=tom themes=drinks",
+        f"M2: {TEETOTAL.text}",
+        "  meta: type=fact people=tom themes=drinks",
+    ]
+    texts = [line.split(": ", 1)[-1] for line in first.lines]
     assert [line.split(": ", 1)[-1] for line in swapped.lines] == [*texts[2:], *texts[:2]]
-    assert (verdict.instructions, news.instructions) == (VERDICT, NEWS)
+    assert first.instructions == swapped.instructions == INSTRUCTIONS
     rows = {r["id"]: r for r in await db.fetch("SELECT * FROM cards")}
     assert rows[teetotal.id]["status"] == "muted" and rows[tom.id]["mention_count"] == 2
     assert rows[teetotal.id]["recognition"].startswith(f"judge: the same as {tom.id}")
@@ -324,46 +320,94 @@ async def test_the_judge_never_merges_two_types_handed_to_it(
     assert await db.fetchval("SELECT status FROM cards WHERE id = $1", stored.id) == "active"
 
 
-def local_model_like(asked: Asked) -> Answer:
-    """Answers as a small model may for two health facts: `same`, and nothing new read one
-    way round, something new only the other way."""
-    if asked.instructions == VERDICT:
-        return pairs_answer("same")
-    return Answer({"new": asked.lines[0].startswith("M1: Je suis asthmatique")})
+ALLERGY = MemoryDraft("Je suis allergique à la pénicilline.", "fact", (), ("santé",))
+ASTHMA = MemoryDraft("Je suis asthmatique depuis l'enfance.", "fact", (), ("santé",))
 
 
-async def test_same_is_merged_only_when_nothing_new_either_way(
+@pytest.mark.parametrize(
+    ("chance", "status", "note"),
+    [
+        (0.55, "active", "judge: unsure it is the same as {id} (p(same) 0.55, cosine 0.600)"),
+        (0.95, "muted", "judge: the same as {id} (p(same) 0.95, cosine 0.600); merged"),
+    ],
+)
+async def test_same_is_merged_only_when_the_model_is_sure_of_it(
+    keeper: MemoryKeeper,
+    judge: SameMemoryJudge,
+    fake: FakeAnalysis,
+    script: Script,
+    db: asyncpg.Connection,
+    chance: float,
+    status: str,
+    note: str,
+) -> None:
+    """A small model answers `same` for two health facts, but its tokens say how sure it
+    was: one request, and a merge only from `SURE` up."""
+    fake.default = lambda asked: Answer(
+        {"verdict": "same"}, chances={"same": chance, "distinct": 1 - chance}
+    )
+    script.close_to(ALLERGY.text, ASTHMA.text, 0.6)
+    first = await keeper.remember(PERSON, ALLERGY)
+    second = await keeper.remember(PERSON, ASTHMA)
+    await judge.drain()
+    (asked,) = fake.tasks("same-memory")
+    assert asked.body["logprobs"] is True
+    row = await db.fetchrow("SELECT status, recognition FROM cards WHERE id = $1", second.memory.id)
+    assert row["status"] == status
+    assert row["recognition"].startswith(note.format(id=first.memory.id))
+
+
+async def test_without_log_probabilities_same_must_hold_the_other_way_round(
     keeper: MemoryKeeper,
     judge: SameMemoryJudge,
     fake: FakeAnalysis,
     script: Script,
     db: asyncpg.Connection,
 ) -> None:
-    fake.default = local_model_like
-    allergy = MemoryDraft("Je suis allergique à la pénicilline.", "fact", (), ("santé",))
-    asthma = MemoryDraft("Je suis asthmatique depuis l'enfance.", "fact", (), ("santé",))
-    script.close_to(allergy.text, asthma.text, 0.6)
-    await keeper.remember(PERSON, allergy)
-    second = await keeper.remember(PERSON, asthma)
+    """A model that says `same` only with the allergy first is unsure: kept apart."""
+    fake.default = lambda asked: pairs_answer(
+        "same" if asked.lines[0] == f"M1: {ALLERGY.text}" else "distinct"
+    )
+    script.close_to(ALLERGY.text, ASTHMA.text, 0.6)
+    first = await keeper.remember(PERSON, ALLERGY)
+    second = await keeper.remember(PERSON, ASTHMA)
     await judge.drain()
-    assert len(fake.tasks("same-memory")) == 3
+    assert len(fake.tasks("same-memory")) == 2
     row = await db.fetchrow("SELECT status, recognition FROM cards WHERE id = $1", second.memory.id)
     assert row["status"] == "active"
-    assert "judge: distinct from" in row["recognition"]
+    assert (
+        row["recognition"]
+        == f"judge: unsure it is the same as {first.memory.id} (cosine 0.600): kept"
+    )
 
 
-async def test_related_facts_stating_other_values_never_reach_the_judge(
-    keeper: MemoryKeeper, judge: SameMemoryJudge, fake: FakeAnalysis, script: Script
+@pytest.mark.parametrize(
+    ("existing", "new"),
+    [
+        ("I work as a nurse at the General Hospital.", "I work night shifts on Tuesdays."),
+        ("I play the cello in an orchestra.", "The orchestra rehearses on Tuesday evenings."),
+        ("My cat Biscuit is nine years old.", "Biscuit is on a special kidney diet."),
+    ],
+    ids=["each-a-value", "a-weekday-one-way", "a-number-one-way"],
+)
+async def test_related_facts_one_stating_a_value_never_reach_the_judge(
+    keeper: MemoryKeeper,
+    judge: SameMemoryJudge,
+    fake: FakeAnalysis,
+    script: Script,
+    existing: str,
+    new: str,
 ) -> None:
-    """A place one way, days the other: each tells something the other does not."""
+    """A kind of value one states and the other does not (a place one way and days the
+    other, days, an age): it tells something the other does not."""
     fake.default = lambda asked: pairs_answer("same")
-    nurse = MemoryDraft("I work as a nurse at the General Hospital.", "fact", (), ("work",))
-    shifts = MemoryDraft("I work night shifts on Tuesdays and Wednesdays.", "fact", (), ("work",))
-    script.close_to(nurse.text, shifts.text, 0.6)
-    await keeper.remember(PERSON, nurse)
-    second = await keeper.remember(PERSON, shifts)
+    first = MemoryDraft(existing, "fact", (), ("work",))
+    second = MemoryDraft(new, "fact", (), ("work",))
+    script.close_to(first.text, second.text, 0.6)
+    await keeper.remember(PERSON, first)
+    outcome = await keeper.remember(PERSON, second)
     await judge.drain()
-    assert second.created and fake.tasks("same-memory") == []
+    assert outcome.created and fake.tasks("same-memory") == []
 
 
 async def test_the_persons_name_is_never_judged_the_same_as_another_fact(

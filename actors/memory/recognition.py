@@ -228,21 +228,28 @@ def wording(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) ->
     return Wording(round(share, 4), same_slot(a, b), unsaid)
 
 
-# The kinds of value `each_adds` looks at: what a fact states, not who it is about.
+# The kinds of value `adds_value` looks at: what a fact states, not who it is about.
 STATED = ("time", "date", "weekday", "month", "year", "number", "colour", "name")
+# Those a memory states plainly when it states them at all. A name is read from capitals,
+# which also mark a sentence's first word and a place the other memory calls otherwise, so
+# a name counts only when each memory states a kind the other does not.
+PLAIN = frozenset(STATED) - {"name"}
 
 
-def each_adds(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) -> bool:
-    """Each states a kind of value the other does not state at all ("I work as a nurse at
-    the General Hospital." / "I work night shifts on Tuesdays and Wednesdays.": a place,
-    days): each tells something the other does not, so they are two facts, not one to
-    judge. Only by its words, within one language."""
+def adds_value(a: MemoryDraft, b: MemoryDraft, me: frozenset[str] = frozenset()) -> bool:
+    """One states a kind of value the other does not state at all, so it tells something
+    the other does not: two facts, not one to judge ("Hannah's manager is called Priya." /
+    "Priya goes on maternity leave in July.": a month; "I work as a nurse at the General
+    Hospital." / "I work night shifts on Tuesdays and Wednesdays.": a place one way, days
+    the other). Merging them would mute the value. Only by its words, within one
+    language."""
     if english(a.text) != english(b.text):
         return False
     shared = shared_subject(a, b)
     ours, theirs = values(a, shared, me), values(b, shared, me)
     kinds = [{k for k in STATED if found.get(k)} for found in (ours, theirs)]
-    return bool(kinds[0] - kinds[1]) and bool(kinds[1] - kinds[0])
+    each = bool(kinds[0] - kinds[1]) and bool(kinds[1] - kinds[0])
+    return each or bool((kinds[0] ^ kinds[1]) & PLAIN)
 
 
 def same_slot(a: MemoryDraft, b: MemoryDraft) -> bool:
@@ -334,7 +341,7 @@ def recognise(
         if found is None:
             if words.says_more and reach(score, True, shared, words.traded(), t):
                 decisions.append(Decision(existing, "band", _says_more(words, judged)))
-            if names_self(new.text) == names_self(existing.text) and not each_adds(
+            if names_self(new.text) == names_self(existing.text) and not adds_value(
                 new, existing.draft, me
             ):
                 uncertain.append(candidate)

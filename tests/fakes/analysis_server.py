@@ -9,6 +9,7 @@ no loose ends, no pairs), so a test that does not care about the analysis need n
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,10 +23,13 @@ from tests.fakes.http_fake import FakeApi
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A completion whose text is `content` (a dict is sent as JSON), after `delay` seconds."""
+    """A completion whose text is `content` (a dict is sent as JSON), after `delay` seconds.
+    `chances`: to a request that asks for log-probabilities, the token where the answer's
+    first value of these begins lists them as its alternatives, as llama.cpp does."""
 
     content: dict[str, Any] | str
     delay: float = 0.0
+    chances: dict[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,16 +124,32 @@ class FakeAnalysis(FakeApi["AnalysisResponse"]):
             await asyncio.sleep(response.delay)
         content = response.content
         text = content if isinstance(content, str) else orjson.dumps(content).decode()
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "stop",
+        }
+        if body.get("logprobs") and response.chances:
+            choice["logprobs"] = {"content": tokens(text, response.chances)}
         completion = {
             "id": "chatcmpl-analysis",
             "object": "chat.completion",
             "model": body.get("model", "fake"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
-                }
-            ],
+            "choices": [choice],
         }
         return web.json_response(completion, dumps=lambda v: orjson.dumps(v).decode())
+
+
+def tokens(text: str, chances: dict[str, float]) -> list[dict[str, Any]]:
+    """`text` as three tokens: up to the first of `chances`' values, the value (its
+    alternatives: every value, by its chance), the rest."""
+    at = min((i for v in chances if (i := text.find(v)) >= 0), default=-1)
+    if at < 0:
+        return [{"token": text, "logprob": 0.0, "top_logprobs": []}]
+    value = next(v for v in chances if text.startswith(v, at))
+    alternatives = [{"token": v, "logprob": math.log(p)} for v, p in chances.items() if p > 0]
+    return [
+        {"token": text[:at], "logprob": 0.0, "top_logprobs": []},
+        {"token": value, "logprob": math.log(chances[value]), "top_logprobs": alternatives},
+        {"token": text[at + len(value) :], "logprob": 0.0, "top_logprobs": []},
+    ]
