@@ -35,6 +35,7 @@ CLOSE_WAIT_S = 2.0
 
 class WebSocketLink(QueuedLink):
     kind = "ws"
+    __slots__ = ("_closing", "_ws", "reading")
 
     def __init__(
         self,
