@@ -33,6 +33,10 @@ class Server:
     links: WeakSet[QueuedLink] = field(default_factory=WeakSet)
     address_links: Counter[str] = field(default_factory=Counter)  # open links per IP address
     admin_port: int | None = None  # where the admin API listens, once started (if on)
+    # The WebSocket heartbeat (transport/websocket.py, `keep_pinging`): a link silent this
+    # long is pinged, and dropped if its phone has not answered within `pong_within`.
+    ping_after: float = 30.0
+    pong_within: float = 15.0
     readyz_asked_at: float | None = None  # monotonic: a balancer watches this node
     post_rates: KeyedRates = field(init=False)  # POSTs, per person
     address_rates: KeyedRates = field(init=False)  # new links, per IP address
