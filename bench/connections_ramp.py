@@ -160,7 +160,9 @@ async def _step(
     args: argparse.Namespace,
     before_mb: float,
 ) -> dict[str, Any]:
-    """Hold the fleet, then measure it (see the module's docstring)."""
+    """Hold the fleet, then measure it (see the module's docstring): the says are timed
+    right after the hold, while the talkers' conversations are still active, and the idle
+    links' CPU last."""
     chosen = random.Random(args.seed + len(fleet))
     phones = fleet.all()
     talkers = {id(p) for p in talking}
@@ -171,15 +173,15 @@ async def _step(
     cpu_held = (_cpu_s(ps) - cpu_before) / (time.perf_counter() - started)
     rss_mb, threads = server.rss_mb(), server.threads()
     gauges = await scrape(http, server)
-    cpu_before, started = _cpu_s(ps), time.perf_counter()
-    errors += await hold_links(phones, [], args, hold=args.idle_window)
-    cpu_idle = (_cpu_s(ps) - cpu_before) / (time.perf_counter() - started)
     sample = chosen.sample(quiet, min(args.sample, len(quiet)))
     says = await timed_says(sample, talking, errors)
     resumed_sample = chosen.sample(quiet, min(args.resume_sample, len(quiet)))
     resume_ms, resumed, resume_errors = await _resumes(
         server.base_url + "/v1/ws", resumed_sample, fleet.session_of()
     )
+    cpu_before, started = _cpu_s(ps), time.perf_counter()
+    errors += await hold_links(phones, [], args, hold=args.idle_window)
+    cpu_idle = (_cpu_s(ps) - cpu_before) / (time.perf_counter() - started)
     delta = {kind: percentiles(ms) for kind, ms in says.items()}
     n = len(phones)
     return {
