@@ -45,9 +45,6 @@ class Traces:
     def __iter__(self) -> Iterator[TurnTrace]:
         return iter(self._kept)
 
-    def __len__(self) -> int:
-        return len(self._kept)
-
 
 @dataclass(frozen=True, slots=True)
 class TurnTrace:
