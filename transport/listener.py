@@ -217,8 +217,8 @@ async def serve(
     The port is bound first, before the app starts (its models and database), so a port in
     use is said at once; connections made meanwhile wait in the backlog."""
     soft, hard = raise_descriptor_limit()
-    log.info("descriptor limit %d (hard limit %d): at most about that many links", soft, hard)
     sock = await listen(host, port, backlog)
+    log.info("descriptor limit %d (hard limit %d): at most about that many links", soft, hard)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
