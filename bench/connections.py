@@ -123,7 +123,8 @@ async def scrape(http: aiohttp.ClientSession, server: procs.Server) -> dict[str,
 async def first_delta_ms(phone: Phone) -> float:
     """Milliseconds from a say to its reply's first delta; the reply is then read whole
     and acked, as a phone does."""
-    text = json.dumps({"type": "say", "id": uuid.uuid4().hex, "text": "and how are you?"})
+    id_ = uuid.uuid4().hex  # in the text too: a phone timed again says something new
+    text = json.dumps({"type": "say", "id": id_, "text": f"and how are you, {id_[:6]}?"})
     sent = time.perf_counter()
     await phone.link.ws.send_str(text)
     arrived, _, _ = await expect(phone.link, "reply.delta")
