@@ -77,7 +77,10 @@ class LiveConversation:
         # otherwise. With `ref` None too, the conversation is deactivated.
         self.waiting: list[object] | None = None
         self.unlinked_since: datetime | None = None
-        self.gone = asyncio.Event()  # set once let go (ended or parked)
+        self.is_gone = False  # set once let go (ended or parked)
+        # What `wait_gone` waits on, made only then: most conversations are never waited
+        # for, and an Event would hold a 0.5 KB deque for each.
+        self._gone: asyncio.Future[None] | None = None
         self._directory = directory
 
     @property
@@ -124,6 +127,19 @@ class LiveConversation:
         if not self.tell(make(reply)):
             raise ConversationGone(str(self.id))
         return await reply.wait(timeout)
+
+    async def wait_gone(self) -> None:
+        """Until it is let go."""
+        if self.is_gone:
+            return
+        if self._gone is None:
+            self._gone = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._gone)  # a waiter that gives up leaves it to the others
+
+    def set_gone(self) -> None:
+        self.is_gone = True
+        if self._gone is not None and not self._gone.done():
+            self._gone.set_result(None)
 
     def report_failure(self, error: BaseException) -> None:
         """Called from the failed actor's thread: the supervisor replaces it."""
@@ -210,7 +226,7 @@ class Directory:
                 snapshot = live.current_snapshot() or await live.ask(Attach)
                 age = self._age(snapshot.last_activity)
                 if live.ending or snapshot.ending:  # open afresh once it is gone
-                    await asyncio.wait_for(live.gone.wait(), timeout=120.0)
+                    await asyncio.wait_for(live.wait_gone(), timeout=120.0)
                 elif age < self._rt.settings.resume_window_s:
                     return self._resumed(live, age, snapshot)
                 else:
@@ -464,7 +480,7 @@ class Directory:
         if live.ref is not None:
             live.ref.stop(block=False)
         await self.ownership.release(live.person, live.stream.epoch)
-        live.gone.set()
+        live.set_gone()
 
     def actor_failed(self, live: LiveConversation, error: BaseException) -> None:
         """Thread-safe: hand the failure to whoever supervises (or replace directly)."""

@@ -88,6 +88,8 @@ class KeptEnds:
     loose ends, on the node that owns them, under the stream's epoch; it tells `changed`.
     A read that was under way when they changed is used by its turn, and not kept."""
 
+    __slots__ = ("_changes", "_ends")
+
     def __init__(self) -> None:
         self._ends: OpenEnds | None = None
         self._changes = 0

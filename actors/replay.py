@@ -87,7 +87,9 @@ class ReplayBuffer:
     """
 
     def __init__(self, limit: int) -> None:
-        self._entries: deque[Frame | DeltaRun] = deque()
+        # No deque while empty (most of a quiet conversation's life: its phone acked it
+        # all): an empty deque holds a 0.5 KB block.
+        self._entries: deque[Frame | DeltaRun] | tuple[()] = ()
         self._held = 0
         self._limit = limit
 
@@ -101,10 +103,16 @@ class ReplayBuffer:
         first = self._entries[0]
         return first.oldest if isinstance(first, DeltaRun) else int(first["seq"])
 
+    def _deque(self) -> deque[Frame | DeltaRun]:
+        """The entries, as a deque to change (made if there was none)."""
+        if not isinstance(self._entries, deque):
+            self._entries = deque()
+        return self._entries
+
     def append(self, frame: Frame) -> None:
         if frame["type"] == "reply.end":
             self._fold(frame)
-        self._entries.append(frame)
+        self._deque().append(frame)
         self._held += 1
         while self._held > self._limit:
             self._evict_oldest()
@@ -128,7 +136,8 @@ class ReplayBuffer:
                 return
             else:
                 self._held -= 1
-            entries.popleft()
+            self._deque().popleft()
+        self._entries = ()
 
     def after(self, seq: int) -> list[Frame]:
         """Every held event with a greater seq, in order, deltas rebuilt."""
@@ -141,13 +150,14 @@ class ReplayBuffer:
         return out
 
     def _evict_oldest(self) -> None:
-        first = self._entries[0]
+        entries = self._deque()
+        first = entries[0]
         if isinstance(first, DeltaRun):
             first.skip += 1
             if len(first) == 0:
-                self._entries.popleft()
+                entries.popleft()
         else:
-            self._entries.popleft()
+            entries.popleft()
         self._held -= 1
 
     def _fold(self, end: Frame) -> None:
@@ -159,13 +169,14 @@ class ReplayBuffer:
         runs slice their own joined text instead; replay is exact either way.
         """
         reply = end.get("reply")
+        entries = self._deque()
         tail: list[Frame | DeltaRun] = []
-        while self._entries and not _is_start_of(self._entries[-1], reply):
-            tail.append(self._entries.pop())
+        while entries and not _is_start_of(entries[-1], reply):
+            tail.append(entries.pop())
         tail.reverse()
         is_delta = [_is_delta_of(e, reply) for e in tail]
         if not any(is_delta):
-            self._entries.extend(tail)
+            entries.extend(tail)
             return
         deltas = [e for e, d in zip(tail, is_delta, strict=True) if d and isinstance(e, dict)]
         joined = "".join(str(d["text"]) for d in deltas)
@@ -174,11 +185,11 @@ class ReplayBuffer:
         for entry, delta in zip(tail, is_delta, strict=True):
             if not delta:
                 run = None
-                self._entries.append(entry)
+                entries.append(entry)
                 continue
             assert isinstance(entry, dict)
             if run is None:
                 run = DeltaRun(entry["seq"], reply, text, offset)
-                self._entries.append(run)
+                entries.append(run)
             offset += len(entry["text"])
             run.bounds.append(offset)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
@@ -30,7 +29,7 @@ from uuid import UUID
 
 from actors.loose_ends import KeptEnds
 from actors.replay import Frame, ReplayBuffer
-from actors.trace import TRACED_TURNS, TurnTrace
+from actors.trace import Traces
 from storage.event_log import ReplyRow
 from storage.owners import Fenced
 from storage.store import Store
@@ -79,11 +78,13 @@ class ConversationStream:
         self._ceiling = ceiling
         self._block = block
         self._buffer = ReplayBuffer(buffer_size)
-        # Turn-level events handed to the event log and not yet written, oldest first.
-        self._unwritten: deque[tuple[Frame, asyncio.Future[bool]]] = deque()
+        # Turn-level events handed to the event log and not yet written, oldest first: a
+        # list, as a few are at most, and an empty deque holds a 0.5 KB block for every
+        # conversation, quiet or not.
+        self._unwritten: list[tuple[Frame, asyncio.Future[bool]]] = []
         self._reserving: asyncio.Task[None] | None = None
         # The last turns' traces (actors/trace.py), for the admin API; they go with the stream.
-        self.traces: deque[TurnTrace] = deque(maxlen=TRACED_TURNS)
+        self.traces = Traces()
         # The person's open loose ends, as the turns last read them (actors/loose_ends.py).
         self.loose_ends = KeptEnds()
 
@@ -243,8 +244,10 @@ class ConversationStream:
 
     def _forget_written(self, _: asyncio.Future[bool]) -> None:
         # The event log writes its batches in order, so the written ones are at the front.
-        while self._unwritten and self._unwritten[0][1].done():
-            self._unwritten.popleft()
+        unwritten, written = self._unwritten, 0
+        while written < len(unwritten) and unwritten[written][1].done():
+            written += 1
+        del unwritten[:written]
 
     def _kick_reservation(self) -> None:
         if self._reserving is None or self._reserving.done():

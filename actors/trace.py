@@ -11,6 +11,7 @@ apart from "it was never handed": both go when the conversation leaves memory.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -24,6 +25,25 @@ from providers.chat import ToolCall
 TRACED_TURNS = 20
 TOOL_LINE_CHARS = 300
 _FOUND_TEXT_CHARS = 40
+
+
+class Traces:
+    """A conversation's last `TRACED_TURNS` traces, oldest first. A list trimmed as it
+    grows rather than a bounded deque: an empty deque holds a 0.5 KB block, which every
+    conversation, quiet or not, would pay."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: list[TurnTrace] = []
+
+    def append(self, trace: TurnTrace) -> None:
+        self._kept.append(trace)
+        if len(self._kept) > TRACED_TURNS:
+            del self._kept[0]
+
+    def __iter__(self) -> Iterator[TurnTrace]:
+        return iter(self._kept)
 
 
 @dataclass(frozen=True, slots=True)

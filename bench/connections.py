@@ -78,12 +78,38 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure the never-deactivating server first (the later slot may come out ahead)",
     )
+    parser.add_argument(
+        "--steps",
+        type=_counts,
+        default=None,
+        help="ramp one server (--actor-idle) through these phone counts, e.g. "
+        "10000,20000,50000,100000, instead of comparing two servers at --phones",
+    )
+    parser.add_argument(
+        "--sources",
+        type=int,
+        default=None,
+        help="ramp: loopback source addresses (127.0.0.2 and up); default one per 25,000 phones",
+    )
+    parser.add_argument(
+        "--resume-sample", type=int, default=200, help="ramp: phones resumed a step (200)"
+    )
+    parser.add_argument(
+        "--idle-window",
+        type=seconds,
+        default=30.0,
+        help="ramp: seconds of pings alone a step, for the idle links' CPU (30s)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
+    parser.add_argument("--plot", type=Path, default=None, help="ramp: write a PNG here")
+    parser.add_argument(
+        "--server-log", type=Path, default=None, help="ramp: keep the server's log here"
+    )
     results.add_option(parser, "connections")
     parser.add_argument("--timeout", type=seconds, default=1800.0, help="bound on the run (30m)")
 
 
-async def _scrape(http: aiohttp.ClientSession, server: procs.Server) -> dict[str, float]:
+async def scrape(http: aiohttp.ClientSession, server: procs.Server) -> dict[str, float]:
     async with http.get(server.base_url + "/metrics") as response:
         text = await response.text()
     found: dict[str, float] = {}
@@ -97,7 +123,8 @@ async def _scrape(http: aiohttp.ClientSession, server: procs.Server) -> dict[str
 async def first_delta_ms(phone: Phone) -> float:
     """Milliseconds from a say to its reply's first delta; the reply is then read whole
     and acked, as a phone does."""
-    text = json.dumps({"type": "say", "id": uuid.uuid4().hex, "text": "and how are you?"})
+    id_ = uuid.uuid4().hex  # in the text too: a phone timed again says something new
+    text = json.dumps({"type": "say", "id": id_, "text": f"and how are you, {id_[:6]}?"})
     sent = time.perf_counter()
     await phone.link.ws.send_str(text)
     arrived, _, _ = await expect(phone.link, "reply.delta")
@@ -128,7 +155,7 @@ async def _ping(phone: Phone) -> None:
     await expect(phone.link, "pong")
 
 
-async def _timed_says(
+async def timed_says(
     quiet: Sequence[Phone], talking: Sequence[Phone], errors: Counter[str]
 ) -> dict[str, list[float]]:
     """One say at a time, a quiet phone's then a talking one's (the talkers in turn), each
@@ -150,22 +177,30 @@ def _cpu_s(process: psutil.Process) -> float:
     return float(cpu.user + cpu.system)
 
 
-async def _held(
-    phones: Sequence[Phone], talking: Sequence[Phone], args: argparse.Namespace
+async def hold_links(
+    quiet: Sequence[Phone],
+    talking: Sequence[Phone],
+    args: argparse.Namespace,
+    hold: float | None = None,
 ) -> Counter[str]:
-    """`--hold` seconds of the talkers talking and the others pinging; what went wrong."""
+    """`hold` seconds (`--hold`) of the talkers talking and the quiet phones pinging; what
+    went wrong."""
     errors: Counter[str] = Counter()
     stop = asyncio.Event()
     tasks = [_every(args.say_every, stop, lambda p=p: _talk(p), errors) for p in talking]
-    quiet = [phone for phone in phones if phone not in talking]
     tasks += [_every(args.ping_every, stop, lambda p=p: _ping(p), errors) for p in quiet]
     holding = asyncio.gather(*tasks)
     try:
-        await asyncio.sleep(args.hold)
+        await asyncio.sleep(args.hold if hold is None else hold)
     finally:
         stop.set()
         await holding
     return errors
+
+
+def _without(phones: Sequence[Phone], talking: Sequence[Phone]) -> list[Phone]:
+    talkers = {id(phone) for phone in talking}
+    return [phone for phone in phones if id(phone) not in talkers]
 
 
 def _per_phone_kb(mb: float, phones: int) -> float | None:
@@ -186,18 +221,18 @@ async def _hold(
     first, ramp_errors = await ramp(http, url, half, args.concurrency, Talk(1, True))
     chosen = random.Random(args.seed)
     talking = chosen.sample(first, min(len(first), max(1, round(args.talking * args.phones))))
-    errors = await _held(first, talking, args)
+    errors = await hold_links(_without(first, talking), talking, args)
     first_mb = server.rss_mb()
     second, more_errors = await ramp(http, url, args.phones - half, args.concurrency, Talk(1, True))
     phones = first + second
     cpu_before = _cpu_s(server.ps())
-    errors += await _held(phones, talking, args)
+    errors += await hold_links(_without(phones, talking), talking, args)
     cpu_per_s = (_cpu_s(server.ps()) - cpu_before) / args.hold
     held_mb, held_threads = server.rss_mb(), server.threads()
-    gauges = await _scrape(http, server)
-    quiet = [phone for phone in phones if phone not in talking]
-    times = await _timed_says(chosen.sample(quiet, min(args.sample, len(quiet))), talking, errors)
-    after = await _scrape(http, server)
+    gauges = await scrape(http, server)
+    quiet = _without(phones, talking)
+    times = await timed_says(chosen.sample(quiet, min(args.sample, len(quiet))), talking, errors)
+    after = await scrape(http, server)
     await close_all(phones, args.concurrency)
     return {
         "phones_connected": len(phones),
@@ -293,18 +328,49 @@ def problems(report: dict[str, Any]) -> list[str]:
         found += [f"{name}: {error} (x{n})" for error, n in server["errors"].items()]
         if server["phones_connected"] != report["phones"]:
             found.append(f"{name}: {server['phones_connected']} of {report['phones']} connected")
-        stop = server["server_stop"]
-        if stop["killed"] or stop["exit_code"] not in (0, None) or stop["log_problems"]:
-            found.append(f"{name}: server stop {stop}")
+        if stopped_badly(server["server_stop"]):
+            found.append(f"{name}: server stop {server['server_stop']}")
     return found
+
+
+def stopped_badly(stop: dict[str, Any]) -> bool:
+    """A server killed, exited with an error, or with problems in its log."""
+    return bool(stop["killed"] or stop["exit_code"] not in (0, None) or stop["log_problems"])
+
+
+def _counts(text: str) -> list[int]:
+    counts = [int(part) for part in text.split(",") if part.strip()]
+    if not counts or any(n < 1 for n in counts) or counts != sorted(counts):
+        raise argparse.ArgumentTypeError("phone counts, rising, e.g. 10000,20000,50000")
+    return counts
 
 
 async def run(args: argparse.Namespace) -> int:
     """0 when every phone connected and every say was answered; 1 otherwise; 2 if the run
     could not finish."""
-    return await procs.finish(
-        "connections", measure(args), args, table, lambda r: procs.exit_code(problems(r))
+    if args.steps is None:
+        return await procs.finish(
+            "connections", measure(args), args, table, lambda r: procs.exit_code(problems(r))
+        )
+    from bench import connections_ramp as ramped
+
+    code = await procs.finish(
+        "connections",
+        ramped.measure_ramp(args),
+        args,
+        ramped.ramp_table,
+        lambda r: _plotted(args, r, procs.exit_code(ramped.ramp_problems(r))),
     )
+    return code
+
+
+def _plotted(args: argparse.Namespace, report: dict[str, Any], code: int) -> int:
+    if args.plot is not None:
+        from bench.connections_ramp import plot
+
+        plot(args.plot, report)
+        print(f"plot written to {args.plot}")
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,3 +40,32 @@ def test_connections(tmp_path: Path) -> None:
     assert on["activations_after_sample"] >= 3  # each quiet phone's say activated its actor
     assert off["activations_after_sample"] == 0
     assert report["threads_ratio"] < 1
+
+
+@pytest.mark.timeout(240)
+def test_connections_ramp_from_two_addresses(tmp_path: Path) -> None:
+    """The ramp's phones spread over two loopback source addresses, as past 25,000 they
+    must be: every link comes from one of them, and each step is measured whole."""
+    path, png = tmp_path / "ramp.json", tmp_path / "ramp.png"
+    command = [sys.executable, "-m", "bench.connections", "--steps", "6,12", "--sources", "2"]
+    command += ["--hold", "3s", "--idle-window", "1s", "--actor-idle", "1s"]
+    command += ["--say-every", "1s", "--ping-every", "1s", "--sample", "3", "--resume-sample", "4"]
+    command += ["--json", str(path), "--plot", str(png)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=220)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(path.read_text())
+
+    assert report["source_addresses"] == ["127.0.0.2", "127.0.0.3"]
+    assert report["reached"] == 12 and report["stopped"] is None
+    soft, hard = report["descriptor_limits"]["bench"]
+    assert soft == hard == report["descriptor_limits"]["server"][0]
+    for step, n in zip(report["steps"], (6, 12), strict=True):
+        assert step["phones_connected"] == step["links"] == n
+        assert step["from"] == {"127.0.0.2": n // 2, "127.0.0.3": n // 2}
+        assert step["resumed"] == step["resume_sample"] == 4
+        assert set(step["resume_ms"]) == PERCENTILES and step["resume_ms"]["p99"] is not None
+        for kind in ("quiet", "talking"):
+            assert step["first_delta_ms"][kind]["p99"] is not None
+        assert step["errors"] == {}
+        assert step["actors_running"] <= 1 and step["deactivations"] >= n - 1
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

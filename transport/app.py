@@ -52,7 +52,7 @@ from transport.sse import events_handler, interrupt_handler, leave_handler, say_
 from transport.threads_api import add_routes as add_thread_routes
 from transport.tls import Certificate
 from transport.web_app import add_routes as add_web_app_routes
-from transport.websocket import websocket_handler
+from transport.websocket import keep_pinging, websocket_handler
 
 log = logging.getLogger("stillhere.server")
 
@@ -252,6 +252,7 @@ async def _lifecycle(
                 in_background(notices.keep(listening)),
                 in_background(ownership.keep()),
                 in_background(directory.keep_deactivating()),
+                in_background(keep_pinging(app[SERVER_KEY])),
                 in_background(_revive(embedded)),
             ):
                 try:  # inside: a busy admin port still cleans up

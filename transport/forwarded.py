@@ -55,9 +55,11 @@ def forwarded(trusted: tuple[Network, ...]) -> Middleware:
     `request.remote` and the client's scheme as `request.scheme`."""
 
     @web.middleware
-    async def real_client(request: web.Request, handler: Handler) -> web.StreamResponse:
+    def real_client(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
+        # Not a coroutine: it hands back the handler's awaitable, so a link (whose request
+        # lasts as long as it is open) does not hold this middleware's frame meanwhile.
         if not trusted or not _within(request.remote or "", trusted):
-            return await handler(request)
+            return handler(request)
         changes: dict[str, str] = {}
         client = client_address(request.headers.getall("X-Forwarded-For", []), trusted)
         if client is not None:
@@ -65,7 +67,7 @@ def forwarded(trusted: tuple[Network, ...]) -> Middleware:
         scheme = request.headers.get("X-Forwarded-Proto", "").strip().lower()
         if scheme in SCHEMES:
             changes["scheme"] = scheme
-        return await handler(request.clone(**changes) if changes else request)
+        return handler(request.clone(**changes) if changes else request)
 
     return real_client
 

@@ -40,6 +40,19 @@ CUT_OFF_GRACE_S = 5.0
 
 class QueuedLink(ABC):
     kind = "link"
+    # Slots, not a dict: a held link is an object of these for every connected phone.
+    __slots__ = (
+        "__weakref__",  # the server's WeakSet of links
+        "_buffer_limit",
+        "_close_code",
+        "_dropped",
+        "_frames",
+        "_queued_bytes",
+        "_writer",
+        "_writing_bytes",
+        "name",
+        "transport",
+    )
 
     def __init__(self, transport: asyncio.BaseTransport | None, buffer_limit: int) -> None:
         self.name = f"{self.kind}-{next(_numbers)}"

@@ -18,6 +18,12 @@ size instead of growing with the connection (up to `net.ipv4.tcp_wmem`'s maximum
 default): a phone that stops reading then holds that much kernel memory at most, beside
 what `--link-buffer` lets the server hold. A chat's replies need little of it.
 
+Each link holds a descriptor, so the server raises its own descriptor limit (the soft
+RLIMIT_NOFILE) to the hard one as it starts: a shell's default soft limit, 1024 on many
+systems, would otherwise cap a node at about that many phones. Past the hard limit it
+cannot go (raising that takes CAP_SYS_RESOURCE, or `ulimit -Hn` before starting); what
+it is, is logged.
+
 With `--tls-cert`, each accepted socket is wrapped in TLS (transport/tls.py) before aiohttp
 sees it; a handshake not done within `--hello-timeout` closes the connection, as a hello
 not sent in time does.
@@ -26,6 +32,7 @@ not sent in time does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -173,6 +180,21 @@ async def listen(host: str, port: int, backlog: int) -> socket.socket:
     return sock
 
 
+def raise_descriptor_limit() -> tuple[int, int]:
+    """Raise this process's soft descriptor limit to its hard one; (soft, hard) after
+    ((-1, -1) where there are no such limits: Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return -1, -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
 async def serve(
     app: web.Application,
     host: str,
@@ -194,7 +216,9 @@ async def serve(
     With a `certificate`, the site speaks TLS and SIGHUP reloads the certificate.
     The port is bound first, before the app starts (its models and database), so a port in
     use is said at once; connections made meanwhile wait in the backlog."""
+    soft, hard = raise_descriptor_limit()
     sock = await listen(host, port, backlog)
+    log.info("descriptor limit %d (hard limit %d): at most about that many links", soft, hard)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -49,17 +49,25 @@ def allowed(origin: str, host: str | None, extra: frozenset[str]) -> bool:
     return bool(netloc) and host is not None and netloc == host.lower()
 
 
+async def _answer(response: web.StreamResponse) -> web.StreamResponse:
+    return response
+
+
 def origin_check(extra: frozenset[str]) -> Middleware:
     """The middleware; `extra` are the normalised `--allowed-origins`."""
 
     @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+    def check(request: web.Request, handler: Handler) -> Awaitable[web.StreamResponse]:
+        # Not a coroutine: it hands back the handler's awaitable, so a link (whose request
+        # lasts as long as it is open) does not hold this middleware's frame meanwhile.
         origin = request.headers.get("Origin")
         if origin is not None and guarded(request) and not allowed(origin, request.host, extra):
             log.info("refused %s %s from origin %.200s", request.method, request.path, origin)
-            return error_response(
-                403, "origin_refused", "requests from this web origin are not accepted"
+            return _answer(
+                error_response(
+                    403, "origin_refused", "requests from this web origin are not accepted"
+                )
             )
-        return await handler(request)
+        return handler(request)
 
     return check

@@ -116,6 +116,8 @@ def _check_say(frame: dict[str, Any], limits: Limits) -> None:
 class TokenBucket:
     """`rate` sustained, `burst` at once."""
 
+    __slots__ = ("_at", "_burst", "_rate", "_tokens")  # one per held link: no dict
+
     def __init__(self, rate: float, burst: float) -> None:
         self._rate = rate
         self._burst = float(burst)
@@ -134,6 +136,8 @@ class TokenBucket:
 
 class RateLimiter(TokenBucket):
     """A token bucket per link: `frames_per_s` sustained, `frame_burst` at once."""
+
+    __slots__ = ()
 
     def __init__(self, limits: Limits) -> None:
         super().__init__(limits.frames_per_s, limits.frame_burst)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from weakref import WeakSet
 
@@ -35,6 +33,10 @@ class Server:
     links: WeakSet[QueuedLink] = field(default_factory=WeakSet)
     address_links: Counter[str] = field(default_factory=Counter)  # open links per IP address
     admin_port: int | None = None  # where the admin API listens, once started (if on)
+    # The WebSocket heartbeat (transport/websocket.py, `keep_pinging`): a link silent this
+    # long is pinged, and dropped if its phone has not answered within `pong_within`.
+    ping_after: float = 30.0
+    pong_within: float = 15.0
     readyz_asked_at: float | None = None  # monotonic: a balancer watches this node
     post_rates: KeyedRates = field(init=False)  # POSTs, per person
     address_rates: KeyedRates = field(init=False)  # new links, per IP address
@@ -60,29 +62,37 @@ class TooManyLinks(Exception):
     faster than `--links-per-s-per-address` allows."""
 
 
-@contextlib.contextmanager
-def address_slot(server: Server, request: web.Request) -> Iterator[None]:
+class address_slot:
     """Hold one of the links the request's address may have open for as long as the link
     is; raise TooManyLinks when they are all taken, or when the address opens links faster
     than its rate (checked before any upgrade or stream, so a flood from one address costs
-    a refused request each)."""
-    address = request.remote or ""
-    limits = server.settings.limits
-    limit = limits.max_links_per_address
-    counts = server.address_links
-    if limit and counts[address] >= limit:
-        log.info("refused a link from %s: %d links open from there", address, counts[address])
-        raise TooManyLinks(f"this address has {limit} links open; close one first")
-    if limits.links_per_s_per_address and not server.address_rates.allow(address):
-        log.info("refused a link from %s: opening links too fast", address)
-        raise TooManyLinks(
-            f"this address opens links faster than {limits.links_per_s_per_address:g} a "
-            "second; wait before the next"
-        )
-    counts[address] += 1
-    try:
-        yield
-    finally:
+    a refused request each). A class with slots rather than a generator-based context
+    manager: one is held by every open link, and a suspended generator costs several
+    times as much."""
+
+    __slots__ = ("_address", "_counts")
+
+    def __init__(self, server: Server, request: web.Request) -> None:
+        address = request.remote or ""
+        limits = server.settings.limits
+        limit = limits.max_links_per_address
+        counts = server.address_links
+        if limit and counts[address] >= limit:
+            log.info("refused a link from %s: %d links open from there", address, counts[address])
+            raise TooManyLinks(f"this address has {limit} links open; close one first")
+        if limits.links_per_s_per_address and not server.address_rates.allow(address):
+            log.info("refused a link from %s: opening links too fast", address)
+            raise TooManyLinks(
+                f"this address opens links faster than {limits.links_per_s_per_address:g} a "
+                "second; wait before the next"
+            )
+        self._address, self._counts = address, counts
+
+    def __enter__(self) -> None:
+        self._counts[self._address] += 1
+
+    def __exit__(self, *exc: object) -> None:
+        counts, address = self._counts, self._address
         counts[address] -= 1
         if not counts[address]:
             del counts[address]

@@ -64,6 +64,8 @@ class StreamHandles:
 
 
 class Session:
+    __slots__ = ("_link", "_server", "live", "person")  # one per held link: no dict
+
     def __init__(self, server: Server, link: Link) -> None:
         self._server = server
         self._link = link

@@ -45,6 +45,7 @@ class EventStreamLink(QueuedLink):
     """
 
     kind = "sse"
+    __slots__ = ("_response",)
 
     def __init__(
         self, request: web.Request, response: EventSourceResponse, buffer_limit: int

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import struct
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from aiohttp import WSMessage, WSMsgType, web
@@ -31,10 +31,12 @@ log = logging.getLogger("stillhere.ws")
 # After its close frame, how long the server waits for the phone's before dropping the
 # connection: a round trip, with room for a phone that is busy.
 CLOSE_WAIT_S = 2.0
+PING = struct.pack("!BB", 0x89, 0)  # a WebSocket ping, final, empty (RFC 6455 5.5.2)
 
 
 class WebSocketLink(QueuedLink):
     kind = "ws"
+    __slots__ = ("_closing", "_ws", "heard", "pinged_at", "reading")
 
     def __init__(
         self,
@@ -47,6 +49,28 @@ class WebSocketLink(QueuedLink):
         # While the handler waits for the phone's next frame: ended early to close.
         self.reading: asyncio.Timeout | None = None
         self._closing: int | None = None  # a close code left for the handler to send
+        # The heartbeat's (`keep_pinging`): when the phone last sent a frame (any: a ping,
+        # a pong), and when it was pinged since, if it was; loop time.
+        self.heard = asyncio.get_running_loop().time()
+        self.pinged_at: float | None = None
+
+    def heard_from(self, now: float) -> None:
+        self.heard, self.pinged_at = now, None
+
+    def beat(self, now: float, ping_after: float, pong_within: float) -> None:
+        """Ping the phone if it has been silent `ping_after` seconds; drop the connection if
+        it has not answered a ping in `pong_within`."""
+        transport = cast(asyncio.WriteTransport | None, self.transport)
+        if transport is None or transport.is_closing():
+            return
+        if self.pinged_at is None:
+            if now - self.heard >= ping_after:
+                self.pinged_at = now
+                if self._ready_transport() is not None and not self._ws.closed:
+                    transport.write(PING)
+        elif now - self.pinged_at >= pong_within:
+            log.info("%s dropped: no pong within %g s of a ping", self.name, pong_within)
+            transport.abort()
 
     def encode(self, frame: Frame) -> bytes:
         return orjson.dumps(frame)
@@ -115,9 +139,11 @@ async def _serve_link(server: Server, request: web.Request) -> web.WebSocketResp
     # No permessage-deflate: a compressor per link would hold some 256 KB (zlib's window and
     # state), several times what a whole idle conversation may cost, for frames mostly too
     # small to gain from it. Uncompressed frames also let `write_now` frame them itself.
+    # No aiohttp heartbeat (a timer per link, rescheduled as frames arrive): one loop-wide
+    # sweep pings every link (`keep_pinging`), and the handler answers pings itself.
     ws = web.WebSocketResponse(
         max_msg_size=limits.max_frame_bytes * 4,
-        heartbeat=30.0,
+        autoping=False,
         compress=False,
         timeout=CLOSE_WAIT_S,
     )
@@ -138,21 +164,43 @@ async def _serve_link(server: Server, request: web.Request) -> web.WebSocketResp
         session.close()
         await link.drain()
         await link.closed_by_handler()
-        release_cycles(ws, request)
+        release_cycles(ws)
     return ws
 
 
 async def _next_frame(ws: web.WebSocketResponse, link: WebSocketLink) -> WSMessage | None:
     """The phone's next text or binary frame; None once the link closes, from either side
-    (`link.close` ends the wait early)."""
+    (`link.close` ends the wait early). Its pings are answered, and any frame is heard."""
+    loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(None) as link.reading:
-            message = await ws.receive()
+            while True:
+                message = await ws.receive()
+                link.heard_from(loop.time())
+                if message.type is WSMsgType.PING:
+                    await ws.pong(message.data)
+                elif message.type is not WSMsgType.PONG:
+                    break
     except TimeoutError:
         return None
     finally:
         link.reading = None
     return message if message.type in (WSMsgType.TEXT, WSMsgType.BINARY) else None
+
+
+async def keep_pinging(server: Server) -> None:
+    """The WebSocket heartbeat (docs/protocol.md): every `server.pong_within` / 3 seconds,
+    each link whose phone has sent nothing for `server.ping_after` is pinged, and one that
+    has not answered `server.pong_within` after is dropped. One sweep for all links rather
+    than aiohttp's `heartbeat`, a timer per link that each frame received reschedules: a
+    held link costs two floats instead. Until cancelled."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(server.pong_within / 3)
+        now = loop.time()
+        for link in list(server.links):
+            if isinstance(link, WebSocketLink):
+                link.beat(now, server.ping_after, server.pong_within)
 
 
 def _no_hello(session: Session, link: WebSocketLink) -> None:
@@ -164,27 +212,22 @@ def _no_hello(session: Session, link: WebSocketLink) -> None:
         link.end(CLOSE_HELLO_TIMEOUT)
 
 
-def release_cycles(ws: web.WebSocketResponse, request: web.Request) -> None:
+def release_cycles(ws: web.WebSocketResponse) -> None:
     """Break the reference cycles aiohttp leaves around a WebSocket it has served, so that
     reference counting frees the link's objects as its handler returns.
 
     Left alone, they are freed only by the garbage collector: under `python -m bench.flap
     --clients 2000` every dropped WebSocket link leaves about 50 objects in cycles, and each
-    young collection walks them, with the loop stopped. Two cycles (aiohttp 3.14):
-    - the connection's protocol keeps the response's data callback (set for its heartbeat),
-      and the response keeps the request, which keeps the protocol;
-    - a close written into a dead socket keeps its error, whose traceback holds the frames
-      that hold the response.
-    Both are cut once the link is over: no data is read after this, and the error stays
-    readable, without its traceback."""
+    young collection walks them, with the loop stopped. The cycle (aiohttp 3.14): a close
+    written into a dead socket keeps its error, whose traceback holds the frames that hold
+    the response. It is cut once the link is over; the error stays readable, without its
+    traceback. (aiohttp's heartbeat would add another, through the data callback it sets on
+    the connection's protocol: it is off, `keep_pinging` pings instead.)"""
     error, seen = ws.exception(), set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         error.__traceback__ = None
         error = error.__cause__ or error.__context__
-    protocol = request.protocol
-    if getattr(protocol, "_data_received_cb", None) is not None:
-        protocol._data_received_cb = None
 
 
 async def _on_frame(
