@@ -370,7 +370,7 @@ async def run_turn(
         )
     )
     if rt.settings.reply_matching:
-        rt.jobs.start(note_after(rt, req, stream.epoch, turn, ends), "noting loose ends")
+        rt.jobs.start(note_after(rt, req, stream.epoch, turn, ends, matching), "noting loose ends")
 
 
 async def _gather(

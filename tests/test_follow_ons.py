@@ -17,7 +17,7 @@ import pytest
 
 from actors.persona import DEFAULT, START_FONDNESS, Persona, PersonaError, load_persona
 from cli.main import _parser, main
-from providers.notes import FOLLOW_ON
+from providers.notes import FOLLOW_ON, LOOSE_ASSISTANT, LOOSE_ENDS
 from tests.conftest import Harness, Phone, eventually
 from tests.fakes.analysis_server import Answer, FakeAnalysis
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -123,7 +123,10 @@ async def _handed(harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
     assert end["text"] == "By the way..."
     messages = fake_llm.requests[-1]["messages"]
     assert messages[-1] == {"role": "system", "content": FOLLOW_ON}
-    assert messages[-2]["role"] == "assistant" and messages[-2]["content"] == "Great."
+    # "ok thanks" left the book unanswered: the rules note it, a model configured or not.
+    loose = f'{LOOSE_ENDS}\n{LOOSE_ASSISTANT} "Did you finish that book?".'
+    assert messages[-2] == {"role": "system", "content": loose}
+    assert messages[-3]["role"] == "assistant" and messages[-3]["content"] == "Great."
 
 
 async def test_the_analysis_lull_brings_a_follow_on_too(harness: Harness) -> None:
