@@ -8,10 +8,9 @@ The says asked about are those of `tests/data/turn_cases.jsonl` the rules are no
 their examples, the answer asked for by JSON Schema (one label) and capped by `max_tokens`.
 `old`: the says with every candidate in one request, instructions asking for entries,
 "open" and "lull", any JSON object, no cap. `evicted`: the `new` request, each right after
-a `loose-ends` request of the kind every turn used to make once its reply had gone out
-(other instructions, so a one-slot server such as llama.cpp's keeps that prefix instead):
-what each turn's matching paid before loose ends took the turn's own reading and stopped
-asking the model.
+a `loose-ends` request with other instructions, of the kind turns made once their reply
+had gone out: on a one-slot server that keeps only its last prompt (llama.cpp without its
+host-memory prompt cache), what a matching request pays when another task came between.
 
 Requests go in blocks of four of a kind (which kind goes first rotates), after one untimed
 request of each, so that each mostly finds its fixed instructions in the server's prompt
