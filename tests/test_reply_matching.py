@@ -374,7 +374,7 @@ async def test_analysis_down_slow_or_garbage_the_reply_comes_with_the_rules_read
 class Reader:
     """Answers as a real model would: each say answers the A line whose text `answers`
     gives for it (a list: unclear between them; absent: something new), and the
-    assistant's questions no say answers are open, and listed as loose ends."""
+    assistant's questions no say answers are open."""
 
     def __init__(self, answers: dict[str, str | list[str]]) -> None:
         self.answers = answers
@@ -386,11 +386,6 @@ class Reader:
         read = {ref: self.answers.get(text) for ref, text in people}
         answered = {a for a in read.values() if isinstance(a, str)}
         waiting = [ref for text, ref in label.items() if "?" in text and text not in answered]
-        if request.task == "loose-ends":
-            ends = [
-                {"by": "assistant", "ref": r, "text": said[r], "kind": "question"} for r in waiting
-            ]
-            return Answer({"loose_ends": ends})
         entries = []
         for ref, answer in read.items():
             entry: dict[str, Any] = {"message": ref, "answers": None}
