@@ -152,14 +152,15 @@ def settled(
 ) -> list[tuple[str, int, Noted]]:
     """Each line left open as (side, 0-based line index, what to note): the rules' reading,
     but for our questions they are unsure of, open unless a say was read as answering them
-    (`answered`: the texts of the A lines a say answers; None: no reading, the rules')."""
+    (`answered`: the texts of the A lines a say answers, as `excerpt` cuts them at
+    TEXT_CHARS, as stored; None: no reading, the rules')."""
     return [
         (r.ref[0], int(r.ref[1:]) - 1, Noted(r.by, r.kind, excerpt(r.text, TEXT_CHARS)))
         for r in reading
         if (
             r.open
             if r.sure or r.by != "assistant" or answered is None
-            else a_lines[int(r.ref[1:]) - 1] not in answered
+            else excerpt(a_lines[int(r.ref[1:]) - 1], TEXT_CHARS) not in answered
         )
     ]
 
@@ -179,7 +180,7 @@ async def _answered(rt: Asking, before: list[str], says: list[str]) -> set[str] 
         read = True
         to = one[0][0][0] if 0 in one[0] else None
         if to is not None:
-            answered.add(before[to])
+            answered.add(excerpt(before[to], TEXT_CHARS))
     return answered if read else None
 
 
@@ -189,11 +190,12 @@ def turn_answered(req: TurnRequest, matching: Matching) -> set[str] | None:
     if matching.how != "asked" or matching.failed:
         return None
     texts = {t.reply_id: t.text for t in req.history if t.role == "assistant"}
-    return {texts[m.answers] for m in matching.matches.values() if m.answers in texts}
+    read = [texts[m.answers] for m in matching.matches.values() if m.answers in texts]
+    return {excerpt(text, TEXT_CHARS) for text in read}
 
 
 def in_order(a_lines: list[str], p_lines: list[str]) -> list[str]:
-    """The request's lines, labelled A1..., P1..., in the order they were said: the reply,
+    """The exchange's lines, labelled A1..., P1..., in the order they were said: the reply,
     the last A line, comes after the says."""
     lines = numbered(a_lines, p_lines, TEXT_CHARS)
     reply = len(a_lines) - 1

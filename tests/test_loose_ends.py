@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 
+from actors.loose_ends import TEXT_CHARS, in_order, settled
 from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS
+from providers.rehearsal_analysis import loose_reading
+from storage.records import excerpt
 from tests.conftest import Harness, Phone
 from tests.fakes.analysis_server import (
     AnalysisResponse,
@@ -188,3 +191,14 @@ async def test_without_a_usable_reading_the_rules_reading_stands(
     assert talk.note == f'{LOOSE_ENDS}\n{LOOSE_ASSISTANT} "{BOOK}".'
     failures = await counters(harness, "stillhere_analysis_failures")
     assert failures == {'reason="bad_shape",task="reply-matching"': 1.0}
+
+
+def test_a_long_question_read_as_answered_is_closed_as_stored() -> None:
+    """A question is stored cut to its first characters, and read whole as the message the
+    says followed: a reading of either is compared as stored."""
+    question = "Did you finish that book? " + "It was a very long one, I remember. " * 8
+    a_lines = [question, "Wow."]
+    reading = loose_reading(in_order(a_lines, ["my car broke down this morning"]))
+    assert [r.ref for r in reading if not r.sure] == ["A1"]
+    assert settled(reading, a_lines, None)[0][:2] == ("A", 0)  # the rules: left open
+    assert settled(reading, a_lines, {excerpt(question, TEXT_CHARS)}) == []
