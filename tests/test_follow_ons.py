@@ -104,18 +104,21 @@ async def _has_loose_end(db: asyncpg.Connection, text: str) -> bool:
 
 
 async def test_the_model_is_handed_the_follow_on_note_and_the_loose_ends(
-    harness: Harness, fake_llm: FakeOpenAI
+    harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection
 ) -> None:
     async with FakeAnalysis() as analysis:
-        await _handed(harness, fake_llm, analysis)
+        await _handed(harness, fake_llm, analysis, db)
 
 
-async def _handed(harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis) -> None:
+async def _handed(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis, db: asyncpg.Connection
+) -> None:
     await harness.start(follow_ons="always", llm_url=fake_llm.url, analysis_url=analysis.url)
     fake_llm.queue(Reply("Did you finish that book?"), Reply("Great."), Reply("By the way..."))
     phone = await harness.phone()
     await turn(phone, "Tell me something.")
     await turn(phone, "ok thanks")
+    await until(lambda: _has_loose_end(db, "Did you finish that book?"))  # noted first
     await eventually(lambda: harness.clock.sleepers == 1)
     harness.clock.advance(60)
     start = await phone.expect("reply.start", lambda f: f.get("follow_on"))
