@@ -1,10 +1,13 @@
 """Loose ends: what an exchange left unaddressed, and which of them the next replies get.
 
-After each reply, off its critical path, a `loose-ends` analysis is shown the exchange (the
-assistant message the says followed, the says, the reply) and the loose ends still open,
-and answers what is left unaddressed on either side. What it lists from the exchange is
-noted; an open one it is shown and no longer lists was addressed, and is closed. Those of
-kind `thread` are the person's open threads (`GET /v1/threads`).
+After each reply, off its critical path, the exchange (the loose ends still open, the
+assistant message the says followed, the says, the reply) is read for what it leaves
+unaddressed on either side: by the rules (`providers.rehearsal_analysis.loose_reading`),
+and where they are unsure whether a say answers one of our questions, by the analysis
+model's `reply-matching` question about that say, the one a turn asks (docs/context.md,
+"How loose ends are noted"). What is left open from the exchange is noted; an open one no
+longer left open was addressed, and is closed. Those of kind `thread` are the person's open
+threads (`GET /v1/threads`).
 
 Each reply gets at most three loose ends from the last six hours, the person's first:
 answering what they said matters more than having our own questions answered. The
@@ -17,13 +20,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from actors.asking import Asking, ask_shaped, line_index, numbered
-from providers.analysis import Shape
+from actors import replies
+from actors.asking import Asking, numbered
 from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS, LOOSE_PERSON, LOOSE_THREADS
-from providers.rehearsal_analysis import asks, is_lull, promises
-from storage.loose_ends import BY, KINDS, LooseEnd, Noted
+from providers.rehearsal_analysis import LooseRead, is_holding, is_lull, loose_reading
+from storage.loose_ends import LooseEnd, Noted
 from storage.records import Turn, excerpt
 
 if TYPE_CHECKING:
@@ -33,42 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("stillhere.loose_ends")
 
-TASK = "loose-ends"
 HORIZON_S = 6 * 3600  # a loose end older than this is not brought up again
 SHOWN = 3  # loose ends a reply gets, at most
 READ = 20  # open loose ends read per turn, to choose from
 TEXT_CHARS = 200  # of a loose end as stored and shown
-ANSWER_TOKENS = 40  # {"loose_ends": ["A1", "P2"]}, four labels at most
-# Fixed, and first in every request, so that a server's cached prefix covers them.
-INSTRUCTIONS = """You find what an exchange left unaddressed.
-The lines come in the order they were said: A lines are the assistant's, P lines the \
-person's, and the last line is the assistant's reply.
-List the labels of the lines left open:
-- a question of the assistant's, before the reply, that no P line answers;
-- a question or request of the person's that the reply does not deal with;
-- a story or a promise left to go on later ("I'll tell you later", "I'll look into it").
-The reply's own new question is not left open yet. Most exchanges leave nothing open.
-
-Examples:
-A1: How was your weekend? P1: can you remind me to call Sam at 5? A2: Sure, I'll remind you at 5.
-{"loose_ends": ["A1"]}
-A1: How was your weekend? P1: great, we went hiking A2: Lovely! Where did you go?
-{"loose_ends": []}
-P1: I got the job! P2: and my car broke down A1: Congratulations on the job!
-{"loose_ends": ["P2"]}
-P1: tu peux trouver quand le musée rouvre ? A1: Je n'ai pas l'info, je reviens vers toi.
-{"loose_ends": ["A1"]}
-A1: Tu as bien dormi ? P1: oui, très bien A2: Tant mieux !
-{"loose_ends": []}
-
-Answer only the JSON: {"loose_ends": [...]}, with the labels, or an empty list."""
-
-
-def shape(assistant: int, people: int) -> Shape:
-    """The answer: at most four labels of the request's lines."""
-    labels = [f"A{i}" for i in range(1, assistant + 1)] + [f"P{i}" for i in range(1, people + 1)]
-    listed = {"type": "array", "items": {"type": "string", "enum": labels}, "maxItems": 4}
-    return Shape.of(TASK, {"loose_ends": listed}, ANSWER_TOKENS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,22 +124,27 @@ def choose(ends: OpenEnds, lull: bool) -> Handed:
 
 
 async def note_after(
-    rt: Runtime, req: TurnRequest, epoch: int, reply: Turn, ends: OpenEnds, read: KeptEnds
+    rt: Runtime,
+    req: TurnRequest,
+    epoch: int,
+    reply: Turn,
+    ends: OpenEnds,
+    matching: Matching,
+    read: KeptEnds,
 ) -> None:
     """After a reply: note what the exchange left unaddressed, close what it addressed,
     as the person's owner under `epoch`, and tell `read`. `ends` are those the turn read
-    as it began (no other turn of the conversation ran since)."""
+    as it began (no other turn of the conversation ran since); where the rules are unsure
+    whether a say answers one of our questions, the turn's `matching` decides if the
+    analysis read the says: no analysis is asked again."""
     shown = ends.recent + ends.threads
     before = next((t for t in reversed(req.history) if t.role == "assistant"), None)
     a_open = [e for e in shown if e.by == "assistant"]
     p_open = [e for e in shown if e.by == "person"]
-    listed = await listed_ends(
-        rt,
-        _once([e.text for e in a_open], [t.text for t in (before, reply) if t is not None]),
-        _once([e.text for e in p_open], [t.text for t in req.new]),
-    )
-    if listed is None:
-        return  # nothing learnt: nothing closed either
+    a_lines = _once([e.text for e in a_open], [t.text for t in (before, reply) if t is not None])
+    p_lines = _once([e.text for e in p_open], [t.text for t in req.new])
+    reading = loose_reading(in_order(a_lines, p_lines))
+    listed = settled(reading, a_lines, turn_answered(req, matching))
     kept = {a_open[i].id for side, i, _ in listed if side == "A" and i < len(a_open)}
     kept |= {p_open[i].id for side, i, _ in listed if side == "P" and i < len(p_open)}
     noted = [
@@ -195,25 +171,66 @@ async def note_after(
 
 async def listed_ends(
     rt: Asking, a_lines: list[str], p_lines: list[str]
-) -> list[tuple[str, int, Noted]] | None:
-    """What the analysis lists as left unaddressed among the assistant's lines (its open
-    loose ends, then the exchange's messages) and the person's; None without an answer."""
-    listed = await ask_shaped(
-        rt,
-        TASK,
-        in_order(a_lines, p_lines),
-        INSTRUCTIONS,
-        lambda answer: _read(answer, a_lines, p_lines),
-        shape(len(a_lines), len(p_lines)),
-    )
-    if listed is None:
+) -> list[tuple[str, int, Noted]]:
+    """What is left unaddressed in an exchange on its own (`stillhere eval loose-ends`): the
+    rules' reading, and where they are unsure whether a say answers one of our questions,
+    the analysis asked about each say as a turn asks it (`reply-matching`, the candidates
+    the lines before the reply)."""
+    reading = loose_reading(in_order(a_lines, p_lines))
+    unsure = any(r.by == "assistant" and not r.sure for r in reading)
+    answered = await _answered(rt, a_lines[:-1], p_lines) if unsure else None
+    return settled(reading, a_lines, answered)
+
+
+def settled(
+    reading: list[LooseRead], a_lines: list[str], answered: set[str] | None
+) -> list[tuple[str, int, Noted]]:
+    """Each line left open as (side, 0-based line index, what to note): the rules' reading,
+    but for our questions they are unsure of, open unless a say was read as answering them
+    (`answered`: the texts of the A lines a say answers, as `excerpt` cuts them at
+    TEXT_CHARS, as stored; None: no reading, the rules')."""
+    return [
+        (r.ref[0], int(r.ref[1:]) - 1, Noted(r.by, r.kind, excerpt(r.text, TEXT_CHARS)))
+        for r in reading
+        if (
+            r.open
+            if r.sure or r.by != "assistant" or answered is None
+            else excerpt(a_lines[int(r.ref[1:]) - 1], TEXT_CHARS) not in answered
+        )
+    ]
+
+
+async def _answered(rt: Asking, before: list[str], says: list[str]) -> set[str] | None:
+    """The texts of the lines before the reply that the analysis matches a say to, one say
+    at a time (those that answer nothing, "ok thanks" or "hold on", are not asked); None
+    when no call gave a usable answer."""
+    answered: set[str] = set()
+    read = False
+    for say in says:
+        if is_lull(say) or is_holding(say):
+            continue
+        one = await replies.ask_one(rt, before, say)
+        if one is None:
+            continue
+        read = True
+        to = one[0][0][0] if 0 in one[0] else None
+        if to is not None:
+            answered.add(excerpt(before[to], TEXT_CHARS))
+    return answered if read else None
+
+
+def turn_answered(req: TurnRequest, matching: Matching) -> set[str] | None:
+    """The texts of the messages the turn's says were read as answering, when the analysis
+    read them (`asked`, with an answer); None otherwise: the rules' reading stands."""
+    if matching.how != "asked" or matching.failed:
         return None
-    reply = len(a_lines) - 1  # its own new question is not left open yet
-    return [e for e in listed if (e[0], e[1]) != ("A", reply) or e[2].kind == "thread"]
+    texts = {t.reply_id: t.text for t in req.history if t.role == "assistant"}
+    read = [texts[m.answers] for m in matching.matches.values() if m.answers in texts]
+    return {excerpt(text, TEXT_CHARS) for text in read}
 
 
 def in_order(a_lines: list[str], p_lines: list[str]) -> list[str]:
-    """The request's lines, labelled A1..., P1..., in the order they were said: the reply,
+    """The exchange's lines, labelled A1..., P1..., in the order they were said: the reply,
     the last A line, comes after the says."""
     lines = numbered(a_lines, p_lines, TEXT_CHARS)
     reply = len(a_lines) - 1
@@ -226,44 +243,3 @@ def _once(still_open: list[str], exchange: list[str]) -> list[str]:
     shown = {excerpt(text, TEXT_CHARS) for text in still_open}
     fresh = [t for t in exchange if t and excerpt(t, TEXT_CHARS) not in shown]
     return still_open + fresh
-
-
-def _kind(text: str) -> str:
-    """What a line left open is, read from its words."""
-    if promises(text):
-        return "thread"
-    return "question" if asks(text) else "point"
-
-
-def _read(
-    answer: dict[str, Any], assistant: list[str], people: list[str]
-) -> list[tuple[str, int, Noted]] | None:
-    """Each loose end as (side, 0-based line index, what to note); None if not the shape.
-    A bare label ("A1") is read as that line left open, in its own words."""
-    items = answer.get("loose_ends")
-    if not isinstance(items, list):
-        return None
-    listed = []
-    for item in items:
-        if isinstance(item, str) and item[:1] in ("A", "P"):
-            texts = assistant if item[0] == "A" else people
-            index = line_index(item, item[0], len(texts))
-            if index is None:
-                return None
-            by = "assistant" if item[0] == "A" else "person"
-            listed.append(
-                (item[0], index, Noted(by, _kind(texts[index]), excerpt(texts[index], TEXT_CHARS)))
-            )
-            continue
-        if not isinstance(item, dict):
-            return None
-        by, ref, text, kind = (item.get(k) for k in ("by", "ref", "text", "kind"))
-        side = "P" if by == "person" else "A"
-        count = len(people) if side == "P" else len(assistant)
-        if by not in BY or kind not in KINDS or not isinstance(text, str) or not text.strip():
-            return None
-        index = line_index(ref, side, count)
-        if index is None:
-            return None
-        listed.append((side, index, Noted(str(by), str(kind), excerpt(text, TEXT_CHARS))))
-    return listed

@@ -179,14 +179,7 @@ async def _ask(
     for i, say in enumerate(unsure):
         if say is None:
             continue
-        one = await ask_shaped(
-            rt,
-            TASK,
-            numbered(texts, [say.text], LINE_CHARS),
-            INSTRUCTIONS,
-            lambda answer: _read_one(answer, len(texts)),
-            shape(texts),
-        )
+        one = await ask_one(rt, texts, say.text)
         if one is None:
             failed = True
             continue
@@ -194,6 +187,20 @@ async def _ask(
             read[i] = one[0][0]
         lull = lull or one[1]
     return read, failed, lull
+
+
+async def ask_one(rt: Asking, texts: list[str], say: str) -> tuple[dict[int, _Entry], bool] | None:
+    """The model's reading of one say against the candidates `texts` (oldest first): which
+    it answers (`{0: (index or None, unclear)}`), and whether the person winds down; None
+    without a usable answer."""
+    return await ask_shaped(
+        rt,
+        TASK,
+        numbered(texts, [say], LINE_CHARS),
+        INSTRUCTIONS,
+        lambda answer: _read_one(answer, len(texts)),
+        shape(texts),
+    )
 
 
 def shape(texts: list[str]) -> Shape:

@@ -385,7 +385,7 @@ async def run_turn(
         )
     )
     if rt.settings.reply_matching:
-        noting = note_after(rt, req, stream.epoch, turn, ends, stream.loose_ends)
+        noting = note_after(rt, req, stream.epoch, turn, ends, matching, stream.loose_ends)
         rt.jobs.start(noting, "noting loose ends")
 
 

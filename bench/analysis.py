@@ -1,26 +1,23 @@
-"""`python -m bench.analysis`: what each analysis task costs an OpenAI-compatible model (a
-local one on the CPU, above all): prompt and answer tokens, and latency p50/p95, the
-requests the server makes today side by side with the requests it made before (`old`),
-in one run, so that whatever else the machine is doing weighs on both alike.
+"""`python -m bench.analysis`: what reply matching costs an OpenAI-compatible model (a local
+one on the CPU, above all): prompt and answer tokens, and latency p50/p95, the requests the
+server makes today side by side with the requests it made before (`old`), in one run, so
+that whatever else the machine is doing weighs on both alike.
 
-- `reply-matching`: the says of `tests/data/turn_cases.jsonl` the rules are not sure of
-  (the only ones a turn asks about). `new`: one say at a time, the fixed instructions
-  with their examples, the answer asked for by JSON Schema (one label) and capped by
-  `max_tokens`. `old`: the says with every candidate in one request, instructions asking
-  for entries, "open" and "lull", any JSON object, no cap.
-- `loose-ends`: the exchanges of `tests/data/loose_end_cases.jsonl`, asked as after a
-  reply. `new`: the lines in the order they were said, instructions with examples, the
-  answer by JSON Schema (labels) and capped; `old`: a loose end as an object with its own
-  words, any JSON object, no cap.
+The says asked about are those of `tests/data/turn_cases.jsonl` the rules are not sure of
+(the only ones a turn asks about). `new`: one say at a time, the fixed instructions with
+their examples, the answer asked for by JSON Schema (one label) and capped by `max_tokens`.
+`old`: the says with every candidate in one request, instructions asking for entries,
+"open" and "lull", any JSON object, no cap. `evicted`: the `new` request, each right after
+a `loose-ends` request with other instructions, of the kind turns made once their reply
+had gone out: on a one-slot server that keeps only its last prompt (llama.cpp without its
+host-memory prompt cache), what a matching request pays when another task came between.
 
-Requests go in blocks of four old and four new (which block goes first alternates), after
-one untimed request of each, so that each mostly finds its fixed instructions in the
-server's prompt cache, which a one-slot server keeps for the last prompt only.
-Tokens are the server's own counts (`usage`; `cached` is the part of the prompt it did not
-read again, where the server says). Latency is the whole request, from sending to the
-answer read. Loose ends are asked after the reply is sent (actors/turn.py starts them as a
-job once the reply has ended), so their latency never delays a reply; reply matching runs
-while the context is gathered, and only for the says the rules cannot place.
+Requests go in blocks of four of a kind (which kind goes first rotates), after one untimed
+request of each, so that each mostly finds its fixed instructions in the server's prompt
+cache, which a one-slot server keeps for the last prompt only. Tokens are the server's own
+counts (`usage`; `cached` is the part of the prompt it did not read again, where the
+server says). Latency is the whole request, from sending to the answer read; for
+`evicted`, the matching request alone.
 """
 
 from __future__ import annotations
@@ -36,7 +33,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from actors import loose_ends, replies
+from actors import replies
 from actors.asking import numbered
 from bench.flap import percentiles
 from bench.results import write_json
@@ -44,7 +41,7 @@ from providers.analysis import Shape, request_body
 from providers.rehearsal_analysis import sure_reply_matching
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
-TARGET_P50_S = {"reply-matching": 1.5}
+TARGET_P50_S = 1.5  # reply matching, on a laptop-class CPU
 BLOCK = 4  # requests of one kind in a row: a one-slot server keeps the last prefix only
 # The reply-matching instructions the server sent before it asked one say at a time.
 OLD_REPLY_INSTRUCTIONS = (
@@ -93,16 +90,10 @@ def reply_requests(limit: int) -> list[tuple[Request, Request]]:
     return pairs[:limit]
 
 
-def loose_requests(limit: int) -> list[tuple[Request, Request]]:
-    pairs = []
-    for row in rows("loose_end_cases.jsonl")[:limit]:
-        said, says = row["assistant"], row["says"]
-        lines = numbered(said, says, loose_ends.TEXT_CHARS)
-        old = (loose_ends.TASK, lines, OLD_LOOSE_INSTRUCTIONS, None)
-        shape = loose_ends.shape(len(said), len(says))
-        new = (loose_ends.TASK, loose_ends.in_order(said, says), loose_ends.INSTRUCTIONS, shape)
-        pairs.append((old, new))
-    return pairs
+def loose_request() -> Request:
+    """A loose-ends request as turns made them after each reply, to evict the cached prefix."""
+    lines = ["A1: How was your weekend?", "P1: can you remind me to call Sam at 5?"]
+    return ("loose-ends", [*lines, "A2: Sure, I'll remind you at 5."], OLD_LOOSE_INSTRUCTIONS, None)
 
 
 async def timed(
@@ -147,31 +138,27 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    tasks = {
-        "reply-matching": reply_requests(args.requests),
-        "loose-ends": loose_requests(args.requests),
-    }
+    pairs = reply_requests(args.requests)
+    kinds = {"old": [o for o, _ in pairs], "new": [n for _, n in pairs]}
+    kinds["evicted"] = kinds["new"]
     timeout = aiohttp.ClientTimeout(total=args.timeout)
-    result: dict[str, Any] = {"url": args.url, "model": args.model, "tasks": {}}
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
     async with aiohttp.ClientSession(timeout=timeout) as http:
-        for task, pairs in tasks.items():
-            runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
-            for warm in pairs[0]:
-                await timed(http, args, warm)
-            for start in range(0, len(pairs), BLOCK):
-                block = pairs[start : start + BLOCK]
-                order = [("old", [o for o, _ in block]), ("new", [n for _, n in block])]
-                for which, requests in order if start % (2 * BLOCK) == 0 else order[::-1]:
-                    for request in requests:
-                        runs[which].append(await timed(http, args, request))
-            figures = {which: summary(rows) for which, rows in runs.items()}
-            target = TARGET_P50_S.get(task)
-            if target is not None:
-                p50 = figures["new"]["latency_s"]["p50"]
-                figures["target_p50_s"] = target
-                figures["target_met"] = p50 is not None and p50 <= target
-            result["tasks"][task] = {"requests": len(pairs), **figures}
-    return result
+        for warm in pairs[0]:
+            await timed(http, args, warm)
+        order = list(kinds)
+        for start in range(0, len(pairs), BLOCK):
+            for kind in order:
+                for request in kinds[kind][start : start + BLOCK]:
+                    if kind == "evicted":
+                        await timed(http, args, loose_request())
+                    runs[kind].append(await timed(http, args, request))
+            order = order[1:] + order[:1]
+    figures = {kind: summary(rows) for kind, rows in runs.items()}
+    p50 = figures["new"]["latency_s"]["p50"]
+    target = {"target_p50_s": TARGET_P50_S, "target_met": p50 is not None and p50 <= TARGET_P50_S}
+    task = {"requests": len(pairs), **figures, **target}
+    return {"url": args.url, "model": args.model, "tasks": {replies.TASK: task}}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -181,7 +168,7 @@ def table(result: dict[str, Any]) -> str:
         f"{'prompt tok':>12}{'cached':>8}{'answer tok':>12}{'not json':>10}",
     ]
     for task, figures in result["tasks"].items():
-        for which in ("old", "new"):
+        for which in ("old", "new", "evicted"):
             f = figures[which]
             lat = f["latency_s"]
             lines.append(
@@ -189,9 +176,8 @@ def table(result: dict[str, Any]) -> str:
                 f"{f['prompt_tokens']!s:>12}{f['cached_tokens']!s:>8}"
                 f"{f['answer_tokens']!s:>12}{f['not_json']:>10}"
             )
-        if "target_p50_s" in figures:
-            met = "met" if figures["target_met"] else "NOT met"
-            lines.append(f"  {task}: new p50 <= {figures['target_p50_s']:g} s: {met}")
+        met = "met" if figures["target_met"] else "NOT met"
+        lines.append(f"  {task}: new p50 <= {figures['target_p50_s']:g} s: {met}")
     return "\n".join(lines)
 
 

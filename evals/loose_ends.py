@@ -17,8 +17,10 @@ own question, just asked, is not one yet.
 
 A noted loose end is right when its line is labelled open. The report gives precision (of
 the lines noted, the share labelled open) and recall (of the lines labelled open, the
-share noted), overall and by language; targets 0.8 each. A call that gives no usable
-answer notes nothing (`failed`), as a turn would.
+share noted), overall and by language; targets 0.8 each. The lines are read as a turn
+reads them (actors/loose_ends.py): the rules where they are sure, the analysis where they
+are not; a call that gives no usable answer leaves the rules' reading, as in a turn, and is
+counted in `analysis_failures`.
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ class LooseCase:
 class LooseOutcome:
     case: LooseCase
     noted: frozenset[str]
-    failed: bool
 
 
 def read_cases(path: Path) -> list[LooseCase]:
@@ -92,8 +93,7 @@ def _texts(value: object, empty: bool = False) -> bool:
 
 async def run_case(judging: Judging, case: LooseCase) -> LooseOutcome:
     listed = await listed_ends(judging, case.assistant, case.says)
-    noted = frozenset(f"{side}{i + 1}" for side, i, _ in listed or [])
-    return LooseOutcome(case, noted, listed is None)
+    return LooseOutcome(case, frozenset(f"{side}{i + 1}" for side, i, _ in listed))
 
 
 def figures(outcomes: list[LooseOutcome]) -> dict[str, Any]:
@@ -108,7 +108,6 @@ def figures(outcomes: list[LooseOutcome]) -> dict[str, Any]:
         "precision": round(right / noted, 4) if noted else None,
         "recall": round(right / labelled, 4) if labelled else None,
         "exact": sum(o.noted == o.case.open for o in outcomes),
-        "failed": sum(o.failed for o in outcomes),
     }
 
 
@@ -140,7 +139,7 @@ async def evaluate(cases: list[LooseCase], args: argparse.Namespace) -> dict[str
 
 def table(found: dict[str, Any]) -> str:
     widths = {"cases": 6, "labelled": 10, "noted": 7, "right": 7, "precision": 11, "recall": 8}
-    columns = [(name, name, width) for name, width in {**widths, "failed": 8}.items()]
+    columns = [(name, name, width) for name, width in widths.items()]
     lines = [f"loose ends noted by {found['analysis']}"]
     lines += groups_table(("language", 10), columns, found["languages"], found)
     met = "met" if found["targets_met"] else "NOT met"

@@ -300,29 +300,58 @@ _PROMISE = re.compile(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class LooseRead:
+    """The rules' reading of one line of an exchange: whether it is left open, and whether
+    they are sure of that (where they are not, a model's reading decides)."""
+
+    by: str  # person | assistant
+    ref: str  # its label, "A1", "P2"
+    text: str
+    kind: str  # question | point | thread
+    open: bool
+    sure: bool
+
+    def entry(self) -> dict[str, str]:
+        return {"by": self.by, "ref": self.ref, "text": self.text, "kind": self.kind}
+
+
 def loose_ends(lines: Sequence[str]) -> dict[str, Any]:
-    """Unanswered questions of ours (but in the reply, the last A line: too soon), their
-    questions the reply shares no word with, and promises to go on later (threads). The
-    says came before the reply, so they are matched to the lines before it only; a lull
-    ("ok thanks") answers no question."""
+    """The rules' answer: the lines they read as left open (`loose_reading`)."""
+    return {"loose_ends": [r.entry() for r in loose_reading(lines) if r.open]}
+
+
+def loose_reading(lines: Sequence[str]) -> list[LooseRead]:
+    """Each line that may be left open, read by the rules: our questions before the reply
+    (the last A line: its own are too soon) that no say answers; their questions the reply
+    shares no word with; promises to go on later (threads) that the reply does not take up.
+    The says came before the reply, so they are matched to the lines before it only; a
+    lull ("ok thanks") answers no question. They are unsure of one of our questions only
+    when they are unsure of a say's match (`sure_reply_matching`)."""
     assistant, person = _parse(lines)
     reply = assistant[-1] if assistant else None
-    skipped = {m.ref for m in person if m.is_lull} | ({reply.ref} if reply else set())
+    lulls = {m.ref for m in person if m.is_lull}
+    skipped = lulls | ({reply.ref} if reply else set())
     before = [line for line in lines if line.split(":", 1)[0] not in skipped]
-    waiting = set(reply_matching(before)["open"])
-    found = [_end("assistant", a, "question") for a in assistant[:-1] if a.ref in waiting]
+    matched, sure = sure_reply_matching(before)
+    waiting = set(matched["open"])
+    found = [
+        LooseRead("assistant", a.ref, a.text, "question", a.ref in waiting, all(sure))
+        for a in assistant[:-1]
+        if a.is_question and not promises(a.text)
+    ]
     if reply is not None:
         found += [
-            _end("person", p, "question")
+            LooseRead("person", p.ref, p.text, "question", True, True)
             for p in person
-            if p.is_question and not p.content_words & reply.content_words
+            if p.is_question and not promises(p.text) and not p.content_words & reply.content_words
         ]
     found += [
-        _end("assistant" if m.ref[0] == "A" else "person", m, "thread")
+        LooseRead("assistant" if m.ref[0] == "A" else "person", m.ref, m.text, "thread", True, True)
         for m in [*assistant, *person]
         if promises(m.text) and not (reply is not None and _taken_up(m, reply))
     ]
-    return {"loose_ends": found}
+    return found
 
 
 @lru_cache(maxsize=_READINGS)
@@ -335,10 +364,6 @@ def promises(text: str) -> bool:
 def _taken_up(thread: _Message, reply: _Message) -> bool:
     """A thread is taken up by a later reply that speaks of it."""
     return thread is not reply and bool(thread.content_words & reply.content_words)
-
-
-def _end(by: str, message: _Message, kind: str) -> dict[str, str]:
-    return {"by": by, "ref": message.ref, "text": message.text, "kind": kind}
 
 
 class RehearsalAnalysis:

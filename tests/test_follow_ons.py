@@ -17,7 +17,7 @@ import pytest
 
 from actors.persona import DEFAULT, START_FONDNESS, Persona, PersonaError, load_persona
 from cli.main import _parser, main
-from providers.notes import FOLLOW_ON
+from providers.notes import FOLLOW_ON, LOOSE_ASSISTANT, LOOSE_ENDS
 from tests.conftest import Harness, Phone, eventually
 from tests.fakes.analysis_server import Answer, FakeAnalysis
 from tests.fakes.openai_server import FakeOpenAI, Reply
@@ -104,18 +104,21 @@ async def _has_loose_end(db: asyncpg.Connection, text: str) -> bool:
 
 
 async def test_the_model_is_handed_the_follow_on_note_and_the_loose_ends(
-    harness: Harness, fake_llm: FakeOpenAI
+    harness: Harness, fake_llm: FakeOpenAI, db: asyncpg.Connection
 ) -> None:
     async with FakeAnalysis() as analysis:
-        await _handed(harness, fake_llm, analysis)
+        await _handed(harness, fake_llm, analysis, db)
 
 
-async def _handed(harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis) -> None:
+async def _handed(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis, db: asyncpg.Connection
+) -> None:
     await harness.start(follow_ons="always", llm_url=fake_llm.url, analysis_url=analysis.url)
     fake_llm.queue(Reply("Did you finish that book?"), Reply("Great."), Reply("By the way..."))
     phone = await harness.phone()
     await turn(phone, "Tell me something.")
     await turn(phone, "ok thanks")
+    await until(lambda: _has_loose_end(db, "Did you finish that book?"))  # noted first
     await eventually(lambda: harness.clock.sleepers == 1)
     harness.clock.advance(60)
     start = await phone.expect("reply.start", lambda f: f.get("follow_on"))
@@ -123,7 +126,10 @@ async def _handed(harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
     assert end["text"] == "By the way..."
     messages = fake_llm.requests[-1]["messages"]
     assert messages[-1] == {"role": "system", "content": FOLLOW_ON}
-    assert messages[-2]["role"] == "assistant" and messages[-2]["content"] == "Great."
+    # "ok thanks" left the book unanswered: the rules note it, a model configured or not.
+    loose = f'{LOOSE_ENDS}\n{LOOSE_ASSISTANT} "Did you finish that book?".'
+    assert messages[-2] == {"role": "system", "content": loose}
+    assert messages[-3]["role"] == "assistant" and messages[-3]["content"] == "Great."
 
 
 async def test_the_analysis_lull_brings_a_follow_on_too(harness: Harness) -> None:

@@ -1,9 +1,9 @@
-"""Loose ends and open threads end to end: noted after each exchange by a fake analysis
-model over HTTP, handed to the next replies, listed and closed over `GET /v1/threads`.
+"""Loose ends and open threads end to end: noted after each exchange by the rules, and by
+a fake analysis model over HTTP where the rules are unsure whether a say answers one of our
+questions; handed to the next replies, listed and closed over `GET /v1/threads`.
 
-The fake's loose-ends answer lists every line whose text the test holds open (`ends`), so
-the test says what is left unaddressed as the conversation goes, and the server's closing
-of what it no longer lists is what is under test.
+The fake answers each `reply-matching` request about a say with the A line whose text the
+test gives for it (`answers`), or "none", as a model reading it would.
 """
 
 from __future__ import annotations
@@ -13,37 +13,37 @@ from typing import Any
 
 import pytest
 
-from providers.notes import LOOSE_ENDS
+from actors.loose_ends import TEXT_CHARS, in_order, settled
+from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS
+from providers.rehearsal_analysis import loose_reading
+from storage.records import excerpt
 from tests.conftest import Harness, Phone
 from tests.fakes.analysis_server import (
     AnalysisResponse,
     Answer,
     Asked,
     FakeAnalysis,
-    Stall,
     neutral,
 )
 from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.test_reply_matching import counters
 
 HOUR = 3600.0
+BOOK = "Did you finish that book?"
 
 
 class Ends:
-    """What the test holds open: line text -> (by, kind)."""
+    """What the fake model reads each say as answering: say text -> A line text."""
 
     def __init__(self) -> None:
-        self.open: dict[str, tuple[str, str]] = {}
+        self.answers: dict[str, str] = {}
 
     def answer(self, request: Asked) -> AnalysisResponse:
-        if request.task != "loose-ends":
+        if request.task != "reply-matching":
             return neutral(request)
-        listed = []
-        for line in request.lines:
-            ref, _, text = line.partition(": ")
-            if text in self.open:
-                by, kind = self.open[text]
-                listed.append({"by": by, "ref": ref, "text": text, "kind": kind})
-        return Answer({"loose_ends": listed})
+        said = dict(line.split(": ", 1) for line in request.lines)
+        label = {text: ref for ref, text in said.items() if ref.startswith("A")}
+        return Answer({"answers": label.get(self.answers.get(said["P1"], ""), "none")})
 
 
 @pytest.fixture
@@ -99,11 +99,9 @@ async def test_at_most_three_the_persons_first_from_the_last_six_hours(
 ) -> None:
     talk = await start(harness, fake_llm, analysis)
     says = ["is the dentist on Friday?", "what about the car?", "and the boiler?", "the kids?"]
-    for text in says:
-        ends.open[text] = ("person", "point")
+    for text in says:  # questions the reply shares no word with: left open
         await talk.exchange(text, "Right.")
         harness.clock.advance(60)
-    ends.open["Did you sleep well?"] = ("assistant", "question")
     await talk.exchange("hmm", "Did you sleep well?")
 
     await talk.exchange("ok thanks")  # a lull, and still the person's come first
@@ -112,8 +110,6 @@ async def test_at_most_three_the_persons_first_from_the_last_six_hours(
         'Points of theirs you have not addressed yet: "the kids?"; "and the boiler?"; '
         '"what about the car?".'
     )
-    lines = analysis.tasks("loose-ends")[-1].lines
-    assert "A1: Did you sleep well?" in lines and "P1: is the dentist on Friday?" in lines
 
     harness.clock.advance(6 * HOUR + 60)
     await talk.exchange("ok thanks")
@@ -124,18 +120,13 @@ async def test_our_own_questions_wait_for_a_lull(
     harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis, ends: Ends
 ) -> None:
     talk = await start(harness, fake_llm, analysis)
-    ends.open["Did you finish that book?"] = ("assistant", "question")
-    await talk.exchange("hi", "Did you finish that book?")
-    await talk.exchange("my car broke down this morning", "Oh no, what happened?")
+    await talk.exchange("hi", BOOK)
+    # The rules cannot tell whether this answers the book; the model reads it as new.
+    await talk.exchange("my car broke down this morning", "Oh no, poor you.")
     assert talk.note is None  # mid-topic: the book does not come up
     await talk.exchange("haha, true")
-    assert talk.note == (
-        f"{LOOSE_ENDS}\n"
-        "Your own questions still unanswered (raise one only if it fits now): "
-        '"Did you finish that book?".'
-    )
-    del ends.open["Did you finish that book?"]  # answered at last
-    await talk.exchange("yes I did, loved it")
+    assert talk.note == (f'{LOOSE_ENDS}\n{LOOSE_ASSISTANT} "{BOOK}".')
+    await talk.exchange("yes I did, loved it")  # answered at last
     await talk.exchange("ok thanks")
     assert talk.note is None
 
@@ -145,7 +136,6 @@ async def test_open_threads_are_listed_until_taken_up(
 ) -> None:
     talk = await start(harness, fake_llm, analysis)
     promise = "I'll tell you the rest of the lighthouse story later."
-    ends.open[promise] = ("assistant", "thread")
     await talk.exchange("tell me about the lighthouse", promise)
     listed = await threads(harness, talk.phone)
     assert [(t["by"], t["kind"], t["text"]) for t in listed] == [("assistant", "thread", promise)]
@@ -157,8 +147,7 @@ async def test_open_threads_are_listed_until_taken_up(
     other = await harness.phone()
     assert await threads(harness, other) == []  # another person's threads are not theirs
 
-    del ends.open[promise]
-    await talk.exchange("so how did it end?", "The keeper came home at last.")
+    await talk.exchange("so how did it end?", "The lighthouse keeper came home at last.")
     assert await threads(harness, talk.phone) == []
 
 
@@ -169,32 +158,47 @@ async def test_threads_need_credentials(harness: Harness, fake_llm: FakeOpenAI) 
         assert (await response.json())["code"] == "unauthorized"
 
 
-async def test_a_broken_answer_closes_nothing(
+async def two_candidates(talk: Talk, say: str) -> None:
+    """The book asked; "hold on" answers nothing, so the book waits beside the next
+    message; then `say`, which the rules cannot place: the turn asks the analysis."""
+    await talk.exchange("hi", BOOK)
+    await talk.exchange("hold on", "Sure, take your time.")
+    await talk.exchange(say, "Wow, a late night!")
+
+
+async def test_the_turns_reading_of_a_say_decides_what_the_rules_cannot(
     harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis, ends: Ends
 ) -> None:
+    """Whether this answers the book, no rule can tell; the turn's analysis reads it as the
+    answer, so the question is not left open, and nothing more is asked for loose ends."""
     talk = await start(harness, fake_llm, analysis)
-    promise = "I will tell you later."
-    ends.open[promise] = ("assistant", "thread")
-    await talk.exchange("go on", promise)
-    analysis.queue(
-        Answer({"loose_ends": [{"by": "person", "ref": "P9", "text": "x"}]}), task="loose-ends"
-    )
-    await talk.exchange("and?")
-    assert [t["text"] for t in await threads(harness, talk.phone)] == [promise]
+    ends.answers["got to the last page at midnight"] = BOOK
+    await two_candidates(talk, "got to the last page at midnight")
+    await talk.exchange("ok thanks")
+    assert talk.note is None
+    assert [a.lines for a in analysis.asked] == [
+        [f"A1: {BOOK}", "A2: Sure, take your time.", "P1: got to the last page at midnight"]
+    ]
 
 
-async def test_loose_ends_are_off_the_replys_path(
+async def test_without_a_usable_reading_the_rules_reading_stands(
     harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
 ) -> None:
-    """A loose-ends analysis that never answers delays no reply: each is asked once its
-    reply has ended, and the next say is answered while it still hangs."""
-    await harness.start(llm_url=fake_llm.url, analysis_url=analysis.url, analysis_timeout=60.0)
-    analysis.queue(Stall(), Stall(), task="loose-ends")
-    fake_llm.queue(Reply("How was your weekend?"), Reply("Lovely."))
-    phone = await harness.phone()
-    first = await phone.say("hi")
-    await phone.expect("reply.end", lambda f: f["seq"] > first["seq"])
-    second = await phone.say("great, we went hiking")
-    end = await phone.expect("reply.end", lambda f: f["seq"] > second["seq"])
-    assert end["text"] == "Lovely." and "error" not in end
-    assert len(analysis.tasks("loose-ends")) >= 1  # asked, and still unanswered
+    talk = await start(harness, fake_llm, analysis)
+    analysis.queue(Answer({"answers": "A7"}), task="reply-matching")
+    await two_candidates(talk, "got to the last page at midnight")
+    await talk.exchange("haha, true")
+    assert talk.note == f'{LOOSE_ENDS}\n{LOOSE_ASSISTANT} "{BOOK}".'
+    failures = await counters(harness, "stillhere_analysis_failures")
+    assert failures == {'reason="bad_shape",task="reply-matching"': 1.0}
+
+
+def test_a_long_question_read_as_answered_is_closed_as_stored() -> None:
+    """A question is stored cut to its first characters, and read whole as the message the
+    says followed: a reading of either is compared as stored."""
+    question = "Did you finish that book? " + "It was a very long one, I remember. " * 8
+    a_lines = [question, "Wow."]
+    reading = loose_reading(in_order(a_lines, ["my car broke down this morning"]))
+    assert [r.ref for r in reading if not r.sure] == ["A1"]
+    assert settled(reading, a_lines, None)[0][:2] == ("A", 0)  # the rules: left open
+    assert settled(reading, a_lines, {excerpt(question, TEXT_CHARS)}) == []

@@ -10,6 +10,7 @@ from providers.rehearsal_analysis import (
     is_lull,
     language,
     loose_ends,
+    loose_reading,
     reply_matching,
 )
 
@@ -314,3 +315,19 @@ def test_the_says_answer_what_came_before_the_reply_not_the_reply() -> None:
 def test_a_lull_leaves_our_question_open() -> None:
     lines = ["A1: Did you finish that book?", "A2: You're welcome!", "P1: ok thanks"]
     assert [e["ref"] for e in loose_ends(lines)["loose_ends"]] == ["A1"]
+
+
+@pytest.mark.parametrize(
+    ("say", "left_open", "sure"),
+    [
+        ("yes, loved it", False, True),  # a yes to the one yes/no question
+        ("ok thanks", True, True),  # a lull answers nothing
+        ("my car broke down this morning", True, False),  # no rule can tell
+    ],
+)
+def test_the_rules_say_when_they_cannot_tell_whether_our_question_was_answered(
+    say: str, left_open: bool, sure: bool
+) -> None:
+    lines = ["A1: Did you finish that book?", f"P1: {say}", "A2: I see."]
+    (ours,) = [r for r in loose_reading(lines) if r.ref == "A1"]
+    assert (ours.kind, ours.open, ours.sure) == ("question", left_open, sure)
