@@ -13,7 +13,6 @@ import pytest
 from actors.trace import TRACED_TURNS
 from cli.main import main
 from tests.conftest import Harness
-from tests.fakes.analysis_server import AnalysisResponse, Answer, Asked, FakeAnalysis, neutral
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.test_admin import TOKEN, _get, _start
 from tests.test_memory_api import Api
@@ -79,33 +78,28 @@ async def test_only_the_last_20_turns_are_kept_and_they_go_with_the_conversation
     assert "--turns needs a PERSON" in capsys.readouterr().err
 
 
-def _boiler_left_open(request: Asked) -> AnalysisResponse:
-    """Loose ends: the person's line "the boiler quote" is a thread left open."""
-    if request.task != "loose-ends":
-        return neutral(request)
-    said = [line.partition(": ") for line in request.lines]
-    refs = [ref for ref, _, text in said if text == "the boiler quote"]
-    thread = {"by": "person", "text": "the boiler quote", "kind": "thread"}
-    return Answer({"loose_ends": [{**thread, "ref": ref} for ref in refs]})
-
-
 async def test_the_trace_shows_the_open_threads_handed_beside_the_context(
-    harness: Harness, db: asyncpg.Connection, capsys: pytest.CaptureFixture[str]
+    harness: Harness,
+    fake_llm: FakeOpenAI,
+    db: asyncpg.Connection,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    async with FakeAnalysis(default=_boiler_left_open) as analysis:
-        url = await _start(harness, analysis_url=analysis.url)
-        phone = await harness.phone()
-        person = harness.person(phone)
-        await phone.say("the boiler quote", "m0")
-        await phone.reply()
-        await harness.server.runtime.settle(5.0)  # the exchange's loose ends are noted
-        thread = await db.fetchval("SELECT id FROM loose_ends WHERE person = $1", person)
-        await phone.say("anything else?", "m1")
-        await phone.reply()
-        _, answer = await traced(harness, url, person)
+    """A promise to go on later that the reply does not take up is a thread (the rules note
+    it after the exchange); the next turn is handed it beside its context."""
+    url = await _start(harness, llm_url=fake_llm.url)
+    phone = await harness.phone()
+    person = harness.person(phone)
+    fake_llm.queue(Reply("Sure, no rush."), Reply("Nothing else for now."))
+    await phone.say("I'll tell you about the boiler quote later", "m0")
+    await phone.reply()
+    await harness.server.runtime.settle(5.0)  # the exchange's loose ends are noted
+    thread = await db.fetchval("SELECT id FROM loose_ends WHERE person = $1", person)
+    await phone.say("anything else?", "m1")
+    await phone.reply()
+    _, answer = await traced(harness, url, person)
     first, second = answer["turns"]
     assert not any("boiler" in note for note in first["notes"])
-    assert any('"the boiler quote"' in note for note in second["notes"])
+    assert any('the boiler quote later"' in note for note in second["notes"])
     assert (first["threads"], second["threads"]) == ([], [str(thread)])
     assert second["loose_ends"] == []
     options = ["--admin-url", url, "--admin-token", TOKEN]
