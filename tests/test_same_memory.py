@@ -5,7 +5,9 @@ the memory stored, and the memory says so. Real PostgreSQL, scripted cosines."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import asyncpg
 import orjson
@@ -421,3 +423,20 @@ async def test_the_persons_name_is_never_judged_the_same_as_another_fact(
     second = await keeper.remember(PERSON, vegetarian)
     await judge.drain()
     assert second.created and fake.tasks("same-memory") == []
+
+
+def test_the_instructions_teach_on_no_memory_of_the_evals() -> None:
+    """The examples are the judge's own: no memory in them is one the evals measure it on,
+    so the figures of `stillhere eval dedup` are not read off the instructions."""
+    said = {
+        text.strip()
+        for pair in re.findall(r"^M1: (.+?) / M2: (.+?) ->", INSTRUCTIONS, re.MULTILINE)
+        for text in pair
+    }
+    measured: set[str] = set()
+    for path in Path("tests/data").glob("dedup_pairs*.jsonl"):
+        for line in filter(str.strip, path.read_text(encoding="utf-8").splitlines()):
+            pair = orjson.loads(line)
+            measured |= {pair["existing"]["text"], pair["new"]["text"]}
+    assert len(said) >= 20 and len(measured) > 300
+    assert not said & measured
