@@ -434,7 +434,7 @@ def test_the_instructions_teach_on_no_memory_of_the_evals() -> None:
         for text in pair
     }
     measured: set[str] = set()
-    for path in Path("tests/data").glob("dedup_pairs*.jsonl"):
+    for path in (Path(__file__).parent / "data").glob("dedup_pairs*.jsonl"):
         for line in filter(str.strip, path.read_text(encoding="utf-8").splitlines()):
             pair = orjson.loads(line)
             measured |= {pair["existing"]["text"], pair["new"]["text"]}
