@@ -170,19 +170,26 @@ def _cut_replies(fleet: Fleet) -> dict[str, int]:
 
 
 async def back_since(fleet: Fleet, last_kill: float, timeout: float) -> int:
-    """Wait until every phone is up with its outbox empty and its says since the last kill
-    answered (a reply lost in a crash leaves its say unanswered for good: that is counted,
-    not waited for); how many were not."""
+    """Wait until every phone is up with its outbox empty and every say answered but those
+    acked before the last kill (a reply lost in a crash leaves its say unanswered for good:
+    that is counted, not waited for); how many were not.
+
+    A say is judged by its first ack, not by when it was made: one queued while its phone
+    was cut off and acked by the server that came back is answered by that server, however
+    long before the kill the phone wrote it."""
     ledger = fleet.ledger
+
+    def excused(id_: str) -> bool:
+        acked = ledger.ack_at.get(id_)
+        return acked is not None and acked < last_kill
 
     def back(run: Any) -> bool:
         phone = run.phone
-        waiting = [ledger.says[i] for i in ledger.pending[run.index]]
         return (
             phone is not None
             and phone.state is LinkState.UP
             and not phone.outbox
-            and all(say.at < last_kill for say in waiting)
+            and all(excused(i) for i in ledger.pending[run.index])
         )
 
     deadline = now() + timeout
