@@ -34,6 +34,18 @@ _CLITIC = re.compile(
 _PART = re.compile(r"(?<=[.!?;])\s+|,\s+(?=(?:and|also|plus|et|aussi|au fait)\b)", re.IGNORECASE)
 _LAUGH = re.compile(r"(?:ha|ah|he|hi){2,}h?")
 _EVALUATIVE = frozenset(stem(w) for w in lexicon.EVALUATIVE)
+# The words of a bare yes or no, however padded: "oui parfait", "yes please", "c'est fait".
+_BARE = _EVALUATIVE | frozenset(
+    stem(w)
+    for phrase in (
+        *lexicon.YES_NO_PHRASES,
+        *lexicon.DONT_KNOW,
+        *lexicon.LULLS,
+        *lexicon.FILLERS,
+        *((w,) for w in lexicon.YES_NO | lexicon.LEADING),
+    )
+    for w in phrase
+)
 _STOP = {"en": lexicon.EN_STOP, "fr": lexicon.EN_STOP | lexicon.FR_STOP}
 _HOLDS = lexicon.HOLDING | lexicon.FILLERS
 # Claims at most this far apart are a tie: the reading is unclear.
@@ -319,8 +331,8 @@ def _match(say: _Message, assistant: list[_Message]) -> tuple[dict[str, Any], bo
         return entry, say.is_lull
     tied = [assistant[i] for claim, _, i in claims if best - claim <= _TIE]
     entry["answers"] = assistant[index].ref  # the latest of the tied: the likeliest
-    if len(tied) > 1 and all(a.asks_yes_no for a in tied) and not say.evaluates:
-        # A bare yes or no; one that says how it was ("yes, loved it") is for a model.
+    if len(tied) > 1 and all(a.asks_yes_no for a in tied) and say.content_words <= _BARE:
+        # A bare yes or no; one that says more ("yes, loved it, the cast...") is for a model.
         entry["unclear"] = sorted((a.ref for a in tied), key=_number)
         return entry, True
     others = sum(a.is_question for a in assistant if a is not assistant[index])

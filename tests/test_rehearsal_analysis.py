@@ -171,9 +171,11 @@ def test_french_words_meet_past_elisions_and_hyphenated_pronouns() -> None:
 
 
 def test_french_function_words_are_no_shared_meaning() -> None:
-    # "dans" is in the say and the first question alone: still a tie, so unclear.
+    # "dans" is in the say and the first question alone: still a tie, the latest the
+    # likelier; the say tells more than a yes, so the rules leave it to a model.
     lines = ["A1: Tu as rangé les courses dans le frigo ?", "A2: Tu as appelé ta mère ?"]
-    assert answered([*lines, "P1: oui, elle était dans le jardin"])["unclear"] == ["A1", "A2"]
+    said, sure = sure_reply_matching([*lines, "P1: oui, elle était dans le jardin"])
+    assert said["answers"] == [{"message": "P1", "answers": "A2"}] and sure == [False]
 
 
 # -- lulls -------------------------------------------------------------------------------
@@ -443,3 +445,10 @@ def test_our_question_asked_again_by_the_reply_is_its_own() -> None:
         "A2: Reminder set. By the way, what time is your flight?",
     ]
     assert _open(lines) == []
+
+
+@pytest.mark.parametrize("say", ["oui parfait", "ouais super", "yeah all good", "yes please"])
+def test_a_yes_padded_with_fillers_is_still_bare(say: str) -> None:
+    lines = ["A1: Tu as pensé au pain ?", "A2: Tu as rappelé le garage ?", f"P1: {say}"]
+    result, sure = sure_reply_matching(lines)
+    assert result["answers"][0]["unclear"] == ["A1", "A2"] and sure == [True]
