@@ -4,9 +4,11 @@ Without an analysis model (no --analysis-url, no --llm-url) the server still mat
 say to what it answers, by rules a person can predict, in English and in French (the words
 they read by are in providers/rehearsal_lexicon.py): a say answers the assistant question
 it shares words with, or whose kind of answer it is (yes/no against open questions, "it was
-great" against "how was ..."); two yes/no questions with the same claim are unclear; a few
-phrasings wind a topic down. It answers in the contract's shapes (providers/analysis.py), so
-the turn cannot tell it from a model, and a first run shows the seed's stories.
+great" against "how was ...", "eight next month" against "how old ..."); two yes/no
+questions with the same claim on a bare yes are unclear; a few phrasings wind a topic down.
+It reads what an exchange leaves open the same way, a say by its parts (`loose_reading`).
+It answers in the contract's shapes (providers/analysis.py), so the turn cannot tell it
+from a model, and a first run shows the seed's stories.
 """
 
 from __future__ import annotations
