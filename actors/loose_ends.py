@@ -174,12 +174,9 @@ async def listed_ends(
 ) -> list[tuple[str, int, Noted]]:
     """What is left unaddressed in an exchange on its own (`stillhere eval loose-ends`): the
     rules' reading, and where they are unsure whether a say answers one of our questions,
-    the analysis asked about each say as a turn asks it (`reply-matching`, the candidates
-    the lines before the reply)."""
+    the turn's reading of the says as a turn comes to it (`_answered`)."""
     reading = loose_reading(in_order(a_lines, p_lines))
-    unsure = any(r.by == "assistant" and not r.sure for r in reading)
-    answered = await _answered(rt, a_lines[:-1], p_lines) if unsure else None
-    return settled(reading, a_lines, answered)
+    return settled(reading, a_lines, await _answered(rt, a_lines[:-1], p_lines))
 
 
 def settled(
@@ -201,22 +198,21 @@ def settled(
 
 
 async def _answered(rt: Asking, before: list[str], says: list[str]) -> set[str] | None:
-    """The texts of the lines before the reply that the analysis matches a say to, one say
-    at a time (those that answer nothing, "ok thanks" or "hold on", are not asked); None
-    when no call gave a usable answer."""
-    answered: set[str] = set()
-    read = False
-    for say in says:
-        if is_lull(say) or is_holding(say):
-            continue
-        one = await replies.ask_one(rt, before, say)
-        if one is None:
-            continue
-        read = True
-        to = one[0][0][0] if 0 in one[0] else None
-        if to is not None:
-            answered.add(excerpt(before[to], TEXT_CHARS))
-    return answered if read else None
+    """The texts of the lines before the reply that a turn would read the says as answering
+    (`turn_answered`), the candidates those lines: None where it would ask the model
+    nothing (no candidate, one just before, says that answer nothing, the rules sure of
+    every say) or get no usable answer."""
+    says = [say for say in says if not is_holding(say)]
+    if not before or not says or (len(before) == 1 and not replies.asks_back(before[0], says)):
+        return None
+    read = await replies.read_says(rt, before, says)
+    if not read.asked or read.failed:
+        return None
+    return {
+        excerpt(before[to], TEXT_CHARS)
+        for to, unclear in read.entries.values()
+        if to is not None and len(unclear) < 2
+    }
 
 
 def turn_answered(req: TurnRequest, matching: Matching) -> set[str] | None:

@@ -158,18 +158,34 @@ async def _match(rt: Matcher, req: TurnRequest) -> Matching:
     if len(found) == 1 and req.history[-1] is found[0] and not _unsure(found[0], req):
         just = _answering(found[0], found[0].reply_id, ())
         return Matching("just_before", _each(req, says, found, just))
-    texts = [t.text for t in found]
-    rules, sure = sure_reply_matching(numbered(texts, [t.text for t in says], LINE_CHARS))
-    read = _read(rules, len(found), len(says)) or {}
-    unsure = [says[i] if not known else None for i, known in enumerate(sure)]
+    read = await read_says(rt, [t.text for t in found], [t.text for t in says])
+    how = "asked" if read.asked else "rules"
+    return _matching(req, says, found, read.entries, how, read.failed, read.lull)
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Each say's reading (`_Entry`, by the say's index), and how it was come to."""
+
+    entries: dict[int, _Entry]
+    asked: bool  # the model was asked of a say the rules were unsure of
+    failed: bool  # and some call gave no usable answer (that say keeps the rules' reading)
+    lull: bool
+
+
+async def read_says(rt: Asking, texts: list[str], says: list[str]) -> Read:
+    """What each of `says` answers among the candidates `texts` (oldest first): the rules'
+    reading, and the model's of each say they are unsure of."""
+    rules, sure = sure_reply_matching(numbered(texts, says, LINE_CHARS))
+    read = _read(rules, len(texts), len(says)) or {}
+    unsure = [None if known else say for say, known in zip(says, sure, strict=True)]
     asked, failed, lull = await _ask(rt, texts, unsure)
-    read |= asked
-    how = "rules" if all(t is None for t in unsure) else "asked"
-    return _matching(req, says, found, read, how, failed, lull or bool(rules.get("lull")))
+    asking = any(say is not None for say in unsure)
+    return Read(read | asked, asking, failed, lull or bool(rules.get("lull")))
 
 
 async def _ask(
-    rt: Matcher, texts: list[str], unsure: list[Turn | None]
+    rt: Asking, texts: list[str], unsure: list[str | None]
 ) -> tuple[dict[int, _Entry], bool, bool]:
     """The model's reading of each say the rules are unsure of (None: sure), one say at a
     time, the smallest question a small model answers well; whether a call gave nothing
@@ -179,7 +195,7 @@ async def _ask(
     for i, say in enumerate(unsure):
         if say is None:
             continue
-        one = await ask_one(rt, texts, say.text)
+        one = await ask_one(rt, texts, say)
         if one is None:
             failed = True
             continue
@@ -243,8 +259,12 @@ def _holding(
 def _unsure(before: Turn, req: TurnRequest) -> bool:
     """Whether the says may not answer the one message just before them: they were sent
     while it was still being written, or it asked a question and they ask one back."""
-    asked_back = "?" in before.text and any("?" in t.text for t in req.new)
-    return req.during_reply or asked_back
+    return req.during_reply or asks_back(before.text, [t.text for t in req.new])
+
+
+def asks_back(before: str, says: Sequence[str]) -> bool:
+    """Whether `before` asked a question and the says ask one back."""
+    return "?" in before and any("?" in say for say in says)
 
 
 # -- the answer ----------------------------------------------------------------------------

@@ -4,9 +4,11 @@ Without an analysis model (no --analysis-url, no --llm-url) the server still mat
 say to what it answers, by rules a person can predict, in English and in French (the words
 they read by are in providers/rehearsal_lexicon.py): a say answers the assistant question
 it shares words with, or whose kind of answer it is (yes/no against open questions, "it was
-great" against "how was ..."); two yes/no questions with the same claim are unclear; a few
-phrasings wind a topic down. It answers in the contract's shapes (providers/analysis.py), so
-the turn cannot tell it from a model, and a first run shows the seed's stories.
+great" against "how was ...", "eight next month" against "how old ..."); two yes/no
+questions with the same claim on a bare yes are unclear; a few phrasings wind a topic down.
+It reads what an exchange leaves open the same way, a say by its parts (`loose_reading`).
+It answers in the contract's shapes (providers/analysis.py), so the turn cannot tell it
+from a model, and a first run shows the seed's stories.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from itertools import takewhile
 from typing import Any
 
 from providers import rehearsal_lexicon as lexicon
@@ -28,8 +31,23 @@ _ELISION = re.compile(r"^(?:l|d|j|c|s|n|m|t|qu|jusqu|lorsqu|puisqu)'(?=[^\W\d_])
 _CLITIC = re.compile(
     r"-(?:t-)?(?:moi|toi|le|la|les|lui|leur|nous|vous|y|en|tu|il|elle|on|ils|elles)$"
 )
+# Where a say splits into parts that each do something: after a sentence, or before a clause
+# that adds to it ("add milk, and when's Sam's birthday?", "ajoute du lait, et envoie...").
+_PART = re.compile(r"(?<=[.!?;])\s+|,\s+(?=(?:and|also|plus|et|aussi|au fait)\b)", re.IGNORECASE)
 _LAUGH = re.compile(r"(?:ha|ah|he|hi){2,}h?")
 _EVALUATIVE = frozenset(stem(w) for w in lexicon.EVALUATIVE)
+# The words of a bare yes or no, however padded: "oui parfait", "yes please", "c'est fait".
+_BARE = _EVALUATIVE | frozenset(
+    stem(w)
+    for phrase in (
+        *lexicon.YES_NO_PHRASES,
+        *lexicon.DONT_KNOW,
+        *lexicon.LULLS,
+        *lexicon.FILLERS,
+        *((w,) for w in lexicon.YES_NO | lexicon.LEADING),
+    )
+    for w in phrase
+)
 _STOP = {"en": lexicon.EN_STOP, "fr": lexicon.EN_STOP | lexicon.FR_STOP}
 _HOLDS = lexicon.HOLDING | lexicon.FILLERS
 # Claims at most this far apart are a tie: the reading is unclear.
@@ -103,6 +121,55 @@ class _Message:
         return bool(first) and first[0] in lexicon.EN_ASKS_YES_NO
 
     @cached_property
+    def parts(self) -> tuple[_Message, ...]:
+        """Its sentences, and the clauses that add to them, each read on its own."""
+        return tuple(_Message(self.ref, part, self.lang) for part in _parts(self.text))
+
+    @cached_property
+    def answering(self) -> _Message:
+        """What of it may answer a question: all of it, but for a say that asks something
+        after first answering ("not yet. can you find me a plumber?"), what comes first."""
+        lead = list(takewhile(lambda part: not part.is_question, self.parts))
+        if not lead or len(lead) == len(self.parts):
+            return self
+        return _Message(self.ref, " ".join(part.text for part in lead), self.lang)
+
+    @cached_property
+    def answers_any(self) -> bool:
+        """Whether it answers by not knowing ("no idea", "aucune idée"): any question."""
+        return _opens_with(self.words, lexicon.DONT_KNOW)
+
+    @cached_property
+    def requests(self) -> bool:
+        """Whether it asks the assistant to do something ("and text Leo", "rappelle-moi")."""
+        first = next((w for w in self.words if w not in lexicon.LEADING), "")
+        return _bare(first) in lexicon.REQUESTS
+
+    @cached_property
+    def adds(self) -> bool:
+        """Whether it adds a point of its own ("oh and ...", "au fait, ...")."""
+        return _opens_with(self.words, lexicon.ADDING)
+
+    @cached_property
+    def asks_either(self) -> bool:
+        """Whether it takes a yes or a no as well as any answer ("Anything else?")."""
+        first = self.words[:1]
+        return self.is_question and bool(first) and first[0] in lexicon.EN_ASKS_EITHER
+
+    @cached_property
+    def asks_amount(self) -> bool:
+        """Whether it asks for a number, a time or a date ("how old", "quelle heure")."""
+        said = self.words
+        return self.is_question and any(
+            said[i : i + len(p)] == p for p in lexicon.ASKS_AMOUNT for i in range(len(said))
+        )
+
+    @cached_property
+    def gives_amount(self) -> bool:
+        """Whether it gives one: a digit, or a number word ("eight", "huit ans")."""
+        return bool(re.search(r"\d", self.text)) or not lexicon.NUMBERS.isdisjoint(self.words)
+
+    @cached_property
     def asks_how(self) -> bool:
         return bool(re.search(r"\bhow\s+(?:was|were|is|are|did)\b|\bcomment\b", self.text, re.I))
 
@@ -119,6 +186,11 @@ class _Message:
         said = self.words
         describes = _opens_with(said, lexicon.DESCRIBING)
         return describes or not _EVALUATIVE.isdisjoint(stem(w) for w in said)
+
+
+@lru_cache(maxsize=_READINGS)
+def _parts(text: str) -> tuple[str, ...]:
+    return tuple(part for part in (p.strip() for p in _PART.split(text)) if part)
 
 
 @lru_cache(maxsize=_READINGS)
@@ -215,14 +287,23 @@ def _spans(said: tuple[str, ...], phrases: frozenset[tuple[str, ...]]) -> bool:
 def _claim(say: _Message, asked: _Message, latest: bool) -> tuple[float, bool]:
     """How strongly `say` looks like an answer to `asked`, and whether that rests on
     evidence (shared words, the kind of answer a yes/no or a "how was" question takes)
-    rather than on an open question's taking any answer."""
+    rather than on an open question's taking any answer. A say that answers, then asks
+    ("yes, when is it?", "not yet. can you...?"), is weighed by its answer."""
+    say = say.answering
     shared = len(say.content_words & asked.content_words)
-    if not asked.is_question or say.is_question:
-        return float(shared), shared > 0  # a question in return answers none by its kind
+    in_return = (say.is_question or say.requests) and not (say.answers_yes_no or say.answers_any)
+    if not asked.is_question or in_return:
+        # A question in return, or a request, answers none by its kind.
+        return float(shared), shared > 0
     kind, evidence = 0.0, shared > 0
-    if say.answers_yes_no:
-        kind = 1.0 if asked.asks_yes_no else 0.0
-        evidence = evidence or asked.asks_yes_no
+    if say.answers_any:
+        kind = 1.0 if latest else 0.5  # "no idea": an answer, to whichever was asked
+    elif say.answers_yes_no:
+        takes = asked.asks_yes_no or asked.asks_either
+        kind = 1.0 if takes else 0.0
+        evidence = evidence or takes
+    elif asked.asks_amount and say.gives_amount:
+        kind, evidence = 1.5, True  # "eight next month" to "how old ...": the answer it takes
     elif asked.asks_how and say.evaluates:
         kind, evidence = 1.5, True  # "it was great" to "how was ...": more than any open answer
     elif not asked.asks_yes_no:
@@ -252,7 +333,8 @@ def _match(say: _Message, assistant: list[_Message]) -> tuple[dict[str, Any], bo
         return entry, say.is_lull
     tied = [assistant[i] for claim, _, i in claims if best - claim <= _TIE]
     entry["answers"] = assistant[index].ref  # the latest of the tied: the likeliest
-    if len(tied) > 1 and all(a.asks_yes_no for a in tied):
+    if len(tied) > 1 and all(a.asks_yes_no for a in tied) and say.content_words <= _BARE:
+        # A bare yes or no; one that says more ("yes, loved it, the cast...") is for a model.
         entry["unclear"] = sorted((a.ref for a in tied), key=_number)
         return entry, True
     others = sum(a.is_question for a in assistant if a is not assistant[index])
@@ -289,13 +371,24 @@ def sure_reply_matching(lines: Sequence[str]) -> tuple[dict[str, Any], list[bool
     return {"answers": answers, "open": open_, "lull": lull}, [sure for _, sure in read]
 
 
-_PROMISE = re.compile(
-    r"\b(?:i(?:'|\u2019)ll|i will|let me)\s+(?:tell you|look into|get back to you|finish)"
-    r"|\b(?:more on that|tell you the rest|tell you)\s+later\b|\bto be continued\b"
-    # French: "je te raconterai", "je t'en dirai plus", "je reviens vers toi", "à suivre".
-    r"|\bje\s+(?:te|vous|t['\u2019]en|vous\s+en)\s+(?:l[ea]\s+)?(?:raconterai|dirai|reparlerai)"
+# Promises to come back once something is found out: "I'll look into it and get back to
+# you", "I'll let you know", "je reviens vers toi", "je te redis", "je te tiens au courant".
+_DEFERRING = (
+    r"\b(?:let you know|keep you posted|get back to you)\b"
+    r"|\b(?:i(?:'|\u2019)ll|i will|let me)\s+look into"
+    r"|\bje\s+(?:te|vous)\s+(?:redis|redirai|tiens\s+au\s+courant)"
     r"|\bje\s+(?:reviens|reviendrai)\s+vers\s+(?:toi|vous)"
-    r"|\b(?:la suite|je te raconte|je te dis)\s+plus\s+tard\b|\bà\s+suivre\b",
+)
+_DEFERS = re.compile(_DEFERRING, re.IGNORECASE)
+# Those, and promises to tell or finish something later: "I'll tell you later", "to be
+# continued", "je te raconterai", "je t'en dirai plus", "je te raconte ce soir", "à suivre".
+_PROMISE = re.compile(
+    _DEFERRING + r"|\b(?:i(?:'|\u2019)ll|i will|let me)\s+(?:tell you|fill you in|finish)"
+    r"|\b(?:more on that|tell you the rest|tell you|fill you in)\s+(?:later|tonight|tomorrow)\b"
+    r"|\bto be continued\b"
+    r"|\bje\s+(?:te|vous|t['\u2019]en|vous\s+en)\s+(?:l[ea]\s+)?(?:raconterai|dirai|reparlerai)"
+    r"|\b(?:la suite|je te raconte|je te dis|je t['\u2019]explique)\s+(?:plus\s+tard|ce\s+soir"
+    r"|demain)\b|\bà\s+suivre\b",
     re.IGNORECASE,
 )
 
@@ -323,11 +416,13 @@ def loose_ends(lines: Sequence[str]) -> dict[str, Any]:
 
 def loose_reading(lines: Sequence[str]) -> list[LooseRead]:
     """Each line that may be left open, read by the rules: our questions before the reply
-    (the last A line: its own are too soon) that no say answers; their questions the reply
-    shares no word with; promises to go on later (threads) that the reply does not take up.
-    The says came before the reply, so they are matched to the lines before it only; a
-    lull ("ok thanks") answers no question. They are unsure of one of our questions only
-    when they are unsure of a say's match (`sure_reply_matching`)."""
+    (the last A line: its own are too soon, and so is one it asks again) that no say
+    answers; what the reply does not
+    deal with of the says (`_skipped`); promises to go on later (threads) that no later
+    line of the same side takes up. The says came before the reply, so they are matched
+    to the lines before it only; a lull ("ok thanks") answers no question. They are unsure
+    of one of our questions only when they are unsure of a say's match
+    (`sure_reply_matching`)."""
     assistant, person = _parse(lines)
     reply = assistant[-1] if assistant else None
     lulls = {m.ref for m in person if m.is_lull}
@@ -338,20 +433,55 @@ def loose_reading(lines: Sequence[str]) -> list[LooseRead]:
     found = [
         LooseRead("assistant", a.ref, a.text, "question", a.ref in waiting, all(sure))
         for a in assistant[:-1]
-        if a.is_question and not promises(a.text)
+        if a.is_question and not promises(a.text) and not (reply and _asks_again(reply, a))
     ]
     if reply is not None:
+        asked = {a.ref for a in assistant if a.is_question}
+        answers = {a["message"] for a in matched["answers"] if a["answers"] in asked}
+        found += _skipped(person, reply, answers)
+    for by, side in (("assistant", assistant), ("person", person)):
         found += [
-            LooseRead("person", p.ref, p.text, "question", True, True)
-            for p in person
-            if p.is_question and not promises(p.text) and not p.content_words & reply.content_words
+            LooseRead(by, m.ref, m.text, "thread", True, True)
+            for i, m in enumerate(side)
+            if promises(m.text) and not _taken_up(m, side[i + 1 :])
         ]
-    found += [
-        LooseRead("assistant" if m.ref[0] == "A" else "person", m.ref, m.text, "thread", True, True)
-        for m in [*assistant, *person]
-        if promises(m.text) and not (reply is not None and _taken_up(m, reply))
-    ]
     return found
+
+
+def _asks_again(reply: _Message, question: _Message) -> bool:
+    """Whether the reply asks of what `question` asked: that is its own question now."""
+    return any(p.is_question and p.content_words & question.content_words for p in reply.parts)
+
+
+def _skipped(person: list[_Message], reply: _Message, answers: set[str]) -> list[LooseRead]:
+    """The says with a part the reply does not deal with: a question or a request it shares
+    no word with, unless that is all the says said (a reply that says more than "right" is
+    to it) or the reply puts
+    it off until it finds out (its thread carries it: "I'll get back to you"); a point
+    added ("oh and ...") that it shares no word with while it speaks of the rest, in a say
+    that answers none of our questions (`answers`: "oh and yes, I booked it" answers)."""
+    parts = [
+        (say, part)
+        for say in person
+        if not promises(say.text) and not say.is_lull
+        for part in say.parts
+        if not is_holding(part.text)
+    ]
+    heard = [part.content_words & reply.content_words for _, part in parts]
+    skipped: dict[str, LooseRead] = {}
+    for (say, part), shared in zip(parts, heard, strict=True):
+        if shared:
+            continue
+        if part.is_question or part.requests:
+            if (len(parts) == 1 and not reply.is_lull) or _DEFERS.search(reply.text):
+                continue
+            kind = "question"
+        elif part.adds and any(heard) and say.ref not in answers:
+            kind = "point"
+        else:
+            continue
+        skipped.setdefault(say.ref, LooseRead("person", say.ref, say.text, kind, True, True))
+    return list(skipped.values())
 
 
 @lru_cache(maxsize=_READINGS)
@@ -361,9 +491,11 @@ def promises(text: str) -> bool:
     return _PROMISE.search(text) is not None
 
 
-def _taken_up(thread: _Message, reply: _Message) -> bool:
-    """A thread is taken up by a later reply that speaks of it."""
-    return thread is not reply and bool(thread.content_words & reply.content_words)
+def _taken_up(thread: _Message, later: list[_Message]) -> bool:
+    """A thread is taken up by a later line of the side that left it which speaks of it:
+    ours by a reply, theirs by a say (the reply right after a promise of theirs cannot
+    tell what they have not told yet)."""
+    return any(thread.content_words & line.content_words for line in later)
 
 
 class RehearsalAnalysis:

@@ -19,6 +19,8 @@ def words(text: str) -> frozenset[str]:
 EN_ASKS_YES_NO = words(
     "did do does are is was were will would can could have has had should shall may"
 )
+# One opening with these ("Anything else?") takes a yes or a no, or the thing itself.
+EN_ASKS_EITHER = words("anything any anyone anybody something someone")
 # French asks yes/no by intonation ("Tu viens ?"), by "est-ce que" or by inversion
 # ("Viens-tu ?"), so a French question is read as yes/no unless an interrogative makes it
 # open. These are interrogative wherever they stand in a question ("Tu pars combien de
@@ -47,7 +49,7 @@ YES_NO = words(
     "yes yeah yep yup no nope nah sure definitely absolutely "
     "oui ouais ouaip ouep si non nan carrément absolument évidemment exactement "
     "effectivement certainement sûrement volontiers jamais presque peut-être probablement "
-    "grave"
+    "grave done"
 )
 YES_NO_PHRASES = (
     ("bien", "sûr"),
@@ -62,14 +64,90 @@ YES_NO_PHRASES = (
     ("pas", "forcément"),
     ("pas", "toujours"),
     ("pas", "question"),
+    ("not", "yet"),
+    ("not", "really"),
+    ("not", "at", "all"),
+    ("not", "sure"),
+    ("of", "course"),
+    ("kind", "of"),
+    ("sort", "of"),
+    ("i", "did"),
+    ("i", "have"),
+    ("just", "did"),
+    ("already", "did"),
+    ("c'est", "fait"),
+    ("déjà", "fait"),
 )
+# A say opening with these answers any question, by not knowing the answer.
+DONT_KNOW = (
+    ("no", "idea"),
+    ("dunno",),
+    ("i", "don't", "know"),
+    ("i", "dont", "know"),
+    ("aucune", "idée"),
+    ("je", "sais", "pas"),
+    ("je", "ne", "sais", "pas"),
+    ("sais", "pas"),
+    ("chais", "pas"),
+)
+# A part of a say opening with one of these verbs (past LEADING words) asks the assistant
+# to do something, as a question does ("remind me to...", "and text Leo...",
+# "rappelle-moi...", "envoie un message à Léo"): the reply is to deal with it.
+REQUESTS = words(
+    "remind add set call text send tell find book play show put write note check look get "
+    "make order cancel wake turn message email schedule save give read "
+    "rappelle ajoute mets appelle envoie dis trouve réserve regarde cherche fais écris "
+    "joue programme commande annule réveille préviens raconte donne montre enregistre garde "
+    "vérifie lis"
+)
+# A part of a say opening with these adds a point of its own ("oh and my car broke down",
+# "au fait, ma sœur a accouché"): one the reply may skip while it answers the rest.
+ADDING = (
+    ("also",),
+    ("oh", "and"),
+    ("oh", "also"),
+    ("and", "also"),
+    ("by", "the", "way"),
+    ("btw",),
+    ("plus",),
+    ("au", "fait"),
+    ("ah", "et"),
+    ("oh", "et"),
+    ("et", "aussi"),
+    ("aussi",),
+    ("sinon",),
+)
+# Words that may open a part of a say before what it does: "and can you...", "et envoie...".
+LEADING = words("and oh so please also et ah puis alors stp aussi")
 # What an answer to "how was ...?" / "comment ...?" says.
 EVALUATIVE = words(
     "great good fine nice lovely amazing awesome wonderful fun bad awful terrible rough "
-    "okay ok meh boring "
-    "super bien mieux mal génial genial top nul nulle sympa cool excellent parfait "
+    "okay ok meh boring brilliant fantastic superb delicious beautiful disappointing "
+    "super bien mieux mal génial genial géniaux géniale top nul nulle sympa cool excellent parfait "
     "incroyable horrible affreux moyen bof chouette formidable magnifique merveilleux "
     "agréable tranquille calme reposant fatigant épuisant dur difficile compliqué"
+)
+# A question with one of these asks for a number, a time or a date ("how old", "quelle
+# heure", "combien")...
+ASKS_AMOUNT = (
+    ("how", "old"),
+    ("how", "many"),
+    ("how", "much"),
+    ("how", "long"),
+    ("how", "far"),
+    ("what", "time"),
+    ("when",),
+    ("combien",),
+    ("quel", "âge"),
+    ("quelle", "heure"),
+    ("quand",),
+)
+# ... and a say with a digit or one of these gives one ("eight next month", "huit ans").
+NUMBERS = words(
+    "two three four five six seven eight nine ten eleven twelve fifteen twenty thirty forty "
+    "fifty hundred half dozen noon midnight tomorrow tonight "
+    "deux trois quatre cinq six sept huit neuf dix onze douze quinze vingt trente quarante "
+    "cinquante cent demi demie douzaine midi minuit demain"
 )
 # A say opening with these describes what a "how was ...?" asked about ("c'était délicieux").
 DESCRIBING = (("it", "was"), ("it's",), ("it", "is"), ("c'était",), ("c'est",), ("ça", "a", "été"))
@@ -91,6 +169,13 @@ LULLS = frozenset(
         "ok",
         "okay",
         "fair enough",
+        "right",
+        "alright",
+        "all right",
+        "i see",
+        "got it",
+        "je vois",
+        "ah bon",
         "merci",
         "merci beaucoup",
         "merci bien",

@@ -42,19 +42,40 @@ async def test_the_shipped_exchanges_with_the_rules(tmp_path: Path, cases: Path)
     assert sum(f["cases"] for f in report["languages"].values()) == report["cases"]
 
 
-async def test_a_model_reads_the_says_the_rules_are_unsure_of(tmp_path: Path) -> None:
-    """Asked only where the rules are unsure whether a say answers our question, one say at
-    a time by `reply-matching`; read right, it mends what the rules got wrong there."""
+async def test_a_model_reading_as_the_labels_do_never_costs_a_right_note(tmp_path: Path) -> None:
+    """Asked only where a turn would ask, one say at a time by `reply-matching`."""
     rules = await evaluate("--cases", str(CASES), "--json", str(tmp_path / "rules.json"))
     async with FakeAnalysis(default=labelled) as fake:
         out = str(tmp_path / "model.json")
         report = await evaluate("--cases", str(CASES), "--analysis-url", fake.url, "--json", out)
     wrong = report["noted"] - report["right"]
-    assert report["right"] >= rules["right"] and wrong < rules["noted"] - rules["right"]
-    assert {a.task for a in fake.asked} == {"reply-matching"}
+    assert report["right"] >= rules["right"] and wrong <= rules["noted"] - rules["right"]
+    assert {a.task for a in fake.asked} == {"reply-matching"} and fake.asked
     assert all(sum(line.startswith("P") for line in a.lines) == 1 for a in fake.asked)
     assert all(a.body["response_format"]["type"] == "json_schema" for a in fake.asked)
     assert report["analysis_failures"] == {}
+
+
+ASKED_BACK = "can you believe they played for three hours?"
+UNSURE = [
+    # A question back to our question: the rules cannot tell, a turn asks the model.
+    {"assistant": ["How was the concert?", "Three hours, what a show!"], "says": [ASKED_BACK]},
+    # One message just before, no question back: a turn asks nothing, the rules' reading
+    # stands (they read the bank question as left open).
+    {"assistant": ["Did you call the bank?", "Okay."], "says": ["tomorrow morning maybe"]},
+]
+
+
+async def test_the_model_is_asked_what_a_turn_asks_and_mends_it(tmp_path: Path) -> None:
+    cases = tmp_path / "cases.jsonl"
+    cases.write_bytes(b"\n".join(orjson.dumps({**row, "open": []}) for row in UNSURE))
+    rules = await evaluate("--cases", str(cases), "--json", str(tmp_path / "rules.json"))
+    async with FakeAnalysis(default=lambda _: Answer({"answers": "A1"})) as fake:
+        out = str(tmp_path / "model.json")
+        report = await evaluate("--cases", str(cases), "--analysis-url", fake.url, "--json", out)
+    assert [m["noted"] for m in rules["misses"]] == [["A1"], ["A1"]]
+    assert report["misses"] == [{"case": f"{cases}:2", "noted": ["A1"], "open": []}]
+    assert [a.lines for a in fake.asked] == [["A1: How was the concert?", f"P1: {ASKED_BACK}"]]
 
 
 async def test_answers_out_of_shape_leave_the_rules_reading(tmp_path: Path) -> None:

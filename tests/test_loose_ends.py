@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from actors.loose_ends import TEXT_CHARS, in_order, settled
-from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS
+from providers.notes import LOOSE_ASSISTANT, LOOSE_ENDS, LOOSE_PERSON, LOOSE_THREADS
 from providers.rehearsal_analysis import loose_reading
 from storage.records import excerpt
 from tests.conftest import Harness, Phone
@@ -149,6 +149,33 @@ async def test_open_threads_are_listed_until_taken_up(
 
     await talk.exchange("so how did it end?", "The lighthouse keeper came home at last.")
     assert await threads(harness, talk.phone) == []
+
+
+async def test_their_promise_is_a_thread_until_they_tell_it(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
+) -> None:
+    """The reply right after their promise cannot take it up, though it speaks of it."""
+    talk = await start(harness, fake_llm, analysis)
+    promise = "long story about the airport, I'll tell you tonight"
+    await talk.exchange(promise, "The airport? I can't wait!")
+    listed = await threads(harness, talk.phone)
+    assert [(t["by"], t["kind"], t["text"]) for t in listed] == [("person", "thread", promise)]
+    await talk.exchange("so, at the airport they lost my bag", "Oh no, your bag!")
+    assert await threads(harness, talk.phone) == []
+
+
+async def test_a_point_passed_over_comes_back_a_question_put_off_does_not(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
+) -> None:
+    """A point they add that the reply passes over is theirs to hear about; a question the
+    reply puts off ("I'll get back to you") is its thread, not a point of theirs too."""
+    talk = await start(harness, fake_llm, analysis)
+    later = "I'll look into it and get back to you."
+    await talk.exchange("is the pool open on bank holidays?", later)
+    said = "the meeting went well. oh and my car broke down"
+    await talk.exchange(said, "Glad the meeting went well!")
+    await talk.exchange("ok thanks")
+    assert talk.note == f'{LOOSE_ENDS}\n{LOOSE_PERSON} "{said}".\n{LOOSE_THREADS} "{later}".'
 
 
 async def test_threads_need_credentials(harness: Harness, fake_llm: FakeOpenAI) -> None:

@@ -12,6 +12,7 @@ from providers.rehearsal_analysis import (
     loose_ends,
     loose_reading,
     reply_matching,
+    sure_reply_matching,
 )
 
 WEEKEND = "A1: How was your weekend?"
@@ -170,9 +171,11 @@ def test_french_words_meet_past_elisions_and_hyphenated_pronouns() -> None:
 
 
 def test_french_function_words_are_no_shared_meaning() -> None:
-    # "dans" is in the say and the first question alone: still a tie, so unclear.
+    # "dans" is in the say and the first question alone: still a tie, the latest the
+    # likelier; the say tells more than a yes, so the rules leave it to a model.
     lines = ["A1: Tu as rangé les courses dans le frigo ?", "A2: Tu as appelé ta mère ?"]
-    assert answered([*lines, "P1: oui, elle était dans le jardin"])["unclear"] == ["A1", "A2"]
+    said, sure = sure_reply_matching([*lines, "P1: oui, elle était dans le jardin"])
+    assert said["answers"] == [{"message": "P1", "answers": "A2"}] and sure == [False]
 
 
 # -- lulls -------------------------------------------------------------------------------
@@ -331,3 +334,121 @@ def test_the_rules_say_when_they_cannot_tell_whether_our_question_was_answered(
     lines = ["A1: Did you finish that book?", f"P1: {say}", "A2: I see."]
     (ours,) = [r for r in loose_reading(lines) if r.ref == "A1"]
     assert (ours.kind, ours.open, ours.sure) == ("question", left_open, sure)
+
+
+@pytest.mark.parametrize(
+    ("lines", "answers"),
+    [
+        # An answer, then a question of their own: weighed by the answer.
+        (["A1: Did you call the landlord?", "P1: not yet. can you find me a plumber?"], "A1"),
+        (["A1: Anything else for today?", "P1: yes, when is my dentist appointment?"], "A1"),
+        (["A1: What should we cook tonight?", "P1: no idea, what goes with pasta?"], "A1"),
+        # "Anything else?" takes the thing itself as well as a yes.
+        (["A1: Shall I add milk?", "A2: Anything else to add?", "P1: eggs and bread"], "A2"),
+        # A number to the question that asks for one, though no word is shared.
+        (["A1: How old is your nephew now?", "A2: Want gift ideas?", "P1: eight in May"], "A1"),
+        (["A1: Elle a quel âge, ta nièce ?", "A2: Tu veux des idées ?", "P1: huit ans"], "A1"),
+        # A request to the assistant answers an open question no more than a question does.
+        (["A1: What are you doing for Mum's birthday?", "P1: wake me up at 6:30"], None),
+        (["A1: Tu fais quoi ce soir ?", "P1: réveille-moi à 6h30"], None),
+    ],
+)
+def test_what_a_say_gives_decides_what_it_answers(lines: list[str], answers: str | None) -> None:
+    assert answered(lines)["answers"] == answers
+
+
+def test_a_yes_that_says_how_it_was_is_not_a_bare_yes() -> None:
+    """Unclear is for a bare yes or no; "loved it, the actors were great" leans to the
+    question about liking, which only a model can weigh: the rules are not sure."""
+    lines = ["A1: Tu as aimé la pièce ?", "A2: Je te montre les dates ?"]
+    bare, sure = sure_reply_matching([*lines, "P1: ouais"])
+    assert bare["answers"][0]["unclear"] == ["A1", "A2"] and sure == [True]
+    said, sure = sure_reply_matching([*lines, "P1: carrément, les acteurs étaient géniaux"])
+    assert "unclear" not in said["answers"][0] and sure == [False]
+
+
+def _open(lines: list[str]) -> list[tuple[str, str]]:
+    return [(e["ref"], e["kind"]) for e in loose_ends(lines)["loose_ends"]]
+
+
+@pytest.mark.parametrize(
+    ("lines", "left"),
+    [
+        # The second question of one say, the reply dealing with the first only.
+        (["P1: add milk to the list, and when's Sam's birthday?", "A1: Milk's on it."], ["P1"]),
+        (
+            [
+                "P1: add milk, and when's Sam's birthday?",
+                "A1: Milk added; Sam's birthday is May 3.",
+            ],
+            [],
+        ),
+        # A request beside another say, the reply dealing with the other.
+        (
+            ["P1: remind me to buy milk at 6", "P2: and text Leo I'm late", "A1: Milk at 6, set."],
+            ["P2"],
+        ),
+        (
+            ["P1: rappelle-moi le lait à 18h", "P2: et envoie un message à Léo", "A1: Lait à 18h."],
+            ["P2"],
+        ),
+        # A point added ("oh and") that the reply passes over while it speaks of the rest.
+        (
+            ["P1: the meeting went well", "P2: oh and my car broke down", "A1: Great meeting!"],
+            ["P2"],
+        ),
+        (["P1: I got the job!", "P2: starting in March", "A1: Congratulations on the job!"], []),
+        # All the says asked is one question: a reply that says something is to it...
+        (["P1: where's the nearest pharmacy?", "A1: There's one on Church Street."], []),
+        # ... not one that only acknowledges it.
+        (["P1: is the dentist on Friday?", "A1: Right."], ["P1"]),
+    ],
+)
+def test_what_the_reply_leaves_of_the_says(lines: list[str], left: list[str]) -> None:
+    assert [ref for ref, _ in _open(lines)] == left
+
+
+def test_a_question_put_off_is_carried_by_the_reply_s_promise() -> None:
+    """ "I'll get back to you" puts their question off: the promise is the thread, the
+    question not a point of its own; a promise to tell something else is no such thing."""
+    asked = "P1: is the pool open on bank holidays?"
+    assert _open([asked, "A1: Not sure, I'll look into it and get back to you."]) == [
+        ("A1", "thread")
+    ]
+    lines = ["P1: the meeting went well", "P2: what time is the dentist?"]
+    assert _open([*lines, "A1: Good meeting! I'll tell you a joke later."]) == [
+        ("P2", "question"),
+        ("A1", "thread"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("promise", "reply", "told"),
+    [
+        ("airport drama, tell you tonight", "The airport? Go on!", "the airport: lost bag"),
+        ("exam tomorrow, I'll let you know", "Good luck with the exam!", "the exam went fine"),
+        ("examen demain, je te tiens au courant", "Bon courage pour l'examen !", "examen réussi"),
+        ("le dentiste, je te raconte ce soir", "Le dentiste ? Raconte !", "alors le dentiste..."),
+    ],
+)
+def test_their_promise_stays_open_until_they_tell(promise: str, reply: str, told: str) -> None:
+    """The reply right after their promise cannot take it up, however it speaks of it; a
+    later say of theirs that speaks of it does."""
+    assert _open([f"P1: {promise}", f"A1: {reply}"]) == [("P1", "thread")]
+    assert _open([f"P1: {promise}", f"P2: {told}", "A1: Right."]) == []
+
+
+def test_our_question_asked_again_by_the_reply_is_its_own() -> None:
+    lines = [
+        "A1: What time is your flight?",
+        "P1: remind me to pack tonight",
+        "A2: Reminder set. By the way, what time is your flight?",
+    ]
+    assert _open(lines) == []
+
+
+@pytest.mark.parametrize("say", ["oui parfait", "ouais super", "yeah all good", "yes please"])
+def test_a_yes_padded_with_fillers_is_still_bare(say: str) -> None:
+    lines = ["A1: Tu as pensé au pain ?", "A2: Tu as rappelé le garage ?", f"P1: {say}"]
+    result, sure = sure_reply_matching(lines)
+    assert result["answers"][0]["unclear"] == ["A1", "A2"] and sure == [True]
