@@ -76,6 +76,7 @@ class Ownership:
         # Set by the directory: a person was taken from another node, after what (`takeover`).
         self.on_takeover: Callable[[str], None] = lambda after: None
         self._pool = pool
+        self._notices = notices
         self._released: dict[str, asyncio.Event] = {}
         self._connected_once = False
         self._sure_until = 0.0  # time.monotonic(): from the node's lease, for all it holds
@@ -202,6 +203,8 @@ class Ownership:
             return False
         if renewed.holder != listener:
             self._unsure("its lock is not held by its listening connection")
+            if renewed.holder is None:  # that connection is elsewhere (a vanished primary)
+                self._notices.replace()
             return False
         if renewed.lapsed or time.monotonic() >= self._sure_until or self._looked != locks:
             await self._drop_taken()
