@@ -80,6 +80,8 @@ class Ownership:
         self._released: dict[str, asyncio.Event] = {}
         self._connected_once = False
         self._sure_until = 0.0  # time.monotonic(): from the node's lease, for all it holds
+        self._unsure_of_all = False  # until a renewal has read which epochs still hold
+        self._renew_now = asyncio.Event()  # the lock was taken again: sure again sooner
         # The node's lock: how many times it was taken, by which backend the last time, and
         # under which of those times the epochs held were last read (-1: read them again).
         self._locks = 0
@@ -93,9 +95,11 @@ class Ownership:
         if await owners.hold_node(conn, self.node):
             if not self._connected_once:
                 await nodes.started(conn, self.node, self.lease_s)
-            self._connected_once = True
             self._locks += 1  # it may have been free since the last renewal
             self._listener = conn.get_server_pid()
+            if self._connected_once:
+                self._renew_now.set()
+            self._connected_once = True
             return
         if not self._connected_once:
             raise NodeInUse(f"node {self.node!r} already runs on this database; use --node-id")
@@ -150,7 +154,9 @@ class Ownership:
 
     def sure(self, person: str) -> bool:
         hold = self.held.get(person)
-        return hold is not None and time.monotonic() < max(hold.sure_until, self._sure_until)
+        if hold is None or self._unsure_of_all:
+            return False
+        return time.monotonic() < max(hold.sure_until, self._sure_until)
 
     def fenced(self, person: str, epoch: int) -> None:
         """A write for `person` under `epoch` was refused: another node owns them."""
@@ -163,9 +169,12 @@ class Ownership:
     # -- renewing -------------------------------------------------------------------------
 
     async def keep(self) -> None:
-        """Renew the node's lease every third of its length, until cancelled."""
+        """Renew the node's lease every third of its length, and as soon as its lock was
+        taken again, until cancelled."""
         while True:
-            await asyncio.sleep(self.lease_s / 3)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._renew_now.wait(), self.lease_s / 3)
+            self._renew_now.clear()
             try:
                 await self.renew()
             except Exception:  # the next round tries again: a dead loop would lose everyone
@@ -211,22 +220,22 @@ class Ownership:
         return True
 
     def _sure_from(self, sent: float) -> None:
-        """Sure of every person held, from the renewal sent at `sent`."""
-        was_sure = sent < self._sure_until
+        """Sure of every person held, from the renewal sent at `sent`; if the node was not
+        sure of them all then, each person's stream may send what it held back."""
+        was_sure = sent < self._sure_until and not self._unsure_of_all
         self._sure_until = sent + SURE_FRACTION * self.lease_s
+        self._unsure_of_all = False
         if not was_sure:
-            for person, hold in list(self.held.items()):
-                if hold.sure_until <= sent:
-                    self.on_sure(person)
+            for person in list(self.held):
+                self.on_sure(person)
 
     def _unsure(self, why: str) -> None:
-        """Sure of no person until a renewal has read which epochs still hold."""
-        if self._sure_until:
+        """Sure of no person, even one taken since, until a renewal has read which epochs
+        still hold: another node may take any of them at once."""
+        if not self._unsure_of_all:
             log.warning("node %s unsure of its people: %s", self.node, why)
+        self._unsure_of_all = True
         self._looked = -1
-        self._sure_until = 0.0
-        for person, hold in list(self.held.items()):
-            self.held[person] = Hold(hold.epoch, 0.0)
 
     async def _drop_taken(self) -> None:
         holds = dict(self.held)

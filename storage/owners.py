@@ -77,6 +77,11 @@ _NODE_LOCK = """
 # When the node's lease ends: `lease_s` after its last heartbeat.
 LEASE_END = "n.last_heartbeat + n.lease_s * interval '1 second'"
 
+# A person's lease ends with the later of the take's own and their node's.
+PERSON_LEASE_END = f"""
+    greatest(o.expires_at, (SELECT {LEASE_END} FROM nodes n WHERE n.name = o.node))
+"""
+
 # A new epoch: the sequence's next value, tagged with the timeline PostgreSQL writes its WAL
 # on (a promoted standby starts a new one). After a failover to a standby that had not
 # received the last takes, the sequence could hand out their epochs again; an epoch taken on
@@ -91,10 +96,13 @@ _NEW_EPOCH = """
 # its node's), or its node is gone (its lock free). The decision is read from the owner's
 # `nodes` row locked in share mode (the module's docstring says why), one subquery, so the
 # lock is taken whichever way it goes; a node with no row has no lease but the take's. The
-# row as it was (read from the statement's snapshot) says whom the person was taken from.
+# row as it was (read from the statement's snapshot) says whom the person was taken from,
+# and whether their lease had ended.
 _GONE = "NOT EXISTS (SELECT 1 {lock})"
 _TAKE = f"""
-WITH before AS (SELECT node, expires_at < now() AS expired FROM owners WHERE person = $1)
+WITH before AS (
+    SELECT node, {PERSON_LEASE_END} < now() AS expired FROM owners o WHERE person = $1
+)
 INSERT INTO owners AS o (person, node, epoch, expires_at)
 VALUES ($1, $2, {_NEW_EPOCH}, now() + $3 * interval '1 second')
 ON CONFLICT (person) DO UPDATE
@@ -192,12 +200,6 @@ async def ask_handoff(pool: asyncpg.Pool, person: str) -> None:
         person,
         HANDOFF,
     )
-
-
-# A person's lease ends with the later of the take's own and their node's.
-PERSON_LEASE_END = f"""
-    greatest(o.expires_at, (SELECT {LEASE_END} FROM nodes n WHERE n.name = o.node))
-"""
 
 
 async def owner_of(pool: asyncpg.Pool, person: str) -> asyncpg.Record | None:
