@@ -23,10 +23,13 @@ once this node's lease has lapsed, or while its lock is free; and such a take is
 with this node's renewals (storage/owners.py). So the node reads which of its epochs still
 hold only after a renewal that may have followed one: a renewal that PostgreSQL found late
 (the lease had lapsed), that came back after the node's sure time (the node was paused, or
-PostgreSQL slow), that found the node's lock not held by its listening connection, or the
-first since that connection was replaced (after a lost connection or a failover to a
-standby, whose `owners` may lack takes it never received). Any other renewal follows one
+PostgreSQL slow), or the first since the node's lock was found not held by its listening
+connection or that connection was replaced (after a lost connection, or a failover to a
+standby whose `owners` may lack takes it never received). Any other renewal follows one
 after which nobody could take anyone from the node, and reads nothing but its own row.
+While the lock is not its listener's, the node is sure of nobody, since anyone may be taken
+at once; a listener whose lock is free is replaced (it may be up on a primary that vanished
+unnoticed), and the node renews as soon as it holds the lock again.
 """
 
 from __future__ import annotations
