@@ -2,20 +2,34 @@
 
 Several nodes may share one PostgreSQL; each person's live conversation runs on one of
 them, the owner, named in the `owners` table (storage/owners.py). A node takes a person
-before their actor starts and releases them when the actor goes. It renews its leases
-every third of `lease_s`; a lease that another node found ended, or a write refused by the
-fence, means the person is lost: the directory closes their links (`moved`) and lets the
-conversation go without writing more.
+before their actor starts and releases them when the actor goes. Its lease is the node's
+own, its row in `nodes` (written once its name is held): renewed every third of `lease_s`
+in one statement whatever the number of people it owns, it covers them all. A person taken
+by another node (found after a renewal, below), or a write refused by the fence, is lost:
+the directory closes their links (`moved`) and lets the conversation go without writing
+more. A takeover (a person taken from another node) is told to the directory, which counts
+it.
 
-The node's row in `nodes` (storage/nodes.py), for operators, is written once its name is
-held and its heartbeat renewed with the leases; a takeover (a person taken from another
-node) is told to the directory, which counts it.
+A node keeps until when it can be sure of its lease: the renewal's sending time plus the
+lease, less a margin for clocks that run apart (`SURE_FRACTION`). PostgreSQL dates the
+lease from a later instant, so no other node can take its people before then. A person
+taken after the last renewal is sure from their own take, which gave them a lease of their
+own. While a person's lease is not sure (PostgreSQL slow or out of reach, or the node's
+lock lost with its listening connection), their stream holds events back rather than send
+them: two nodes never stream to one person at once.
 
-A node also keeps, per person, until when it can be sure of its lease: the renewal's
-sending time plus the lease, less a margin for clocks that run apart. PostgreSQL dates the
-lease from a later instant, so no other node can take the person before then. While a
-person's lease is not sure (PostgreSQL slow or out of reach), their stream holds events
-back rather than send them: two nodes never stream to one person at once.
+Another node takes a person from a live one only by a handoff this node made (it knows),
+once this node's lease has lapsed, or while its lock is free; and such a take is ordered
+with this node's renewals (storage/owners.py). So the node reads which of its epochs still
+hold only after a renewal that may have followed one: a renewal that PostgreSQL found late
+(the lease had lapsed), that came back after the node's sure time (the node was paused, or
+PostgreSQL slow), or the first since the node's lock was found not held by its listening
+connection or that connection was replaced (after a lost connection, or a failover to a
+standby whose `owners` may lack takes it never received). Any other renewal follows one
+after which nobody could take anyone from the node, and reads nothing but its own row.
+While the lock is not its listener's, the node is sure of nobody, since anyone may be taken
+at once; a listener whose lock is free is replaced (it may be up on a primary that vanished
+unnoticed), and the node renews as soon as it holds the lock again.
 """
 
 from __future__ import annotations
@@ -47,10 +61,10 @@ class NodeInUse(Exception):
     """Another process runs under this node's name on this database."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Hold:
     epoch: int
-    sure_until: float  # time.monotonic()
+    sure_until: float  # time.monotonic(): from the take's own lease
 
 
 class Ownership:
@@ -65,8 +79,17 @@ class Ownership:
         # Set by the directory: a person was taken from another node, after what (`takeover`).
         self.on_takeover: Callable[[str], None] = lambda after: None
         self._pool = pool
+        self._notices = notices
         self._released: dict[str, asyncio.Event] = {}
         self._connected_once = False
+        self._sure_until = 0.0  # time.monotonic(): from the node's lease, for all it holds
+        self._unsure_of_all = False  # until a renewal has read which epochs still hold
+        self._renew_now = asyncio.Event()  # the lock was taken again: sure again sooner
+        # The node's lock: how many times it was taken, by which backend the last time, and
+        # under which of those times the epochs held were last read (-1: read them again).
+        self._locks = 0
+        self._listener: int | None = None
+        self._looked = -1
         notices.listen(owners.HANDOFF, self._asked)
         notices.listen(owners.RELEASED, self._heard_released)
         notices.on_connect(self._hold_node)
@@ -75,6 +98,10 @@ class Ownership:
         if await owners.hold_node(conn, self.node):
             if not self._connected_once:
                 await nodes.started(conn, self.node, self.lease_s)
+            self._locks += 1  # it may have been free since the last renewal
+            self._listener = conn.get_server_pid()
+            if self._connected_once:
+                self._renew_now.set()
             self._connected_once = True
             return
         if not self._connected_once:
@@ -130,7 +157,9 @@ class Ownership:
 
     def sure(self, person: str) -> bool:
         hold = self.held.get(person)
-        return hold is not None and time.monotonic() < hold.sure_until
+        if hold is None or self._unsure_of_all:
+            return False
+        return time.monotonic() < max(hold.sure_until, self._sure_until)
 
     def fenced(self, person: str, epoch: int) -> None:
         """A write for `person` under `epoch` was refused: another node owns them."""
@@ -143,19 +172,16 @@ class Ownership:
     # -- renewing -------------------------------------------------------------------------
 
     async def keep(self) -> None:
-        """Renew the leases every third of their length, and the node's heartbeat after
-        them (never before: a slow heartbeat must not delay a lease), until cancelled."""
+        """Renew the node's lease every third of its length, and as soon as its lock was
+        taken again, until cancelled."""
         while True:
-            await asyncio.sleep(self.lease_s / 3)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._renew_now.wait(), self.lease_s / 3)
+            self._renew_now.clear()
             try:
                 await self.renew()
-                await self._beat()
             except Exception:  # the next round tries again: a dead loop would lose everyone
-                log.exception("renewing the leases failed")
-
-    async def _beat(self) -> None:
-        with contextlib.suppress(*UNAVAILABLE, STORAGE_FULL):  # the leases' warning says so
-            await nodes.beat(self._pool, self.node)
+                log.exception("renewing the lease failed")
 
     async def stop(self) -> None:
         """Mark the node stopped in `nodes`, once it has released its people."""
@@ -167,25 +193,59 @@ class Ownership:
             )
 
     async def renew(self) -> None:
-        holds = dict(self.held)
-        if not holds:
-            return
+        """Renew the node's lease; after one that may have followed a take (the module's
+        docstring), let go of the persons taken; then sure again of the rest."""
         sent = time.monotonic()
+        locks = self._locks
         try:
-            kept = await owners.renew(
-                self._pool, self.node, [h.epoch for h in holds.values()], self.lease_s
-            )
+            renewed = await self._renewed(locks, self._listener)
         except (*UNAVAILABLE, STORAGE_FULL) as failure:
-            log.warning("leases not renewed: PostgreSQL %s", storage_fault(failure)[1])
+            log.warning("lease not renewed: PostgreSQL %s", storage_fault(failure)[1])
             return
+        if renewed and self._locks == locks:  # else the lock was taken again meanwhile
+            self._looked = locks
+            self._sure_from(sent)
+
+    async def _renewed(self, locks: int, listener: int | None) -> bool:
+        """Whether the renewal keeps every person still held (those taken let go)."""
+        renewed = await owners.renew(self._pool, self.node)
+        if renewed is None:  # the row is gone (an operator, a failover): write it again
+            await nodes.started(self._pool, self.node, self.lease_s)
+            self._unsure("its row in nodes was gone")
+            return False
+        if renewed.holder != listener:
+            self._unsure("its lock is not held by its listening connection")
+            if renewed.holder is None:  # that connection is elsewhere (a vanished primary)
+                self._notices.replace()
+            return False
+        if renewed.lapsed or time.monotonic() >= self._sure_until or self._looked != locks:
+            await self._drop_taken()
+        return True
+
+    def _sure_from(self, sent: float) -> None:
+        """Sure of every person held, from the renewal sent at `sent`; if the node was not
+        sure of them all then, each person's stream may send what it held back."""
+        was_sure = sent < self._sure_until and not self._unsure_of_all
+        self._sure_until = sent + SURE_FRACTION * self.lease_s
+        self._unsure_of_all = False
+        if not was_sure:
+            for person in list(self.held):
+                self.on_sure(person)
+
+    def _unsure(self, why: str) -> None:
+        """Sure of no person, even one taken since, until a renewal has read which epochs
+        still hold: another node may take any of them at once."""
+        if not self._unsure_of_all:
+            log.warning("node %s unsure of its people: %s", self.node, why)
+        self._unsure_of_all = True
+        self._looked = -1
+
+    async def _drop_taken(self) -> None:
+        holds = dict(self.held)
+        kept = await owners.held(self._pool, self.node, [h.epoch for h in holds.values()])
         for person, hold in holds.items():
             if hold.epoch not in kept:
                 self.fenced(person, hold.epoch)
-            elif self.held.get(person) is hold:
-                was_sure = sent < hold.sure_until
-                hold.sure_until = sent + SURE_FRACTION * self.lease_s
-                if not was_sure:
-                    self.on_sure(person)
 
     # -- notices --------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from bench import (
     failover,
     flap,
     fuzz,
+    lease,
     report,
     rolling,
     soak,
@@ -24,14 +25,15 @@ from bench import (
 from providers.event_loop import run as run_on_loop
 from transport.logs import setup_logging
 
-BENCHES = (flap, fuzz, crash, soak, rolling, db_cost, cluster_kill, failover, connections, report)
+BENCHES = (flap, fuzz, crash, soak, rolling, db_cost, cluster_kill, failover, connections)
+BENCHES += (lease, report)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stillhere-bench", description=__doc__)
     benches = parser.add_subparsers(dest="bench", required=True)
     for module in BENCHES:
-        module.add_parser(benches)  # flap, fuzz, ..., failover, connections, report
+        module.add_parser(benches)  # flap, fuzz, ..., connections, lease, report
     return parser
 
 

@@ -1,9 +1,9 @@
-"""The `nodes` table: which nodes share the database, when each last showed a sign of life.
+"""The `nodes` table: which nodes share the database, each one's lease and state.
 
-Only for operators to look at (`GET /admin/nodes`, `stillhere inspect --cluster`): who owns
-a person is decided by `owners` and the nodes' advisory locks (storage/owners.py), never
-here. A node's heartbeat goes with its lease renewals; one older than the node's lease
-means the node is gone (its people are taken by whichever node their next hello reaches).
+A node's row is its lease: its heartbeat, renewed every third of its `lease_s`
+(storage/owners.py, `renew`), covers every person it owns; one older than the node's lease
+means the node is gone, or hung, and its people are taken by whichever node their next
+hello reaches. Operators read it too (`GET /admin/nodes`, `stillhere inspect --cluster`).
 A default node name is new at each start, so rows of nodes gone for a day and owning no
 one are deleted as another node starts.
 """
@@ -14,6 +14,8 @@ import os
 import socket
 
 import asyncpg
+
+from storage.owners import LEASE_END, PERSON_LEASE_END
 
 FORGET_AFTER = "1 day"  # a node stopped or gone this long, owning no one, is deleted
 
@@ -30,13 +32,13 @@ ON CONFLICT (name) DO UPDATE SET host = excluded.host, pid = excluded.pid,
 """
 
 # One row per node, and per node name found in `owners` without a row of its own.
-_LISTING = """
+_LISTING = f"""
 SELECT coalesce(n.name, o.node) AS name, n.host, n.pid, n.lease_s, n.started_at,
        n.last_heartbeat, n.stopped_at,
        extract(epoch FROM now() - n.last_heartbeat)::float8 AS heartbeat_age_s,
        CASE WHEN n.name IS NULL THEN 'unknown'
             WHEN n.stopped_at IS NOT NULL THEN 'stopped'
-            WHEN n.last_heartbeat < now() - n.lease_s * interval '1 second' THEN 'gone'
+            WHEN {LEASE_END} < now() THEN 'gone'
             ELSE 'up' END AS state,
        coalesce(o.people, 0) AS people
 FROM nodes n
@@ -44,19 +46,17 @@ FULL JOIN (SELECT node, count(*) AS people FROM owners GROUP BY node) o ON o.nod
 ORDER BY 1
 """
 
-_PEOPLE = """
-SELECT node, person, epoch, expires_at, expires_at < now() AS expired
-FROM owners ORDER BY node, person
+# A person's `expires_at` is when their lease ends: their node's, or their take's if later.
+_PEOPLE = f"""
+SELECT node, person, epoch, lease_end AS expires_at, lease_end < now() AS expired
+FROM (SELECT o.*, {PERSON_LEASE_END} AS lease_end FROM owners o) o
+ORDER BY node, person
 """
 
 
 async def started(pool: asyncpg.Pool, node: str, lease_s: float) -> None:
     """Write the node's row as it starts (again, under a name it had before)."""
     await pool.execute(_START, node, socket.gethostname(), os.getpid(), lease_s)
-
-
-async def beat(pool: asyncpg.Pool, node: str) -> None:
-    await pool.execute("UPDATE nodes SET last_heartbeat = now() WHERE name = $1", node)
 
 
 async def stopped(pool: asyncpg.Pool, node: str) -> None:

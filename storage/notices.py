@@ -31,6 +31,7 @@ class Notices:
         self._dsn = dsn
         self._channels: dict[str, Heard] = {}
         self._hooks: list[Hook] = []
+        self._conn: asyncpg.Connection | None = None  # the one `keep` holds
 
     def listen(self, channel: str, heard: Heard) -> None:
         self._channels[channel] = heard
@@ -56,12 +57,21 @@ class Notices:
         while True:
             lost = asyncio.Event()
             conn.add_termination_listener(lambda _, lost=lost: lost.set())
+            self._conn = conn
             try:
                 await lost.wait()
             finally:
+                self._conn = None
                 await conn.close()
             log.warning("the notices connection to PostgreSQL was lost; connecting again")
             conn = await self._reconnect()
+
+    def replace(self) -> None:
+        """Drop the connection `keep` holds, which then connects again: for one that seems
+        alive but is not where it should be (on a primary that vanished unnoticed: a peer
+        that still acknowledges packets and answers nothing leaves an idle connection up)."""
+        if self._conn is not None:
+            self._conn.terminate()
 
     async def _reconnect(self) -> asyncpg.Connection:
         while True:

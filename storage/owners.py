@@ -1,13 +1,26 @@
-"""Who runs each person's conversation: the `owners` leases, the node locks, the fence.
+"""Who runs each person's conversation: the `owners` rows, the node leases and locks, the fence.
 
 A node holds a session advisory lock on its own name for as long as its listening
-connection lives (`storage/notices.py`). A person's row names the node that owns them, the
-epoch of that ownership and when the lease ends. Another node may take the person when the
-lease has ended, or at once when the owner's lock is free (its process died, or lost
-PostgreSQL): the take draws a new epoch. Every write that matters for a person carries the
-epoch it was made under and goes through `FENCE`: the owner's row is locked in share mode
-by the write itself, so a take waits for a write under way, and a write that comes after a
-take finds the epoch changed and writes nothing.
+connection lives (`storage/notices.py`), and a lease: its row in `nodes`, whose heartbeat it
+renews every third of its `lease_s` (`renew`), one row whatever the number of people it
+owns; the lease ends `lease_s` after the last heartbeat. A person's row names the node that
+owns them, the epoch of that ownership and the end of the lease the take itself gave them
+(`expires_at`, never renewed: it covers a person taken after the node's last renewal).
+Another node may take the person when both leases have ended, or at once when the owner's
+lock is free (its process died, or lost PostgreSQL): the take draws a new epoch.
+
+A take from another node locks that node's row in share mode and reads its lease there, so
+it and the node's renewal (an UPDATE of that row) happen one after the other: a take under
+way when the renewal comes is committed before the renewal returns, and a take that comes
+after it sees the renewed lease and takes nothing. The node therefore reads which of its
+epochs still hold (`held`) only after a renewal that may have followed a take: one that
+found its lease lapsed or its lock not held by its listening connection (actors/ownership.py
+says when); otherwise nobody could have taken anyone from it.
+
+Every write that matters for a person carries the epoch it was made under and goes through
+`FENCE`: the owner's row is locked in share mode by the write itself, so a take waits for a
+write under way, and a write that comes after a take finds the epoch changed and writes
+nothing.
 """
 
 from __future__ import annotations
@@ -22,10 +35,10 @@ RELEASED = "stillhere_released"  # payload: the person; whoever waits for them m
 NODE_LOCKS = 0x5748  # the advisory locks' first key: "nodes"; the second is the name's hash
 
 # The persons among `{persons}` whose owner's epoch is the one in `{epochs}` (same order),
-# locked until the statement's transaction ends; the caller names the parameters. Every
-# statement that locks several owner rows locks them in person order (here, and `renew`):
-# a batch of says and a lease renewal each in its own order could each hold a row the other
-# waits for, and PostgreSQL would end one of them as a deadlock.
+# locked until the statement's transaction ends; the caller names the parameters. A batch
+# (the says or events of many people) locks its rows in person order, so no two statements
+# locking several owner rows can each hold a row the other waits for. The renewal locks no
+# owner row at all: only its node's.
 FENCE = """
     SELECT o.person, o.epoch FROM owners o
     JOIN unnest({persons}::text[], {epochs}::bigint[]) AS f (person, epoch)
@@ -52,11 +65,21 @@ async def hold(
         raise Fenced(person)
 
 
-_NODE_ALIVE = """
-    EXISTS (SELECT 1 FROM pg_locks l
-            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-              AND l.classid = {classes}::oid AND l.objid = hashtext({node})::oid)
+# The node's lock as pg_locks shows it: held by the node's listening connection while it
+# lives (`hold_node`); `{node}` names the node.
+_NODE_LOCK = """
+    FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = {classes}::oid AND l.objid = hashtext({node})::oid
+""".replace("{classes}", str(NODE_LOCKS))
+
+# When the node's lease ends: `lease_s` after its last heartbeat.
+LEASE_END = "n.last_heartbeat + n.lease_s * interval '1 second'"
+
+# A person's lease ends with the later of the take's own and their node's.
+PERSON_LEASE_END = f"""
+    greatest(o.expires_at, (SELECT {LEASE_END} FROM nodes n WHERE n.name = o.node))
 """
 
 # A new epoch: the sequence's next value, tagged with the timeline PostgreSQL writes its WAL
@@ -69,16 +92,26 @@ _NEW_EPOCH = """
     | nextval('owner_epochs')
 """
 
-# Taken when free, expired, the node's own (an earlier run of it), or its node is gone. The
-# row as it was (read from the statement's snapshot) says whom the person was taken from.
+# Taken when free, the node's own (an earlier run of it), expired (the take's own lease and
+# its node's), or its node is gone (its lock free). The decision is read from the owner's
+# `nodes` row locked in share mode (the module's docstring says why), one subquery, so the
+# lock is taken whichever way it goes; a node with no row has no lease but the take's. The
+# row as it was (read from the statement's snapshot) says whom the person was taken from,
+# and whether their lease had ended.
+_GONE = "NOT EXISTS (SELECT 1 {lock})"
 _TAKE = f"""
-WITH before AS (SELECT node, expires_at < now() AS expired FROM owners WHERE person = $1)
+WITH before AS (
+    SELECT node, {PERSON_LEASE_END} < now() AS expired FROM owners o WHERE person = $1
+)
 INSERT INTO owners AS o (person, node, epoch, expires_at)
 VALUES ($1, $2, {_NEW_EPOCH}, now() + $3 * interval '1 second')
 ON CONFLICT (person) DO UPDATE
 SET node = excluded.node, epoch = excluded.epoch, expires_at = excluded.expires_at
-WHERE o.node = excluded.node OR o.expires_at < now()
-   OR NOT {_NODE_ALIVE.format(classes=NODE_LOCKS, node="o.node")}
+WHERE o.node = excluded.node OR coalesce(
+    (SELECT ({LEASE_END} < now() AND o.expires_at < now())
+            OR {_GONE.format(lock=_NODE_LOCK.format(node="n.name"))}
+     FROM nodes n WHERE n.name = o.node FOR SHARE),
+    o.expires_at < now() OR {_GONE.format(lock=_NODE_LOCK.format(node="o.node"))})
 RETURNING epoch, (SELECT node FROM before) AS previous, (SELECT expired FROM before) AS expired
 """
 
@@ -91,6 +124,9 @@ async def hold_node(conn: asyncpg.Connection, node: str) -> bool:
     )
 
 
+Queries = asyncpg.Pool | asyncpg.Connection  # a pool, or one connection's transaction
+
+
 @dataclass(frozen=True, slots=True)
 class Taken:
     epoch: int
@@ -98,7 +134,7 @@ class Taken:
     expired: bool  # that row's lease had run out
 
 
-async def take_over(pool: asyncpg.Pool, person: str, node: str, lease_s: float) -> Taken | None:
+async def take_over(pool: Queries, person: str, node: str, lease_s: float) -> Taken | None:
     """The new ownership if `node` now owns `person`, and whom from; None if another live
     node does."""
     row = await pool.fetchrow(_TAKE, person, node, lease_s)
@@ -111,16 +147,34 @@ async def take(pool: asyncpg.Pool, person: str, node: str, lease_s: float) -> in
     return None if taken is None else taken.epoch
 
 
-async def renew(pool: asyncpg.Pool, node: str, epochs: list[int], lease_s: float) -> set[int]:
-    """Push back the end of the leases held under `epochs`; the epochs still held."""
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    lapsed: bool  # the lease had ended before this renewal: others may have taken people
+    holder: int | None  # the backend holding the node's lock (its listening connection's)
+
+
+# The node's heartbeat pushed on, and with it its lease, which had lapsed if its end was
+# past at the statement's start (read from the statement's snapshot: one row, this node's).
+_RENEW = f"""
+UPDATE nodes n SET last_heartbeat = now()
+FROM (SELECT {LEASE_END} < now() AS lapsed FROM nodes n WHERE n.name = $1) was
+WHERE n.name = $1
+RETURNING was.lapsed, (SELECT l.pid {_NODE_LOCK.format(node="n.name")}) AS holder
+"""
+
+
+async def renew(pool: Queries, node: str) -> Renewed | None:
+    """Renew the node's lease: one row, whatever the number of people it owns; None if the
+    node has no row (`nodes.started` writes it)."""
+    row = await pool.fetchrow(_RENEW, node)
+    return None if row is None else Renewed(row["lapsed"], row["holder"])
+
+
+async def held(pool: asyncpg.Pool, node: str, epochs: list[int]) -> set[int]:
+    """Which of `epochs` are still the node's: a read of every row given, for after a
+    renewal that may have followed a take."""
     rows = await pool.fetch(
-        "UPDATE owners o SET expires_at = now() + $3 * interval '1 second' FROM ("
-        "  SELECT person FROM owners WHERE node = $1 AND epoch = ANY($2::bigint[])"
-        "  ORDER BY person FOR NO KEY UPDATE"  # in FENCE's order
-        ") held WHERE o.person = held.person RETURNING o.epoch",
-        node,
-        epochs,
-        lease_s,
+        "SELECT epoch FROM owners WHERE node = $1 AND epoch = ANY($2::bigint[])", node, epochs
     )
     return {r["epoch"] for r in rows}
 
@@ -149,9 +203,11 @@ async def ask_handoff(pool: asyncpg.Pool, person: str) -> None:
 
 
 async def owner_of(pool: asyncpg.Pool, person: str) -> asyncpg.Record | None:
-    """The person's owner row (node, epoch, expires_at), for the admin API."""
+    """The person's owner row (node, epoch, expires_at: when their lease ends), for the
+    admin API."""
     return await pool.fetchrow(
-        "SELECT node, epoch, expires_at FROM owners WHERE person = $1", person
+        f"SELECT node, epoch, {PERSON_LEASE_END} AS expires_at FROM owners o WHERE person = $1",
+        person,
     )
 
 

@@ -17,6 +17,8 @@ import asyncpg
 import pytest
 
 from actors.clock import ManualClock
+from storage import owners
+from storage.notices import APPLICATION_NAME
 from tests.conftest import Harness, Phone, eventually
 
 ANSWER_S = 0.3  # how long a slow phone takes to answer the server's close
@@ -31,6 +33,25 @@ async def nodes(dsn: str, clock: ManualClock, tmp_path: Path) -> AsyncIterator[l
     for harness in pair:
         await harness.stop()
         await harness.http.close()
+
+
+@pytest.fixture
+async def quick(dsn: str, clock: ManualClock, tmp_path: Path) -> AsyncIterator[Harness]:
+    """Node a alone, with a short lease: it renews every 0.2 s."""
+    a = await Harness(dsn, clock, tmp_path).start(node_id="a", lease=0.6)
+    yield a
+    await a.stop()
+    await a.http.close()
+
+
+async def renewals(db: asyncpg.Connection, count: int) -> None:
+    """Until node a has renewed its lease `count` times more (its heartbeat moved on)."""
+    beat = "SELECT last_heartbeat FROM nodes WHERE name = 'a'"
+    for _ in range(count):
+        last = await db.fetchval(beat)
+        async with asyncio.timeout(10):
+            while await db.fetchval(beat) == last:
+                await asyncio.sleep(0.02)
 
 
 async def owner(db: asyncpg.Connection, harness: Harness, phone: Phone) -> str | None:
@@ -135,20 +156,99 @@ async def test_a_node_that_lost_a_person_writes_nothing_more_and_closes_their_li
     assert await db.fetchval("SELECT node FROM owners WHERE person = $1", person) == "b"
 
 
-async def test_a_lease_taken_by_another_node_is_noticed_at_the_next_renewal(
-    dsn: str, clock: ManualClock, tmp_path: Path, db: asyncpg.Connection
+async def test_a_person_taken_once_the_nodes_lease_lapsed_is_noticed_at_the_next_renewal(
+    quick: Harness, db: asyncpg.Connection
 ) -> None:
-    a = await Harness(dsn, clock, tmp_path).start(node_id="a", lease=0.6)
+    a = quick
+    phone = await a.phone()
+    person = a.person(phone)
+    await phone.say("before", "s1")
+    await phone.reply()
+    # Node a's lease lapses (as after a pause of it), and the person's own with it:
+    # another node takes them, and a learns it from its next renewal, with no write.
+    await db.execute(
+        "UPDATE owners SET expires_at = now() - interval '1 second' WHERE person = $1", person
+    )
+    await db.execute(
+        "UPDATE nodes SET last_heartbeat = now() - interval '1 minute' WHERE name = 'a'"
+    )
+    taken = await owners.take_over(a.server.runtime.store.pool, person, "b", 60)
+    assert taken is not None and (taken.previous, taken.expired) == ("a", True)
+    assert (await phone.expect("bye"))["reason"] == "moved"
+    assert await closed_with(phone) == 4001
+    await eventually(lambda: a.server.directory.get(person) is None)
+
+
+async def test_a_person_taken_while_the_nodes_lock_was_free_is_noticed_once_it_is_back(
+    quick: Harness, db: asyncpg.Connection
+) -> None:
+    """The node's listening connection ends (its lock with it): another node takes a
+    person at once. The node is sure of nobody from its next renewal, and once connected
+    again it reads which epochs still hold and lets the person go; the others stay."""
+    a = quick
+    ownership = a.server.directory.ownership
+    phone, stays = await a.phone(), await a.phone()
+    person = a.person(phone)
+    await eventually(lambda: ownership.sure(person) and ownership.sure(a.person(stays)))
+    await db.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = $1 AND datname = current_database()",
+        APPLICATION_NAME,
+    )
+    taken = None
+    async with asyncio.timeout(10):
+        while taken is None:
+            taken = await owners.take_over(a.server.runtime.store.pool, person, "b", 60)
+    assert (taken.previous, taken.expired) == ("a", False)  # its lease ran on
+    await eventually(lambda: not ownership.sure(a.person(stays)))
+    assert (await phone.expect("bye"))["reason"] == "moved"
+    await eventually(lambda: ownership.sure(a.person(stays)))
+    assert a.server.directory.get(a.person(stays)) is not None
+    assert stays.ws is not None and not stays.ws.closed
+
+
+async def test_a_renewal_that_comes_back_late_reads_what_was_taken_meanwhile(
+    quick: Harness, db: asyncpg.Connection, dsn: str
+) -> None:
+    """Node a's renewal is held up in PostgreSQL (a reader holds its row in share mode, as a
+    take does) until its lease has lapsed, and another node takes a person meanwhile. The
+    renewal's own statement began before the lapse and finds the lease unlapsed: what
+    tells a is that the renewal came back after its sure time."""
+    a = quick
+    phone = await a.phone()
+    person = a.person(phone)
+    await renewals(db, 1)  # a renewal went through since: the next one reads nothing unless late
+    holding = await asyncpg.connect(dsn)
     try:
-        phone = await a.phone()
-        person = a.person(phone)
-        await taken_by_another_node(db, person)
-        assert (await phone.expect("bye"))["reason"] == "moved"  # no write needed to notice
-        assert await closed_with(phone) == 4001
-        await eventually(lambda: a.server.directory.get(person) is None)
+        async with holding.transaction():
+            await holding.execute("SELECT 1 FROM nodes WHERE name = 'a' FOR SHARE")
+            await eventually(lambda: not a.server.directory.ownership.sure(person))
+            async with asyncio.timeout(10):
+                while (taken := await owners.take_over(db, person, "b", 60)) is None:
+                    await asyncio.sleep(0.05)  # until both leases, the node's and the take's, end
+            assert (taken.previous, taken.expired) == ("a", True)
     finally:
-        await a.stop()
-        await a.http.close()
+        await holding.close()
+    assert (await phone.expect("bye"))["reason"] == "moved"
+    await eventually(lambda: a.server.directory.get(person) is None)
+
+
+async def test_a_renewal_writes_the_nodes_row_alone_whatever_its_people(
+    quick: Harness, db: asyncpg.Connection
+) -> None:
+    a = quick
+    phones = [await a.phone() for _ in range(3)]
+    rows = "SELECT person, epoch, expires_at, xmin::text AS version FROM owners ORDER BY 1"
+    before = await db.fetch(rows)
+    await renewals(db, 2)
+    assert await db.fetch(rows) == before  # no person's row written
+    # Each person's lease is the node's now, later than the one their take gave them.
+    leases = await db.fetch(
+        f"SELECT o.expires_at AS own, {owners.PERSON_LEASE_END} AS lease,"
+        f" (SELECT {owners.LEASE_END} FROM nodes n WHERE n.name = 'a') AS node FROM owners o"
+    )
+    assert len(leases) == len(phones)
+    assert all(r["lease"] == r["node"] > r["own"] for r in leases)
 
 
 async def test_an_idle_conversation_left_by_a_stopped_node_is_archived_once(

@@ -179,9 +179,13 @@ async def test_a_lapsed_lease_is_a_takeover_and_the_old_nodes_write_is_fenced(
     a, b = nodes
     phone = await a.phone()
     person = a.person(phone)
-    # Node a stops renewing this lease (as if paused): it runs out, though a lives on.
+    # Node a stops renewing its lease (as if paused): it runs out, and so does the lease
+    # the person's take gave, though a lives on.
     await db.execute(
         "UPDATE owners SET expires_at = now() - interval '1 second' WHERE person = $1", person
+    )
+    await db.execute(
+        "UPDATE nodes SET last_heartbeat = now() - interval '1 minute' WHERE name = 'a'"
     )
     before_a, before_b = await counters(a), await counters(b)
 

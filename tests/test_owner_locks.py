@@ -1,20 +1,24 @@
-"""A lease renewal and a batch of fenced writes lock owner rows in one order, so neither
-waits for the other while holding a row the other waits for: PostgreSQL would end one of
-them as a deadlock, the renewal's leases or every say of the batch. Against a real
-PostgreSQL, with the interleaving that deadlocked forced by a third transaction."""
+"""A node's lease renewal and another node's take of one of its people happen one after the
+other, whichever comes first (storage/owners.py): a take under way when the renewal comes
+is committed before the renewal returns, so the read that follows sees it; a take that
+comes during the renewal sees the lease renewed and takes nothing. And the renewal locks no
+person's row, so it never waits for their writes. Against a real PostgreSQL, each
+interleaving forced by holding one side's transaction open."""
 
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+import contextlib
+from collections.abc import AsyncIterator
 
 import asyncpg
+import pytest
+from asyncpg.transaction import Transaction
 
-from storage import owners
+from storage import nodes, owners
 from storage.store import Store
-from tests.conftest import own
 
-NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+PERSON = "p-of-a"
 
 
 async def waiting_for_a_lock(db: asyncpg.Connection, query: str) -> bool:
@@ -27,41 +31,82 @@ async def waiting_for_a_lock(db: asyncpg.Connection, query: str) -> bool:
     )
 
 
-async def test_a_renewal_and_a_batch_of_says_never_deadlock(
-    store: Store, db: asyncpg.Connection, dsn: str
-) -> None:
-    # Taken in this order, the rows lie on disk as b then a: a renewal that locked them in
-    # the order it scans them would take b first.
-    epoch_b, epoch_a = await own(store, "p-b"), await own(store, "p-a")
-    talk_b = await store.create_conversation("p-b", NOW, epoch_b)
-    talk_a = await store.create_conversation("p-a", NOW, epoch_a)
+async def until_waiting(db: asyncpg.Connection, query: str) -> None:
+    async with asyncio.timeout(10):
+        while not await waiting_for_a_lock(db, query):
+            await asyncio.sleep(0.01)
 
-    other = await asyncpg.connect(dsn)
+
+@contextlib.asynccontextmanager
+async def open_transaction(dsn: str) -> AsyncIterator[tuple[asyncpg.Connection, Transaction]]:
+    """A connection of its own with a transaction started, for the test to end."""
+    conn = await asyncpg.connect(dsn)
     try:
-        # Another reader of a's row, in share mode: the says' fence passes it, the renewal
-        # waits for it.
-        holding = other.transaction()
-        await holding.start()
-        await other.execute("SELECT 1 FROM owners WHERE person = 'p-a' FOR SHARE")
-        renewal = asyncio.create_task(owners.renew(store.pool, "test", [epoch_b, epoch_a], 3600))
-        async with asyncio.timeout(10):
-            while not await waiting_for_a_lock(db, "UPDATE owners"):
-                await asyncio.sleep(0.01)
-        says = asyncio.gather(
-            store.add_say(talk_a, "p-a", "s-a", "one night", NOW, 1, epoch_a),
-            store.add_say(talk_b, "p-b", "s-b", "two nights", NOW, 1, epoch_b),
-        )
-        # The batch is through, or (locking in another order) waits for the renewal.
-        async with asyncio.timeout(10):
-            while not says.done() and not await waiting_for_a_lock(db, "INSERT INTO turns"):
-                await asyncio.sleep(0.01)
-        await holding.commit()
-        async with asyncio.timeout(10):
-            stored = await says
-            renewed = await renewal
+        transaction = conn.transaction()
+        await transaction.start()
+        yield conn, transaction
     finally:
-        await other.close()
+        await conn.close()
 
-    assert [s.duplicate for s in stored] == [False, False]
-    assert await db.fetchval("SELECT count(*) FROM turns WHERE role = 'user'") == 2
-    assert renewed == {epoch_a, epoch_b}
+
+@pytest.fixture
+async def node_a(store: Store, dsn: str) -> AsyncIterator[int]:
+    """Node a, alive (its lock held) but its lease lapsed, owning PERSON under an epoch
+    whose take's own lease has run out too: the epoch."""
+    listener = await asyncpg.connect(dsn)
+    try:
+        assert await owners.hold_node(listener, "a")
+        await nodes.started(store.pool, "a", 6.0)
+        await store.pool.execute(
+            "UPDATE nodes SET last_heartbeat = now() - interval '1 minute' WHERE name = 'a'"
+        )
+        epoch = await store.pool.fetchval(
+            "INSERT INTO owners VALUES ($1, 'a', nextval('owner_epochs'), "
+            "now() - interval '1 second') RETURNING epoch",
+            PERSON,
+        )
+        yield epoch
+    finally:
+        await listener.close()
+
+
+async def test_a_take_during_a_renewal_sees_the_lease_renewed_and_takes_nothing(
+    store: Store, db: asyncpg.Connection, dsn: str, node_a: int
+) -> None:
+    async with open_transaction(dsn) as (renewing, renewal):
+        renewed = await owners.renew(renewing, "a")
+        assert renewed is not None and renewed.lapsed
+        take = asyncio.create_task(owners.take_over(store.pool, PERSON, "b", 60))
+        await until_waiting(db, "INSERT INTO owners")
+        await renewal.commit()
+        async with asyncio.timeout(10):
+            assert await take is None
+    assert await owners.held(store.pool, "a", [node_a]) == {node_a}
+
+
+async def test_a_renewal_waits_for_a_take_under_way_and_the_read_after_it_sees_it(
+    store: Store, db: asyncpg.Connection, dsn: str, node_a: int
+) -> None:
+    async with open_transaction(dsn) as (taking, take):
+        taken = await owners.take_over(taking, PERSON, "b", 60)
+        assert taken is not None and (taken.previous, taken.expired) == ("a", True)
+        renewal = asyncio.create_task(owners.renew(store.pool, "a"))
+        await until_waiting(db, "UPDATE nodes")
+        await take.commit()
+        async with asyncio.timeout(10):
+            renewed = await renewal
+    assert renewed is not None and renewed.lapsed
+    assert await owners.held(store.pool, "a", [node_a]) == set()
+
+
+async def test_a_renewal_never_waits_for_a_persons_writes(
+    store: Store, dsn: str, node_a: int
+) -> None:
+    async with open_transaction(dsn) as (writing, write):
+        # A write under way for the person holds their row (a take would wait for it).
+        await writing.execute("SELECT 1 FROM owners WHERE person = $1 FOR UPDATE", PERSON)
+        async with asyncio.timeout(10):
+            renewed = await owners.renew(store.pool, "a")
+        await write.rollback()
+    assert renewed is not None and renewed.lapsed
+    assert await owners.held(store.pool, "a", [node_a]) == {node_a}
