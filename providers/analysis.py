@@ -44,10 +44,10 @@ class Shape:
 
     `opening` is the answer's first characters, up to where its weighed value begins
     (`{"verdict": "`), sent as the start of the assistant's message for the model to go on
-    from (llama.cpp and vLLM continue it; Anthropic's API too): the model reads them at
-    once instead of writing them token by token, and its first token is the value. No
-    schema then (a server would decode the continuation by it from its first character);
-    a server that answers anew is read as well."""
+    from (llama.cpp continues it; vLLM when asked to continue the final message): the model
+    reads them at once instead of writing them token by token, and its first token is the
+    value. No schema then (a server would decode the continuation by it from its first
+    character); a server that answers anew is read as well."""
 
     name: str
     schema: dict[str, Any]

@@ -375,7 +375,7 @@ async def judged_by(
     return pair
 
 
-@pytest.mark.parametrize("echoes", [True, False], ids=["llama.cpp", "vllm"])
+@pytest.mark.parametrize("echoes", [True, False], ids=["echoed", "continuation-alone"])
 @pytest.mark.parametrize(
     ("chance", "status"), [(0.95, "muted"), (0.55, "active")], ids=["sure", "unsure"]
 )
@@ -389,7 +389,7 @@ async def test_the_model_goes_on_from_the_answers_opening_and_writes_the_verdict
 ) -> None:
     """The request ends with the answer's opening, for the model to go on from: the first
     token it writes is the verdict, weighed there, whether the server answers the opening
-    with it (llama.cpp) or only what follows (vLLM)."""
+    with it (llama.cpp) or only what follows."""
     weighed = Answer('same"}', chances={"same": chance, "distinct": 1 - chance})
     async with FakeAnalysis(default=lambda asked: weighed, echoes=echoes) as fake:
         _, second = await judged_by(fake, keeper, script)

@@ -74,8 +74,8 @@ M1: Ben's car is green. / M2: Ben's car is black. -> contradiction
 Answer {"verdict": "same"}, {"verdict": "distinct"} or {"verdict": "contradiction"}. When \
 unsure, answer distinct."""
 # The answer, its verdict weighed. Its opening is sent for the model to go on from, so the
-# first token it writes is the verdict: on a CPU each token written costs what reading
-# four does, and the opening's five are read with the pair's lines instead of written one
+# first token it writes is the verdict: on a CPU a token written costs what several read
+# do, and the opening's five are read with the pair's lines instead of written one
 # by one. `ANSWER_TOKENS` is room for the whole answer, from a server that answers anew.
 OPENING = '{"verdict": "'
 ANSWER_TOKENS = 12

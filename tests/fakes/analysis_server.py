@@ -90,7 +90,7 @@ class FakeAnalysis(FakeApi["AnalysisResponse"]):
     (loose ends are asked after every reply, beside the test's reply matching).
 
     A request may end with the answer's opening, for the model to go on from. The script's
-    answer is what the model writes: after the opening (vLLM answers that alone), or a whole
+    answer is what the model writes: after the opening (a server may answer that alone), or a whole
     answer of its own (OpenAI's API ignores an opening). A server that `echoes` answers the
     opening and what the model wrote after it, with log-probabilities for what it wrote
     only, as llama.cpp does; one that would `refuse_opening` answers it with a 400."""
