@@ -1,24 +1,25 @@
 """Same-memory benchmark: what the judge of the uncertain band costs with a real model.
 
-Puts labelled pairs of memories to an OpenAI-compatible analysis model as the
-`same-memory` task, two ways, one after the other (each way's instructions read into the
-server's cache by one unmeasured pair first):
+Puts labelled pairs of memories to an OpenAI-compatible analysis model as the judge does
+(`actors.memory.same_memory.judged`: one request a pair, the fixed instructions first for
+the server's cached prefix, the pair's lines last, the verdict weighed by the tokens'
+log-probabilities), two ways, one after the other (each way's cache warmed by one
+unmeasured pair first):
 
-- `checked`: the judge before its verdict was weighed: one pair per request, and a `same`
-  checked by two more questions (does M2 tell anything new, each way round), under the
-  instructions of then (`CHECKED_GROUND`);
-- `current`: the judge as it asks (`actors.memory.same_memory.judged`): one request a
-  pair, the fixed instructions first (a server's cached prefix), the pair's lines last, a
-  short answer by JSON Schema capped by `max_tokens`, its verdict weighed by the tokens'
-  log-probabilities.
+- `written`: the model writes the whole answer, `{"verdict": "same"}`, decoded by its
+  JSON Schema: eight tokens written, the verdict the sixth;
+- `current`: the request ends with the answer's opening, `{"verdict": "`, for the model
+  to go on from: the opening is read with the pair's lines, and the first token written
+  is the verdict.
 
 Each pair is judged twice each way, and the report says how many verdicts were the same
 both times. For each way: a pair's latency (all its questions'), requests per pair, prompt
-tokens, the tokens the server read from its cache, answer tokens (per request), and the
-verdicts against the labels. Run, with the local model (`../shared/local-model/serve 8092`):
+tokens, the tokens the server read from its cache, answer tokens (per request), the time
+spent reading and writing (p50, where the server says: llama.cpp's `timings`), and the
+verdicts against the labels. Run, with the local model (`../shared/local-model/serve`):
 
-    .venv/bin/python -m bench.same_memory --url http://127.0.0.1:8092/v1 --model qwen \\
-        --pairs tests/data/dedup_pairs.jsonl --limit 16 --json bench/out/same_memory.json
+    .venv/bin/python -m bench.same_memory --url http://127.0.0.1:8091/v1 --model qwen \\
+        --pairs tests/data/dedup_pairs.jsonl --limit 4 --json bench/out/same_memory.json
 
 On a shared CPU the latencies are the machine's as much as the model's: compare the two
 ways of one run, not runs.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import statistics
 import time
@@ -37,43 +39,11 @@ from typing import Any
 
 import aiohttp
 
-from actors.memory.same_memory import TASK, VERDICTS, judged, lines, verdict
-from providers.analysis import Shape, request_body, weighed
+from actors.memory.same_memory import judged
+from providers.analysis import Shape, opened, request_body, weighed
 from storage.records import MemoryDraft
 
-# The instructions of the judge before its verdict was weighed, kept to be measured against.
-CHECKED_GROUND = """You compare two memories a personal assistant keeps about the person it \
-talks with: M1, kept already, and M2, just told. Each is followed by a meta line (its type, \
-people and themes). Two memories are one only when each tells nothing the other does not: \
-the same fact in other words or in another language. Another fact about the same person or \
-topic, a detail, a date, a place, a reason, another condition or another activity is \
-something new.
-
-Examples:
-M1: Ben is a vegan. / M2: Ben doesn't eat any animal products. (one fact)
-M1: Le chien de Zoé s'appelle Rex. / M2: Zoé's dog is called Rex. (one fact)
-M1: My grandfather died last year. / M2: Grandad passed away last year. (one fact)
-M1: I teach at Oakfield Primary. / M2: I teach Year 4 on Thursdays and Fridays. (M2 tells \
-something new: the class and the days)
-M1: Je suis allergique aux fraises. / M2: Je suis diabétique. (M2 tells something new: \
-another condition)
-M1: Ben lives in Cardiff. / M2: Ben's flat has a garden. (M2 tells something new: the garden)
-M1: Ben's car is green. / M2: Ben's car is black. (a contradiction: another value)
-
-"""
-CHECKED_VERDICT = CHECKED_GROUND + (
-    'Answer {"verdict": "same"} for one fact, {"verdict": "contradiction"} for the same '
-    'thing with another value or denied, else {"verdict": "distinct"}. When unsure, answer '
-    "distinct."
-)
-CHECKED_NEWS = CHECKED_GROUND + (
-    'Does M2 tell anything that M1 does not? Answer {"new": true} or {"new": false}. When '
-    "unsure, answer true."
-)
-CHECKED_SHAPES = (
-    Shape.of(TASK, {"verdict": {"type": "string", "enum": list(VERDICTS)}}, 12),
-    Shape.of(f"{TASK}-news", {"new": {"type": "boolean"}}, 12),
-)
+WAYS = ("written", "current")
 
 
 def read_pairs(path: Path, limit: int) -> list[dict[str, Any]]:
@@ -99,10 +69,13 @@ class Recording:
     def __init__(self, session: aiohttp.ClientSession, url: str, model: str) -> None:
         self.session, self.url, self.model = session, url, model
         self.calls: list[dict[str, float]] = []
+        self.opening = True  # False: the answer is written whole, by its schema
 
     async def ask(
         self, task: str, asked: Sequence[str], instructions: str, shape: Shape | None = None
     ) -> dict[str, Any] | None:
+        if shape is not None and not self.opening:
+            shape = dataclasses.replace(shape, opening=None)
         body = request_body(self.model, task, asked, instructions, shape)
         started = time.monotonic()
         async with self.session.post(f"{self.url}/chat/completions", json=body) as response:
@@ -110,13 +83,16 @@ class Recording:
             document = await response.json()
         usage = document.get("usage") or {}
         cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        timings = document.get("timings") or {}  # llama.cpp's: reading, then writing
         self.calls.append(
             {"seconds": time.monotonic() - started, "prompt": usage.get("prompt_tokens", 0),
-             "cached": cached, "answer": usage.get("completion_tokens", 0)}
+             "cached": cached, "answer": usage.get("completion_tokens", 0),
+             "read_s": timings.get("prompt_ms", 0) / 1000,
+             "write_s": timings.get("predicted_ms", 0) / 1000}
         )  # fmt: skip
         try:
             choice = document["choices"][0]
-            answer = json.loads(content := choice["message"]["content"])
+            answer = json.loads(content := opened(choice["message"]["content"], shape))
         except (KeyError, IndexError, json.JSONDecodeError):
             return None
         tokens = (choice.get("logprobs") or {}).get("content") or []
@@ -126,41 +102,23 @@ class Recording:
         """The session is the caller's."""
 
 
-async def checked(model: Recording, existing: MemoryDraft, new: MemoryDraft) -> str | None:
-    """The verdict as the judge gave it before: a `same` stands only when M2 tells nothing
-    new, asked each way round."""
-    verdict_shape, news_shape = CHECKED_SHAPES
-    said = verdict(await model.ask(TASK, lines(existing, new), CHECKED_VERDICT, verdict_shape))
-    if said != "same":
-        return said
-    for swapped in (False, True):
-        answer = await model.ask(TASK, lines(existing, new, swapped), CHECKED_NEWS, news_shape)
-        if not isinstance((answer or {}).get("new"), bool):
-            return None
-        if answer["new"]:  # type: ignore[index]
-            return "distinct"
-    return said
-
-
 async def _judge(model: Recording, way: str, row: dict[str, Any]) -> dict[str, Any]:
     """One pair judged one way: its verdict, time and tokens."""
     before = len(model.calls)
-    existing, new = draft(row["existing"]), draft(row["new"])
-    if way == "checked":
-        said = await checked(model, existing, new)
-    else:
-        said = (await judged(model, existing, new)).verdict
+    model.opening = way == "current"
+    said = (await judged(model, draft(row["existing"]), draft(row["new"]))).verdict
     calls = model.calls[before:]
     return {
         "same": row["same"], "verdict": said, "seconds": sum(c["seconds"] for c in calls),
         "requests": len(calls), **{k: statistics.mean(c[k] for c in calls)
                                    for k in ("prompt", "cached", "answer")},
+        **{k: sum(c[k] for c in calls) for k in ("read_s", "write_s")},
     }  # fmt: skip
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     rows = read_pairs(args.pairs, args.limit)
-    ways: dict[str, list[dict[str, Any]]] = {"checked": [], "current": []}
+    ways: dict[str, list[dict[str, Any]]] = {way: [] for way in WAYS}
     timeout = aiohttp.ClientTimeout(total=args.timeout)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         model = Recording(session, args.url.rstrip("/"), args.model)
@@ -183,6 +141,8 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         "requests": round(statistics.mean(r["requests"] for r in results), 2),
         "prompt_tokens": round(statistics.mean(r["prompt"] for r in results), 1),
         "cached_tokens": round(statistics.mean(r["cached"] for r in results), 1),
+        "read_p50_s": round(statistics.median(r["read_s"] for r in results), 3),
+        "write_p50_s": round(statistics.median(r["write_s"] for r in results), 3),
         "answer_tokens": round(statistics.mean(r["answer"] for r in results), 1),
         "merged_right": sum(r["same"] for r in merged),
         "false_merges": sum(not r["same"] for r in merged),
@@ -207,8 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     report = asyncio.run(measure(args))
     print(f"{report['pairs']} pairs against {args.url} ({args.model})")
-    columns = ("p50_s", "p95_s", "requests", "prompt_tokens", "cached_tokens",
-               "answer_tokens", "merged_right", "false_merges", "no_verdict", "stable")  # fmt: skip
+    columns = ("p50_s", "p95_s", "read_p50_s", "write_p50_s", "requests", "prompt_tokens",
+               "cached_tokens", "answer_tokens", "merged_right", "false_merges", "no_verdict",
+               "stable")  # fmt: skip
     print(f"{'way':10}" + "".join(f"{c:>15}" for c in columns))
     for name, figures in report["ways"].items():
         print(f"{name:10}" + "".join(f"{figures.get(c, '-')!s:>15}" for c in columns))

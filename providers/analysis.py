@@ -40,20 +40,33 @@ class Shape:
     `weighed` names a property (an enum of strings, or a boolean) whose answer the caller
     wants weighed, not only read: the server is asked for its tokens' log-probabilities
     (OpenAI, llama.cpp and vLLM give them), and the answer carries under `CHANCES` how
-    likely the model found each of the property's values (`chances`)."""
+    likely the model found each of the property's values (`chances`).
+
+    `opening` is the answer's first characters, up to where its weighed value begins
+    (`{"verdict": "`), sent as the start of the assistant's message for the model to go on
+    from (llama.cpp continues it; vLLM when asked to continue the final message): the model
+    reads them at once instead of writing them token by token, and its first token is the
+    value. No schema then (a server would decode the continuation by it from its first
+    character); a server that answers anew is read as well."""
 
     name: str
     schema: dict[str, Any]
     max_tokens: int
     weighed: str | None = None
+    opening: str | None = None
 
     @classmethod
     def of(
-        cls, name: str, properties: dict[str, Any], max_tokens: int, weighed: str | None = None
+        cls,
+        name: str,
+        properties: dict[str, Any],
+        max_tokens: int,
+        weighed: str | None = None,
+        opening: str | None = None,
     ) -> Shape:
         """An object of exactly these properties, each required."""
         schema = {"type": "object", "properties": properties, "required": list(properties)}
-        return cls(name, {**schema, "additionalProperties": False}, max_tokens, weighed)
+        return cls(name, {**schema, "additionalProperties": False}, max_tokens, weighed, opening)
 
     def values(self) -> tuple[str, ...]:
         """The weighed property's values as the answer writes them (`true`, not `"true"`)."""
@@ -104,17 +117,18 @@ def request_body(
 ) -> dict[str, Any]:
     """The request: the fixed instructions first, byte for byte the same from call to call,
     so a server that keeps a cached prefix reads only the request's own lines; the answer's
-    shape by JSON Schema and its `max_tokens` when `shape` is given, else any JSON object."""
-    body: dict[str, Any] = {
-        "model": model,
-        "stream": False,
-        "temperature": 0,
-        "response_format": JSON_OBJECT if shape is None else shape.response_format(),
-        "messages": [
-            {"role": "system", "content": instructions},
-            {"role": "user", "content": request_text(task, lines)},
-        ],
-    }
+    shape by JSON Schema (or its opening, to go on from) and its `max_tokens` when `shape`
+    is given, else any JSON object."""
+    messages = [
+        {"role": "system", "content": instructions},
+        {"role": "user", "content": request_text(task, lines)},
+    ]
+    body: dict[str, Any] = {"model": model, "stream": False, "temperature": 0}
+    if shape is not None and shape.opening:
+        messages.append({"role": "assistant", "content": shape.opening})
+    else:
+        body["response_format"] = JSON_OBJECT if shape is None else shape.response_format()
+    body["messages"] = messages
     if shape is not None:
         body["max_tokens"] = shape.max_tokens
     if shape is not None and shape.weighed:
@@ -168,12 +182,12 @@ class AnalysisModel:
         try:
             return await self._post(body, shape)
         except _Failed as failure:
-            if failure.status not in REFUSED or body["response_format"] == JSON_OBJECT:
+            if failure.status not in REFUSED or body.get("response_format") == JSON_OBJECT:
                 raise
         self._schema_refused = True
         log.warning(
-            "the analysis server refuses json_schema answers: asking for json_object, "
-            "without log-probabilities"
+            "the analysis server refuses json_schema answers (or an answer's opening): "
+            "asking for json_object, without log-probabilities"
         )
         return await self._post(_plain(body), shape)
 
@@ -188,6 +202,7 @@ class AnalysisModel:
             detail = api.scrub(f"answered {response.status}: {excerpt(raw)}")
             raise _Failed("http", detail, response.status)
         content, tokens = _completion(raw)
+        content = opened(content, shape)
         return weighed(_answer_object(content), content, tokens, shape)
 
     def _failed(self, task: str, reason: str, detail: str, started: float) -> None:
@@ -198,9 +213,21 @@ class AnalysisModel:
 
 
 def _plain(body: dict[str, Any]) -> dict[str, Any]:
-    """`body` as the plainest server takes it: any JSON object, no log-probabilities."""
+    """`body` as the plainest server takes it: any JSON object, no log-probabilities, no
+    opening to go on from."""
     plain = {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")}
-    return {**plain, "response_format": JSON_OBJECT}
+    asked = [m for m in body["messages"] if m["role"] != "assistant"]
+    return {**plain, "messages": asked, "response_format": JSON_OBJECT}
+
+
+def opened(content: str, shape: Shape | None) -> str:
+    """The whole answer: `content`, or the shape's opening and `content` where the server
+    gave only what the model wrote after it (llama.cpp gives both, a server that ignores the
+    opening a whole answer of its own)."""
+    opening = shape.opening if shape is not None else None
+    if opening and not content.lstrip().startswith("{"):
+        return opening + content
+    return content
 
 
 def _completion(raw: bytes) -> tuple[str, list[Any]]:
@@ -236,13 +263,15 @@ def chances(
     """How likely the model found each of `values` for `prop`, read at the token where the
     answer's value of `prop` begins: the share of each among that token's alternatives
     (a constrained server writes one of them, so the shares add up to 1). None when the
-    server gave no log-probabilities there."""
+    server gave no log-probabilities there. The tokens are the end of `content`: what the
+    model wrote after an opening it was given is all they cover."""
     found = re.search(rf'"{re.escape(prop)}"\s*:\s*"?', content)
     if found is None:
         return None
-    at = 0
-    for token in tokens:
-        text = token.get("token", "") if isinstance(token, dict) else ""
+    texts = [token.get("token", "") if isinstance(token, dict) else "" for token in tokens]
+    written = "".join(texts)
+    at = len(content) - len(written) if content.endswith(written) else 0
+    for token, text in zip(tokens, texts, strict=True):
         at += len(text)
         if at > found.end():
             return _shares([token, *(token.get("top_logprobs") or [])], values)

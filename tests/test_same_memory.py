@@ -15,7 +15,7 @@ import pytest
 
 from actors.memory.keeper import MemoryKeeper
 from actors.memory.recognition import Candidate, Judged, Thresholds
-from actors.memory.same_memory import INSTRUCTIONS, SameMemoryJudge
+from actors.memory.same_memory import INSTRUCTIONS, OPENING, SameMemoryJudge
 from providers.analysis import AnalysisModel
 from storage.records import Memory, MemoryDraft
 from tests.fakes.analysis_server import Answer, Asked, Down, FakeAnalysis
@@ -44,7 +44,9 @@ async def judge(keeper: MemoryKeeper, fake: FakeAnalysis) -> AsyncIterator[SameM
     await analysis.close()
 
 
-async def remember_pair(keeper: MemoryKeeper, script: Script, cosine: float = 0.6) -> tuple:
+async def remember_pair(
+    keeper: MemoryKeeper, script: Script, cosine: float = 0.6
+) -> tuple[Memory, Memory]:
     """TOM, then TEETOTAL at `cosine`: below the tiers (0.70), inside the band (0.55)."""
     script.close_to(TOM.text, TEETOTAL.text, cosine)
     first = await keeper.remember(PERSON, TOM)
@@ -357,6 +359,66 @@ async def test_same_is_merged_only_when_the_model_is_sure_of_it(
     row = await db.fetchrow("SELECT status, recognition FROM cards WHERE id = $1", second.memory.id)
     assert row["status"] == status
     assert row["recognition"].startswith(note.format(id=first.memory.id))
+
+
+async def judged_by(
+    fake: FakeAnalysis, keeper: MemoryKeeper, script: Script
+) -> tuple[Memory, Memory]:
+    """TOM and TEETOTAL remembered, with `fake` judging the pair, and judged."""
+    analysis = AnalysisModel(fake.url, "fake-analysis", timeout=0.5)
+    keeper.same_memory = judge = SameMemoryJudge(analysis, keeper)
+    try:
+        pair = await remember_pair(keeper, script)
+        await judge.drain()
+    finally:
+        await analysis.close()
+    return pair
+
+
+@pytest.mark.parametrize("echoes", [True, False], ids=["echoed", "continuation-alone"])
+@pytest.mark.parametrize(
+    ("chance", "status"), [(0.95, "muted"), (0.55, "active")], ids=["sure", "unsure"]
+)
+async def test_the_model_goes_on_from_the_answers_opening_and_writes_the_verdict_first(
+    keeper: MemoryKeeper,
+    script: Script,
+    db: asyncpg.Connection,
+    echoes: bool,
+    chance: float,
+    status: str,
+) -> None:
+    """The request ends with the answer's opening, for the model to go on from: the first
+    token it writes is the verdict, weighed there, whether the server answers the opening
+    with it (llama.cpp) or only what follows."""
+    weighed = Answer('same"}', chances={"same": chance, "distinct": 1 - chance})
+    async with FakeAnalysis(default=lambda asked: weighed, echoes=echoes) as fake:
+        _, second = await judged_by(fake, keeper, script)
+    (asked,) = fake.tasks("same-memory")
+    assert asked.body["messages"][-1] == {"role": "assistant", "content": OPENING}
+    assert [m["role"] for m in asked.body["messages"]] == ["system", "user", "assistant"]
+    assert "response_format" not in asked.body  # a schema would be decoded from "{" again
+    assert (asked.body["logprobs"], asked.body["max_tokens"]) == (True, 12)
+    row = await db.fetchrow("SELECT status, recognition FROM cards WHERE id = $1", second.id)
+    assert row["status"] == status
+    assert f"p(same) {chance:.2f}, cosine 0.600" in row["recognition"]
+
+
+async def test_a_server_refusing_the_answers_opening_is_asked_plainly(
+    keeper: MemoryKeeper, script: Script, db: asyncpg.Connection
+) -> None:
+    """A server that answers an opening with a 400 is asked the contract's plain request
+    from then on (any JSON object, no log-probabilities): a `same` must hold both ways."""
+    whole = Answer({"verdict": "same"})
+    async with FakeAnalysis(default=lambda asked: whole, refuse_opening=True) as fake:
+        first, second = await judged_by(fake, keeper, script)
+    bodies = fake.requests
+    assert [b["messages"][-1]["role"] for b in bodies] == ["assistant", "user", "user"]
+    assert [b.get("response_format") for b in bodies[1:]] == [{"type": "json_object"}] * 2
+    assert not any("logprobs" in b for b in bodies[1:])
+    assert len(fake.tasks("same-memory")) == 2  # answered: the pair, then the other way round
+    row = await db.fetchrow("SELECT status, recognition FROM cards WHERE id = $1", second.id)
+    assert row["status"] == "muted"
+    assert row["recognition"] == f"judge: the same as {first.id} (cosine 0.600); merged into it"
 
 
 async def test_without_log_probabilities_same_must_hold_the_other_way_round(

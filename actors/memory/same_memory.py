@@ -57,32 +57,43 @@ M1: Ben is a vegan. / M2: Ben doesn't eat any animal products. -> same
 M1: Le chien de Zoé s'appelle Rex. / M2: Zoé's dog is called Rex. -> same
 M1: My grandfather died last year. / M2: Grandad passed away last year. -> same
 M1: I'm short-sighted. / M2: I can't see far without glasses. -> same
+M1: Ben is skint. / M2: Ben has no money left until the end of the month. -> same
+M1: Ring Dad on Friday. / M2: Remind me to phone my father on Friday. -> same
+M1: Ben hates olives. / M2: Olives make Ben feel sick, never serve him any. -> same
 M1: I teach at Oakfield Primary. / M2: I teach Year 4 on Thursdays. -> distinct (the class, the \
 day)
 M1: Je suis allergique aux fraises. / M2: Je suis diabétique. -> distinct (another condition)
 M1: Ben lives in Cardiff. / M2: Ben's flat has a garden. -> distinct (the garden)
 M1: Ben's GP is Dr Lee. / M2: Dr Lee wants Ben to have a blood test. -> distinct (a plan)
+M1: Ms Cole is Ben's vet. / M2: Ms Cole thinks Ben's dog needs an operation. -> distinct (an \
+opinion)
 M1: Ben is gluten-free. / M2: Ben avoids sugar too. -> distinct (another diet)
 M1: The gym locker code is 1234. / M2: The bike lock code is 1234. -> distinct (another thing)
 M1: Ben's car is green. / M2: Ben's car is black. -> contradiction
 
 Answer {"verdict": "same"}, {"verdict": "distinct"} or {"verdict": "contradiction"}. When \
 unsure, answer distinct."""
-# The answer, asked for by its schema (a server that decodes by it, as llama.cpp and vLLM
-# do, cannot answer another shape) in a few tokens, its verdict weighed.
+# The answer, its verdict weighed. Its opening is sent for the model to go on from, so the
+# first token it writes is the verdict: on a CPU a token written costs what several read
+# do, and the opening's five are read with the pair's lines instead of written one
+# by one. `ANSWER_TOKENS` is room for the whole answer, from a server that answers anew.
+OPENING = '{"verdict": "'
 ANSWER_TOKENS = 12
 SHAPE = Shape.of(
     TASK,
     {"verdict": {"type": "string", "enum": list(VERDICTS)}},
     ANSWER_TOKENS,
     weighed="verdict",
+    opening=OPENING,
 )
 # The model's chance of `same` a merge needs. A small model leans to `same` for two facts
 # on one topic, less surely than for a restatement: with the local model
-# (Qwen2.5-Coder-1.5B), the distinct pairs of the eval's band reach 0.77 ("Dr Patel is
-# Hannah's dentist." / "Dr Patel thinks Hannah's wisdom tooth should come out."), most
-# restatements pass 0.8. `stillhere eval dedup`, docs/memories.md.
-SURE = 0.78
+# (Qwen2.5-Coder-1.5B), the distinct pairs of the tuning set's band reach 0.755 ("Dr Patel
+# is Hannah's dentist." / "Dr Patel thinks Hannah's wisdom tooth should come out."). A
+# pair's chance is not exact: it moved by up to 0.05 between two ways of asking the same
+# question, and with what the server's cache held from the pair before. `SURE` is above
+# the highest distinct pair by that much. `stillhere eval dedup`, docs/memories.md.
+SURE = 0.81
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,9 +78,22 @@ def neutral(request: Asked) -> AnalysisResponse:
     return Answer({"pairs": []})
 
 
+def opening(body: dict[str, Any]) -> str | None:
+    """The answer's opening a request sends for the model to go on from: its last message,
+    when that is the assistant's."""
+    messages = body.get("messages") or [{}]
+    return messages[-1].get("content") if messages[-1].get("role") == "assistant" else None
+
+
 class FakeAnalysis(FakeApi["AnalysisResponse"]):
     """Each task has its own script, so answers queued for one are never taken by another
-    (loose ends are asked after every reply, beside the test's reply matching)."""
+    (loose ends are asked after every reply, beside the test's reply matching).
+
+    A request may end with the answer's opening, for the model to go on from. The script's
+    answer is what the model writes: after the opening (a server may answer that alone), or a whole
+    answer of its own (OpenAI's API ignores an opening). A server that `echoes` answers the
+    opening and what the model wrote after it, with log-probabilities for what it wrote
+    only, as llama.cpp does; one that would `refuse_opening` answers it with a 400."""
 
     path = "/v1/chat/completions"
 
@@ -88,10 +101,14 @@ class FakeAnalysis(FakeApi["AnalysisResponse"]):
         self,
         default: Callable[[Asked], AnalysisResponse] | None = None,
         refuse_schema: bool = False,
+        echoes: bool = False,
+        refuse_opening: bool = False,
     ) -> None:
         super().__init__()
         self.default = default or neutral
         self.refuse_schema = refuse_schema  # answer a json_schema response format with a 400
+        self.echoes = echoes
+        self.refuse_opening = refuse_opening
         self.asked: list[Asked] = []
         self._scripts: dict[str, deque[AnalysisResponse]] = defaultdict(deque)
 
@@ -111,6 +128,8 @@ class FakeAnalysis(FakeApi["AnalysisResponse"]):
         """The answer to one request; also used by the chat fake for its non-streamed calls."""
         if self.refuse_schema and (body.get("response_format") or {}).get("type") == "json_schema":
             return web.Response(status=400, text="response_format json_schema not supported")
+        if self.refuse_opening and opening(body) is not None:
+            return web.Response(status=400, text="assistant prefill not supported")
         request = asked(body)
         self.asked.append(request)
         script = self._scripts[request.task]
@@ -124,9 +143,10 @@ class FakeAnalysis(FakeApi["AnalysisResponse"]):
             await asyncio.sleep(response.delay)
         content = response.content
         text = content if isinstance(content, str) else orjson.dumps(content).decode()
+        opened = opening(body) if self.echoes else None
         choice: dict[str, Any] = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
+            "message": {"role": "assistant", "content": (opened or "") + text},
             "finish_reason": "stop",
         }
         if body.get("logprobs") and response.chances:
@@ -148,8 +168,9 @@ def tokens(text: str, chances: dict[str, float]) -> list[dict[str, Any]]:
         return [{"token": text, "logprob": 0.0, "top_logprobs": []}]
     value = next(v for v in chances if text.startswith(v, at))
     alternatives = [{"token": v, "logprob": math.log(p)} for v, p in chances.items() if p > 0]
-    return [
+    written = [
         {"token": text[:at], "logprob": 0.0, "top_logprobs": []},
         {"token": value, "logprob": math.log(chances[value]), "top_logprobs": alternatives},
         {"token": text[at + len(value) :], "logprob": 0.0, "top_logprobs": []},
     ]
+    return [token for token in written if token["token"]]
