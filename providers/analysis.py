@@ -152,7 +152,10 @@ class AnalysisModel:
         self.timeout = timeout
         self.on_failure = on_failure
         self._model = model
-        self._schema_refused = False  # the server answered a json_schema format with a 400
+        # What the server answered with a 400: "schema" (a json_schema format), "opening"
+        # (an answer's opening to go on from). Each is left out of its requests from then
+        # on; a server may take one and not the other.
+        self._refused: set[str] = set()
         # A total timeout: a judgement that is late is no use to the reply waiting for it.
         self._api = ApiClient(
             f"{url.rstrip('/')}/chat/completions", key, aiohttp.ClientTimeout(total=timeout)
@@ -166,7 +169,7 @@ class AnalysisModel:
     ) -> dict[str, Any] | None:
         """The answer's JSON object; None (logged, counted) when there is none to use."""
         body = request_body(self._model, task, lines, instructions, shape)
-        if self._schema_refused:
+        if _feature(body) in self._refused:
             body = _plain(body)
         started = time.monotonic()
         try:
@@ -182,12 +185,14 @@ class AnalysisModel:
         try:
             return await self._post(body, shape)
         except _Failed as failure:
-            if failure.status not in REFUSED or body.get("response_format") == JSON_OBJECT:
+            feature = _feature(body)
+            if failure.status not in REFUSED or feature is None:
                 raise
-        self._schema_refused = True
+        self._refused.add(feature)
         log.warning(
-            "the analysis server refuses json_schema answers (or an answer's opening): "
-            "asking for json_object, without log-probabilities"
+            "the analysis server refuses %s: asking for json_object, without "
+            "log-probabilities, from now on",
+            "an answer's opening" if feature == "opening" else "json_schema answers",
         )
         return await self._post(_plain(body), shape)
 
@@ -210,6 +215,14 @@ class AnalysisModel:
         log.warning("analysis %s failed (%s) after %.0f ms: %s", task, reason, took * 1000, detail)
         if self.on_failure is not None:
             self.on_failure(task, reason)
+
+
+def _feature(body: dict[str, Any]) -> str | None:
+    """What a server may refuse in `body`: its answer's opening, its json_schema format, or
+    nothing (the plain request, any JSON object)."""
+    if body["messages"][-1]["role"] == "assistant":
+        return "opening"
+    return "schema" if body.get("response_format") != JSON_OBJECT else None
 
 
 def _plain(body: dict[str, Any]) -> dict[str, Any]:

@@ -156,6 +156,41 @@ WEIGHED = Shape.of(
 )
 
 
+async def test_a_server_refusing_an_opening_still_gets_json_schema_elsewhere(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Refusing an answer's opening says nothing of json_schema: the weighed request goes
+    plain from then on, reply matching keeps its schema."""
+    opened = Shape.of(
+        "same-memory",
+        {"verdict": {"enum": ["same", "distinct"]}},
+        max_tokens=12,
+        weighed="verdict",
+        opening='{"verdict": "',
+    )
+    async with FakeAnalysis(refuse_opening=True) as fake:
+        fake.queue(Answer({"verdict": "same"}), Answer({"verdict": "distinct"}), task="same-memory")
+        fake.queue(Answer({"answers": "A1"}))
+        model = AnalysisModel(fake.url, "judge")
+        try:
+            first = await model.ask("same-memory", ["M1: a", "M2: b"], "Compare.", opened)
+            matched = await model.ask("reply-matching", LINES, "Match P1.", SHAPE)
+            second = await model.ask("same-memory", ["M1: a", "M2: b"], "Compare.", opened)
+        finally:
+            await model.close()
+    assert (first, matched, second) == (
+        {"verdict": "same"},
+        {"answers": "A1"},
+        {"verdict": "distinct"},
+    )
+    kinds = [
+        "opening" if b["messages"][-1]["role"] == "assistant" else b["response_format"]["type"]
+        for b in fake.requests
+    ]
+    assert kinds == ["opening", "json_object", "json_schema", "json_object"]
+    assert caplog.text.count("refuses an answer's opening") == 1
+
+
 async def test_a_weighed_answer_carries_each_values_chance(fake: FakeAnalysis) -> None:
     """The server is asked for log-probabilities, and the answer says how likely the model
     found each value where it wrote it: its alternatives there, as shares."""
