@@ -593,9 +593,9 @@ GROUPS: tuple[Group, ...] = (
             Option(
                 "lease",
                 longer_than_zero,
-                "a node's hold on a person lasts this long unrenewed",
-                more="Renewed every third of it: a hung node's people move to another node "
-                "after at most this.",
+                "a node's lease, over every person it owns, lasts this long unrenewed",
+                more="Renewed every third of it (one row, whatever the number of people): a "
+                "hung node's people move to another node after at most this.",
             ),
             Option(
                 "drain-timeout",
