@@ -28,7 +28,7 @@ from uuid import UUID
 import pykka
 
 from actors.archive import archive, mark_archived, write_summary
-from actors.conversation import ConversationActor
+from actors.conversation import ConversationActor, conversation_actor
 from actors.jobs import Jobs
 from actors.memory.consolidation import scheduled_pass
 from actors.messages import Attach, CardsWithdrawn, End, Interrupt, Park, Snapshot
@@ -113,7 +113,7 @@ class LiveConversation:
         """Start the conversation's actor, first or in place of a failed one; the count of
         messages told starts again with it."""
         self.told = 0
-        self.ref = ConversationActor.start(rt, record, self)
+        self.ref = conversation_actor(rt).start(rt, record, self)
 
     def current_snapshot(self) -> Snapshot | None:
         """The published snapshot if the actor has handled every message told to it, so
