@@ -32,13 +32,14 @@ class Metrics:
         registry = self.registry
         self.live_actors = Gauge(
             "stillhere_live_actors",
-            "Conversations whose actor runs (each holds a thread), or is being activated",
+            "Conversations whose actor runs (on the pool, or a thread each with "
+            "--actor-threads 0), or is being activated",
             registry=registry,
         )
         self.conversations = Gauge(
             "stillhere_conversations",
             "Live conversations this node holds, their actor running or deactivated "
-            "(quiet for --actor-idle: no thread, links and stream kept)",
+            "(quiet for --actor-idle: no actor, links and stream kept)",
             registry=registry,
         )
         self.links = Gauge(
