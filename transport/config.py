@@ -456,7 +456,7 @@ GROUPS: tuple[Group, ...] = (
                 "actor-idle",
                 parse_duration,
                 "an actor with nothing to do this long is deactivated, its links kept open",
-                more="Its actor stops and its state stays in PostgreSQL; the next frame, "
+                more="It stops, its state kept in PostgreSQL; the next frame, "
                 "follow-on or admin request for the conversation activates it again from there. "
                 "`0`: never.",
             ),
