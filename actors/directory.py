@@ -181,7 +181,10 @@ class Directory:
         self.draining = False
         self.deactivated = 0  # since the last sweep, which reports it
         rt.metrics.watch(
-            live_actors=self.active_count, conversations=lambda: len(self), links=self.link_count
+            live_actors=self.active_count,
+            actor_threads=self.actor_threads,
+            conversations=lambda: len(self),
+            links=self.link_count,
         )
 
     def __len__(self) -> int:
@@ -200,6 +203,11 @@ class Directory:
     def active_count(self) -> int:
         """Conversations whose actor runs (or is being activated)."""
         return sum(live.active for live in self._live.values())
+
+    def actor_threads(self) -> int:
+        """Threads serving the conversation actors: the pool's, or one per running actor."""
+        pool = self._rt.actor_pool
+        return len(pool.threads) if pool is not None else self.active_count()
 
     def _lock(self, person: str) -> asyncio.Lock:
         lock = self._locks.get(person)
