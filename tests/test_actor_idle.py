@@ -377,6 +377,7 @@ async def test_conversations_all_talking_run_on_the_pools_threads(
     finally:
         sampler.cancel()
     assert _running() == 41
+    assert await _metric(harness, "stillhere_actor_threads") == (actor_threads or 41)
     if actor_threads:
         assert peak <= before + 2
     else:
