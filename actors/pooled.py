@@ -62,7 +62,7 @@ class ActorPool:
 
     def stop(self, timeout: float | None = None) -> None:
         """End the threads once what is queued before now is served; wait `timeout` for
-        them (None: do not wait)."""
+        them (None: do not wait). Stop the actors first: nothing serves them after."""
         for _ in self.threads:
             self._ready.put(None)
         if timeout is not None:
