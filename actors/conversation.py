@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+import pykka
+
 from actors.follow_on import FollowOnDue, FollowOnWait, after_exchange, count_cancelled
 from actors.handles import TurnHandles
 from actors.inbox import ThreadingActor
@@ -35,6 +37,7 @@ from actors.messages import (
     TurnRequest,
     speaker_lapsed,
 )
+from actors.pooled import ActorPool, PooledActor
 from actors.runtime import ActorFailed, Reply, Runtime
 from actors.stream import ConversationStream
 from actors.turn import SayOutcome, TurnJob, answer_say, run_turn, store_say
@@ -76,11 +79,9 @@ class Home(Protocol):
     async def finish(self, reason: str, reply: Reply | None) -> None: ...
 
 
-class ConversationActor(ThreadingActor):
-    # Daemon threads: CPython keeps a shutdown lock per non-daemon thread and walks all of
-    # them at every thread start, so starting the 5,000th actor cost 5,000 steps. Shutdown
-    # stops every actor itself (`Directory.stop_all`), so nothing relies on the join.
-    use_daemon_thread = True
+class ConversationActor(pykka.Actor):
+    """What a conversation's actor does; `PooledConversation` and `ThreadedConversation`
+    are it on a shared pool of threads and on a thread of its own (`conversation_actor`)."""
 
     def __init__(self, rt: Runtime, record: ConversationRecord, live: Home) -> None:
         super().__init__()
@@ -381,3 +382,25 @@ class ConversationActor(ThreadingActor):
             storing=self._storing,
             follow_on=self._follow_on,
         )
+
+
+class PooledConversation(ConversationActor, PooledActor):
+    """Served by the runtime's pool (`--actor-threads` N)."""
+
+    def actor_pool(self) -> ActorPool:
+        assert self._rt.actor_pool is not None
+        return self._rt.actor_pool
+
+
+class ThreadedConversation(ConversationActor, ThreadingActor):
+    """On a thread of its own (`--actor-threads 0`)."""
+
+    # Daemon threads: CPython keeps a shutdown lock per non-daemon thread and walks all of
+    # them at every thread start, so starting the 5,000th actor cost 5,000 steps. Shutdown
+    # stops every actor itself (`Directory.stop_all`), so nothing relies on the join.
+    use_daemon_thread = True
+
+
+def conversation_actor(rt: Runtime) -> type[ConversationActor]:
+    """The actor type `rt` runs conversations on: its pool's if it has one."""
+    return ThreadedConversation if rt.actor_pool is None else PooledConversation

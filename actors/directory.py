@@ -8,7 +8,7 @@ to hand over, and hands its own over when asked: their links are closed with `mo
 the conversation is let go once its turn is over.
 
 A live conversation's actor runs while it has work. One with nothing to do for
-`--actor-idle` is deactivated: its thread ends, while its stream (seq, replay buffer, links)
+`--actor-idle` is deactivated: the actor stops, while its stream (seq, replay buffer, links)
 and the person's lease stay here. The next message for it activates an actor from the
 database, once, however many messages arrive meanwhile: they wait, in order, for it.
 """
@@ -28,7 +28,7 @@ from uuid import UUID
 import pykka
 
 from actors.archive import archive, mark_archived, write_summary
-from actors.conversation import ConversationActor
+from actors.conversation import ConversationActor, conversation_actor
 from actors.jobs import Jobs
 from actors.memory.consolidation import scheduled_pass
 from actors.messages import Attach, CardsWithdrawn, End, Interrupt, Park, Snapshot
@@ -102,18 +102,18 @@ class LiveConversation:
             return False
 
     def deactivate(self) -> None:
-        """End the actor's thread; the conversation stays, its actor to be activated by the
-        next message. Only once the actor has handled every message it was told."""
+        """Stop the actor; the conversation stays, its actor to be activated by the next
+        message. Only once the actor has handled every message it was told."""
         ref, self.ref = self.ref, None
         self.snapshot, self.told = None, 0
         if ref is not None:
             ref.stop(block=False)
 
     def run_actor(self, rt: Runtime, record: ConversationRecord) -> None:
-        """Start the conversation's actor, first or in place of a failed one; the count of
-        messages told starts again with it."""
+        """Start the conversation's actor (on the runtime's pool, or a thread of its own),
+        first or in place of a failed one; the count of messages told starts again with it."""
         self.told = 0
-        self.ref = ConversationActor.start(rt, record, self)
+        self.ref = conversation_actor(rt).start(rt, record, self)
 
     def current_snapshot(self) -> Snapshot | None:
         """The published snapshot if the actor has handled every message told to it, so
@@ -142,7 +142,7 @@ class LiveConversation:
             self._gone.set_result(None)
 
     def report_failure(self, error: BaseException) -> None:
-        """Called from the failed actor's thread: the supervisor replaces it."""
+        """Called from the thread that served the failed actor: the supervisor replaces it."""
         self._directory.actor_failed(self, error)
 
     async def finish(self, reason: str, reply: Reply | None) -> None:
@@ -181,7 +181,10 @@ class Directory:
         self.draining = False
         self.deactivated = 0  # since the last sweep, which reports it
         rt.metrics.watch(
-            live_actors=self.active_count, conversations=lambda: len(self), links=self.link_count
+            live_actors=self.active_count,
+            actor_threads=self.actor_threads,
+            conversations=lambda: len(self),
+            links=self.link_count,
         )
 
     def __len__(self) -> int:
@@ -198,8 +201,13 @@ class Directory:
         return sum(len(live.stream.links) for live in self._live.values())
 
     def active_count(self) -> int:
-        """Conversations whose actor runs (or is being activated): the threads they hold."""
+        """Conversations whose actor runs (or is being activated)."""
         return sum(live.active for live in self._live.values())
+
+    def actor_threads(self) -> int:
+        """Threads serving the conversation actors: the pool's, or one per running actor."""
+        pool = self._rt.actor_pool
+        return len(pool.threads) if pool is not None else self.active_count()
 
     def _lock(self, person: str) -> asyncio.Lock:
         lock = self._locks.get(person)

@@ -1,4 +1,5 @@
-"""The threading actor our actors are made of: pykka's, with a lighter inbox.
+"""The threading actor of the supervisor, and of conversations with `--actor-threads 0`:
+pykka's, with a lighter inbox (conversations are otherwise served by a pool, pooled.py).
 
 pykka's `ThreadingActor` gives each actor a `queue.Queue`, whose `put` and `get` go through
 a Python-level condition: about ten calls a message on the loop's side for every `tell`, and

@@ -32,13 +32,20 @@ class Metrics:
         registry = self.registry
         self.live_actors = Gauge(
             "stillhere_live_actors",
-            "Conversations whose actor runs (each holds a thread), or is being activated",
+            "Conversations whose actor runs (on the pool, or a thread each with "
+            "--actor-threads 0), or is being activated",
+            registry=registry,
+        )
+        self.actor_threads = Gauge(
+            "stillhere_actor_threads",
+            "Threads serving conversation actors: the pool's, or one per running actor "
+            "with --actor-threads 0",
             registry=registry,
         )
         self.conversations = Gauge(
             "stillhere_conversations",
             "Live conversations this node holds, their actor running or deactivated "
-            "(quiet for --actor-idle: no thread, links and stream kept)",
+            "(quiet for --actor-idle: no actor, links and stream kept)",
             registry=registry,
         )
         self.links = Gauge(
@@ -206,11 +213,13 @@ class Metrics:
     def watch(
         self,
         live_actors: Callable[[], int],
+        actor_threads: Callable[[], int],
         conversations: Callable[[], int],
         links: Callable[[], int],
     ) -> None:
         """Read the gauges from their source at scrape time, so they can never drift."""
         self.live_actors.set_function(live_actors)
+        self.actor_threads.set_function(actor_threads)
         self.conversations.set_function(conversations)
         self.links.set_function(links)
 

@@ -17,6 +17,7 @@ from actors.jobs import Jobs
 from actors.metrics import Metrics
 from actors.persona import DEFAULT as DEFAULT_PERSONA
 from actors.persona import Persona
+from actors.pooled import ActorPool
 from providers.analysis import Analysis
 from providers.chat import ChatModel
 from providers.rehearsal_analysis import RehearsalAnalysis
@@ -88,6 +89,7 @@ class Runtime:
     analysis: Analysis = field(default_factory=RehearsalAnalysis)  # judgement questions
     persona: Persona = DEFAULT_PERSONA  # decides follow-ons (actors/persona.py)
     random: Random = field(default_factory=Random)  # their draw; seedable
+    actor_pool: ActorPool | None = None  # serves the conversation actors; None: a thread each
     context_cache: ContextCache = field(init=False)  # sized by settings.context.cache_s
 
     def __post_init__(self) -> None:

@@ -68,6 +68,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--actor-idle", type=seconds, default=60.0, help="the deactivating server's (60s)"
     )
     parser.add_argument(
+        "--actor-threads",
+        type=int,
+        default=None,
+        help="the servers' --actor-threads (default: the server's)",
+    )
+    parser.add_argument(
         "--hold", type=seconds, default=90.0, help="links held before measuring (90s)"
     )
     parser.add_argument("--sample", type=int, default=20, help="says timed of each kind (20)")
@@ -253,7 +259,7 @@ async def _hold(
 
 async def _one(root: Path, name: str, actor_idle: float, args: argparse.Namespace) -> Any:
     server = procs.start(
-        "stillhere", root / name, latency=0.0, rate=0.0, extra=["--actor-idle", f"{actor_idle}s"]
+        "stillhere", root / name, latency=0.0, rate=0.0, extra=server_options(args, actor_idle)
     )
     try:
         await procs.wait_ready(server)
@@ -284,6 +290,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "talking": args.talking,
         "say_every_s": args.say_every,
         "hold_s": args.hold,
+        "actor_threads": args.actor_threads,
         "never_first": args.never_first,
         "servers": measured,
         "threads_ratio": _ratio(on["threads_held"], off["threads_held"]),
@@ -291,6 +298,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             on["rss_per_added_phone_kb"], off["rss_per_added_phone_kb"]
         ),
     }
+
+
+def server_options(args: argparse.Namespace, actor_idle: float) -> list[str]:
+    """The server's options: `actor_idle`, and `--actor-threads` if given."""
+    chosen = [] if args.actor_threads is None else ["--actor-threads", str(args.actor_threads)]
+    return ["--actor-idle", f"{actor_idle}s", *chosen]
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

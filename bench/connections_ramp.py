@@ -38,7 +38,7 @@ import aiohttp
 import psutil
 
 from bench import procs
-from bench.connections import hold_links, scrape, stopped_badly, timed_says
+from bench.connections import hold_links, scrape, server_options, stopped_badly, timed_says
 from bench.live import (
     Phone,
     Talk,
@@ -254,7 +254,7 @@ async def measure_ramp(args: argparse.Namespace) -> dict[str, Any]:
     """The ramp against one server (`--actor-idle`), its descriptor limits beside it."""
     bench_limit = raise_descriptor_limit()
     root = Path(tempfile.mkdtemp(prefix="stillhere-connections-"))
-    extra = ["--actor-idle", f"{args.actor_idle}s"]
+    extra = server_options(args, args.actor_idle)
     try:
         async with asyncio.timeout(args.timeout):
             server = procs.start("stillhere", root, latency=0.0, rate=0.0, extra=extra)
@@ -276,6 +276,7 @@ async def measure_ramp(args: argparse.Namespace) -> dict[str, Any]:
         "hold_s": args.hold,
         "idle_window_s": args.idle_window,
         "actor_idle_s": args.actor_idle,
+        "actor_threads": args.actor_threads,
         "descriptor_limits": {"bench": list(bench_limit), "server": list(server_limit)},
         **ramped,
         "server_stop": stopped,

@@ -191,12 +191,31 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "authority made with openssl, verified by the phones): resume and CPU side by side",
     )
     parser.add_argument(
+        "--actor-threads",
+        type=_thread_counts,
+        default=None,
+        help="stillhere's --actor-threads (default: the server's); more values, e.g. 4,0, "
+        "each add a stillhere to the throughput phase on that value, timed with the others",
+    )
+    parser.add_argument(
         "--phones-gc",
         choices=PHONES_GC_MODES,
         default="off",
         help="the phones' own collector: off while they flap (default), freeze what "
         "survives a collection, or plain (bench/phones_gc.py)",
     )
+
+
+def _thread_counts(text: str) -> list[int]:
+    counts = [int(part) for part in text.split(",") if part.strip()]
+    if not counts or min(counts) < 0:
+        raise argparse.ArgumentTypeError("thread counts of at least 0, e.g. 4 or 4,0")
+    return counts
+
+
+def actor_options(counts: list[int] | None) -> list[str]:
+    """stillhere's options for the first of `--actor-threads`, none without it."""
+    return [] if not counts else ["--actor-threads", str(counts[0])]
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -377,6 +396,7 @@ async def flap_one(
         event_loop=args.event_loop,
         tls=tls,
         home=None if tls is None else root / f"{name}-tls",
+        extra=actor_options(args.actor_threads) if name == "stillhere" else None,
     )
     out: dict[str, Any] = {"server": name, "transport": transport, "url": server.base_url}
     fleet: Fleet | None = None
@@ -601,10 +621,26 @@ THROUGHPUT_SERVERS: dict[str, tuple[str, list[str]]] = {
 }
 
 
+def throughput_servers(counts: list[int] | None) -> dict[str, tuple[str, list[str]]]:
+    """THROUGHPUT_SERVERS, stillhere's on the first of `--actor-threads`, and one stillhere
+    more on each further value."""
+    chosen = actor_options(counts)
+    servers = {
+        label: (name, [*extra, *chosen] if name == "stillhere" else extra)
+        for label, (name, extra) in THROUGHPUT_SERVERS.items()
+    }
+    for count in (counts or [])[1:]:
+        servers[f"stillhere-actor-threads-{count}"] = (
+            "stillhere",
+            [*_UNLIMITED, "--actor-threads", str(count)],
+        )
+    return servers
+
+
 async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Every server of THROUGHPUT_SERVERS, all started at once and timed in turn, round after
-    round, so that each round finds the machine as the others did; per server, the median
-    round's turns/s."""
+    """Every server of `throughput_servers`, all started at once and timed in turn, round
+    after round, so that each round finds the machine as the others did; per server, the
+    median round's turns/s."""
     servers = {
         label: procs.start(
             name,
@@ -614,7 +650,7 @@ async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
             event_loop=args.event_loop,
             extra=extra,
         )
-        for label, (name, extra) in THROUGHPUT_SERVERS.items()
+        for label, (name, extra) in throughput_servers(args.actor_threads).items()
     }
     try:
         for server in servers.values():
@@ -876,7 +912,7 @@ def baseline_rows(report: dict[str, Any]) -> list[str]:
         f"{'lost':>7}{'dup':>7}{'loop on core':>14}{'cpu ms/turn srv pg bench':>26}"
         f"{'steal':>7}"
     ]
-    for name in THROUGHPUT_SERVERS:
+    for name in tput:
         tps = (tput.get(name) or {}).get("turns_per_s")
         over = median_or_none(paired_ratios(tput, name, "link-bound"))
         f = report if name == "stillhere" else flap.get(name, {})

@@ -8,12 +8,12 @@ PostgreSQL connections, table sizes, live conversations and links, turns stored.
 
 Each series gets its least-squares slope per hour over the last two thirds of the run (the
 first third is warm-up: pools fill, windows and caches reach their size). What the live
-conversations explain is taken out before judging: each live conversation's actor holds a
-thread, each attached link a socket, each pool connection a socket, each stored turn its
-rows. The verdict (exit code 0 within every bound, 1 outside one, 2 the run could not
-finish) holds these bounds over the judged samples:
+conversations explain is taken out before judging: the threads serving their actors (the
+actor pool's, or one per live actor), each attached link a socket, each pool connection a
+socket, each stored turn its rows. The verdict (exit code 0 within every bound, 1 outside
+one, 2 the run could not finish) holds these bounds over the judged samples:
 
-- `threads - live_actors` at most `--thread-slack` at every sample, and its fitted growth
+- `threads - actor_threads` at most `--thread-slack` at every sample, and its fitted growth
   over the judged stretch at most `--leak-slack`: no thread that no conversation explains;
 - `fds - tcp_established - db_connections` (descriptors that hold no live connection: files,
   pipes, listening sockets, and any socket leaked) likewise with `--fd-slack`; no TCP
@@ -56,7 +56,7 @@ HOUR_S = 3600.0
 JUDGED_FROM = 1 / 3  # the slopes and the bounds cover the run after its first third
 SERIES = (
     "rss_mb", "threads", "fds", "fds_sockets", "tcp_established", "tcp_close_wait",
-    "db_connections", "tables_mb", "turns_stored", "live_actors", "links",
+    "db_connections", "tables_mb", "turns_stored", "live_actors", "actor_threads", "links",
     "threads_unexplained", "fds_unexplained", "connections_unexplained",
 )  # fmt: skip
 
@@ -80,7 +80,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     add_rehearsal_options(parser)
     bounds = parser.add_argument_group("bounds of the verdict")
     bounds.add_argument(
-        "--thread-slack", type=int, default=32, help="threads beyond the live actors (32)"
+        "--thread-slack", type=int, default=32, help="threads beyond the actors' (32)"
     )
     bounds.add_argument(
         "--fd-slack",
@@ -112,7 +112,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
 def series(samples: Sequence[dict[str, Any]], key: str) -> list[float]:
     """One series of the samples; the derived ones take out what live conversations explain."""
     derived: dict[str, Callable[[dict[str, Any]], float]] = {
-        "threads_unexplained": lambda s: s["threads"] - s["live_actors"],
+        "threads_unexplained": lambda s: s["threads"] - s["actor_threads"],
         "fds_unexplained": lambda s: s["fds"] - s["tcp_established"] - s["db_connections"],
         "connections_unexplained": lambda s: s["tcp_established"] - s["links"],
     }
@@ -156,9 +156,9 @@ def bounds(
     per_turn = None if tables is None or not turns else tables * 2**20 / turns
     return [
         _bound("threads_unexplained_max", highest("threads_unexplained"),
-               args.thread_slack, "threads - live_actors, the most at any sample"),
+               args.thread_slack, "threads - actor_threads, the most at any sample"),
         _bound("threads_unexplained_growth", growth("threads_unexplained"), args.leak_slack,
-               "threads - live_actors, fitted growth over the judged stretch"),
+               "threads - actor_threads, fitted growth over the judged stretch"),
         _bound("fds_unexplained_max", highest("fds_unexplained"), args.fd_slack,
                "fds - tcp_established - db_connections, the most at any sample"),
         _bound("fds_unexplained_growth", growth("fds_unexplained"), args.leak_slack,

@@ -7,8 +7,9 @@ Each reading comes from the running processes themselves, never from the bench's
   connections that are established (a phone holds the other end) and in CLOSE_WAIT (the
   phone has closed, the server still holds the socket: what a descriptor leak looks like
   while it happens);
-- the server's `/metrics`: `stillhere_live_actors` (conversations with a live actor, each
-  holding one thread) and `stillhere_links` (client links attached, each one socket);
+- the server's `/metrics`: `stillhere_live_actors` (conversations with a live actor),
+  `stillhere_actor_threads` (the threads serving them: the actor pool's, or one per live
+  actor) and `stillhere_links` (client links attached, each one socket);
 - its PostgreSQL, over one connection the bench holds for the run: the other backends in
   `pg_stat_activity` (the server's pools), `pg_total_relation_size` of every table in the
   public schema (indexes and TOAST included), and the turns stored.
@@ -39,7 +40,11 @@ TABLE_BYTES = (
     "SELECT c.relname, pg_total_relation_size(c.oid) AS bytes FROM pg_class c "
     "WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace"
 )
-GAUGES = {"stillhere_live_actors": "live_actors", "stillhere_links": "links"}
+GAUGES = {
+    "stillhere_live_actors": "live_actors",
+    "stillhere_actor_threads": "actor_threads",
+    "stillhere_links": "links",
+}
 
 
 @dataclass
@@ -52,6 +57,7 @@ class Sample:
     tcp_established: int
     tcp_close_wait: int
     live_actors: int
+    actor_threads: int
     links: int
     db_connections: int
     turns_stored: int
@@ -124,6 +130,7 @@ class Sampler:
             fds_sockets=sockets,
             **tcp_states(self.server.ps()),
             live_actors=live["live_actors"],
+            actor_threads=live["actor_threads"],
             links=live["links"],
             db_connections=int(await self._db.fetchval(CONNECTIONS)),
             turns_stored=int(await self._db.fetchval("SELECT count(*) FROM turns")),

@@ -10,9 +10,10 @@ import uuid
 from typing import Any
 
 import asyncpg
+import pykka
 import pytest
 
-from actors.conversation import ConversationActor
+from actors.conversation import ConversationActor, ThreadedConversation
 from actors.directory import LiveConversation
 from actors.messages import Attach, Snapshot
 from storage.store import Store
@@ -24,9 +25,14 @@ from tests.test_metrics import _scrape, _value
 IDLE_S = 60.0
 
 
+def _running() -> int:
+    """Conversation actors running now, of either type, whatever server they belong to."""
+    return len(pykka.ActorRegistry.get_by_class(ConversationActor))
+
+
 def _actor_threads() -> int:
-    """Threads running a conversation actor now, whatever server they belong to."""
-    return sum(t.name.startswith(ConversationActor.__name__) for t in threading.enumerate())
+    """Threads of a conversation actor's own (`--actor-threads 0`)."""
+    return sum(t.name.startswith(ThreadedConversation.__name__) for t in threading.enumerate())
 
 
 def _live(harness: Harness, phone: Phone) -> LiveConversation:
@@ -70,13 +76,17 @@ async def _snapshot(live: LiveConversation) -> Snapshot:
     return snapshot
 
 
+@pytest.mark.parametrize("actor_threads", [0, 4])
 async def test_a_quiet_conversation_is_deactivated_its_thread_gone_its_link_kept(
-    harness: Harness,
+    harness: Harness, actor_threads: int
 ) -> None:
-    await harness.start(actor_idle=IDLE_S)
+    """On a thread of its own, the actor's thread ends with it; on the pool, it had none,
+    and the pool's threads serve on."""
+    await harness.start(actor_idle=IDLE_S, actor_threads=actor_threads)
     phone = await _talked(harness)
     other = await _talked(harness)
-    threads = _actor_threads()
+    running, threads = _running(), _actor_threads()
+    assert threads == (2 if actor_threads == 0 else 0)
     harness.clock.advance(IDLE_S - 1)
     await other.say("hello again")  # the other phone talks: its actor is not quiet
     await other.reply()
@@ -86,7 +96,12 @@ async def test_a_quiet_conversation_is_deactivated_its_thread_gone_its_link_kept
     assert (report["deactivated"], report["live"], report["active"]) == (1, 2, 1)
     live = _live(harness, phone)
     assert live.ref is None and _live(harness, other).ref is not None
-    await eventually(lambda: _actor_threads() == threads - 1)
+    await eventually(lambda: _running() == running - 1)
+    if actor_threads == 0:
+        await eventually(lambda: _actor_threads() == threads - 1)
+    else:
+        pool = harness.server.runtime.actor_pool
+        assert pool is not None and all(thread.is_alive() for thread in pool.threads)
     assert harness.links(phone) == 1
     assert await _metric(harness, "stillhere_live_actors") == 1
     assert await _metric(harness, "stillhere_conversations") == 2
@@ -135,12 +150,12 @@ async def test_a_frame_activates_the_conversation_once_as_it_was(
     phone = await _talked(harness)
     seen = phone.last_seq
     live = await _deactivated(harness, phone)
-    threads = _actor_threads()
+    running = _running()
 
     came = await _bring_back(harness, phone, how)
 
     assert await _metric(harness, "stillhere_activations_total") == 1
-    assert live.ref is not None and _actor_threads() == threads + 1
+    assert live.ref is not None and _running() == running + 1
     assert harness.server.directory.get(live.person) is live  # the same stream, the same links
     snapshot = await _snapshot(live)
     roles = [t.role for t in snapshot.history]
@@ -166,7 +181,7 @@ async def test_frames_racing_at_activation_make_one_actor(harness: Harness) -> N
     phone = await _talked(harness, device)
     second = await harness.phone(device)
     live = await _deactivated(harness, phone, links=2)
-    threads = _actor_threads()
+    running = _running()
 
     acks = await asyncio.gather(
         phone.say("first of two"),
@@ -175,7 +190,7 @@ async def test_frames_racing_at_activation_make_one_actor(harness: Harness) -> N
     )
 
     assert await _metric(harness, "stillhere_activations_total") == 1
-    assert _actor_threads() == threads + 1
+    assert _running() == running + 1
     assert acks[0]["seq"] != acks[1]["seq"]
     await phone.reply()
     snapshot = await _snapshot(live)
@@ -331,3 +346,39 @@ async def test_an_activation_that_cannot_read_the_record_is_tried_again_by_the_r
     await phone.say("are you there?", "r1")  # the phone resends it, with its id
     assert "Just before, I said" in (await phone.reply())["text"]
     assert await _metric(harness, "stillhere_activations_total") == 1
+
+
+@pytest.mark.parametrize("actor_threads", [0, 4])
+async def test_conversations_all_talking_run_on_the_pools_threads(
+    harness: Harness, actor_threads: int
+) -> None:
+    """Forty conversations with a link each, all talking at once and never deactivated:
+    on the pool they add no thread (a couple at most, the loop's own helpers); with a
+    thread each, forty."""
+    await harness.start(actor_threads=actor_threads, actor_idle=0)
+    await _talked(harness)  # whatever threads the server makes for a first turn, made
+    before = threading.active_count()
+    phones = [await harness.phone() for _ in range(40)]
+    peak = threading.active_count()
+
+    async def sample() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, threading.active_count())
+            await asyncio.sleep(0.005)
+
+    async def talk(phone: Phone) -> None:
+        await phone.say("all of us at once")
+        await phone.reply()
+
+    sampler = asyncio.ensure_future(sample())
+    try:
+        await asyncio.gather(*(talk(phone) for phone in phones))
+    finally:
+        sampler.cancel()
+    assert _running() == 41
+    assert await _metric(harness, "stillhere_actor_threads") == (actor_threads or 41)
+    if actor_threads:
+        assert peak <= before + 2
+    else:
+        assert peak >= before + 40

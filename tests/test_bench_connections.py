@@ -1,5 +1,6 @@
 """`stillhere-bench connections` at a small N: both servers measured, the deactivating one
-holding fewer threads and running actors than the one that never deactivates."""
+holding fewer running actors than the one that never deactivates (and, with a thread per
+actor, fewer threads)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ def test_connections(tmp_path: Path) -> None:
     path = tmp_path / "connections.json"
     command = [sys.executable, "-m", "bench.connections", "--phones", "20", "--hold", "3s"]
     command += ["--actor-idle", "2s", "--say-every", "1s", "--ping-every", "1s"]
-    command += ["--sample", "3", "--json", str(path)]
+    # A thread per running actor, so that deactivation shows in the threads too.
+    command += ["--sample", "3", "--actor-threads", "0", "--json", str(path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=220)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(path.read_text())
 
+    assert report["actor_threads"] == 0
     on, off = report["servers"]["deactivating"], report["servers"]["never"]
     for server in (on, off):
         assert server["phones_connected"] == server["links"] == 20

@@ -173,6 +173,22 @@ def test_the_baselines_show_stillhere_per_piece_beside_the_others() -> None:
     assert rows["link-bound"][4:6] == ["3", "0"]
 
 
+def test_actor_threads_reach_every_stillhere_and_add_one_to_the_timed_rounds() -> None:
+    """`--actor-threads 4,0`: every stillhere on a pool of 4, and one more stillhere with a
+    thread per actor timed with the others; the baselines as they are."""
+    servers = flap.throughput_servers([4, 0])
+    assert list(servers) == [*flap.THROUGHPUT_SERVERS, "stillhere-actor-threads-0"]
+    for label, (name, options) in servers.items():
+        if name != "stillhere":
+            assert options == flap.THROUGHPUT_SERVERS[label][1]
+        elif label == "stillhere-actor-threads-0":
+            assert options[-2:] == ["--actor-threads", "0"]
+        else:
+            assert options[-2:] == ["--actor-threads", "4"]
+    assert flap.throughput_servers(None) == flap.THROUGHPUT_SERVERS
+    assert flap.actor_options(None) == []
+
+
 @pytest.mark.timeout(110)
 async def test_a_timed_round_reports_each_sides_cpu_per_turn_and_the_loops_time(
     tmp_path: Path,

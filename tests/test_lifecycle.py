@@ -230,10 +230,11 @@ async def test_a_client_ack_lets_the_server_forget_what_the_phone_has(harness: H
     assert (await again.expect("reply.end"))["text"] == end["text"]
 
 
+@pytest.mark.parametrize("actor_threads", [0, 4])  # a thread of its own, or the pool's
 async def test_a_failed_actor_is_replaced_without_losing_the_conversation(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, actor_threads: int
 ) -> None:
-    await harness.start()
+    await harness.start(actor_threads=actor_threads)
     phone = await harness.phone()
     await phone.say("Note that Owen arrives Friday evening")
     await phone.reply()

@@ -20,6 +20,7 @@ from actors.metrics import Metrics
 from actors.ownership import Ownership
 from actors.persona import DEFAULT as DEFAULT_PERSONA
 from actors.persona import Persona
+from actors.pooled import ActorPool
 from actors.runtime import ContextSettings, ConversationSettings, Runtime
 from actors.supervisor import Supervisor, Sweep
 from providers.analysis import Analysis, AnalysisModel, FailureHook
@@ -213,6 +214,9 @@ async def _lifecycle(
     metrics = Metrics()
     analysis = make_analysis(settings, metrics.count_analysis_failure)
     memory.same_memory = SameMemoryJudge(analysis, memory)
+    persona = announce_persona(settings)
+    # Made last before the block that stops it, so no failure leaves its threads behind.
+    pool = ActorPool(settings.actor_threads) if settings.actor_threads else None
     rt = Runtime(
         loop,
         store,
@@ -222,8 +226,9 @@ async def _lifecycle(
         metrics=metrics,
         memory=memory,
         analysis=analysis,
-        persona=announce_persona(settings),
+        persona=persona,
         random=Random(settings.follow_on_seed),
+        actor_pool=pool,
     )
     admin: web.AppRunner | None = None
     try:
@@ -274,6 +279,8 @@ async def _lifecycle(
                     await directory.stop_all(settings.drain_timeout)
                     await ownership.stop()
     finally:
+        if pool is not None:
+            pool.stop()  # after every actor: what they were told is served first
         await model.close()
         await close_keeper(memory)  # first: the same-memory judge's last pair asks analysis
         await analysis.close()

@@ -219,6 +219,7 @@ class Settings:
     sweep_interval: float = 5 * 60
     park_after: float = 10 * 60
     actor_idle: float = 60.0
+    actor_threads: int = 4
     speaker_reset: float = 30 * 60
     window_turns: int = 40
     context_budget: int = 6000
@@ -455,9 +456,18 @@ GROUPS: tuple[Group, ...] = (
                 "actor-idle",
                 parse_duration,
                 "an actor with nothing to do this long is deactivated, its links kept open",
-                more="Its thread ends and its state stays in PostgreSQL; the next frame, "
+                more="It stops, its state kept in PostgreSQL; the next frame, "
                 "follow-on or admin request for the conversation activates it again from there. "
                 "`0`: never.",
+            ),
+            Option(
+                "actor-threads",
+                _at_least_zero,
+                "threads of the shared pool that serves the conversation actors",
+                more="Each actor's messages are handled one at a time, in order, by one of "
+                "them, so the threads do not grow with the conversations; `0`: a thread of "
+                "its own for each running actor (docs/architecture.md, How actors live).",
+                metavar="N",
             ),
             Option(
                 "speaker-reset",
