@@ -285,7 +285,7 @@ class Directory:
     async def _start(self, record: ConversationRecord, epoch: int) -> LiveConversation:
         person = record.person
         stream = await ConversationStream.open(
-            self._rt.store, record.id, person, epoch=epoch, sure=lambda: self.ownership.sure(person)
+            self._rt.store, record.id, person, epoch=epoch, sure=self.ownership.sure
         )
         live = LiveConversation(self, record.person, record.id, stream)
         live.unlinked_since = self._rt.clock.now()

@@ -86,6 +86,8 @@ class ReplayBuffer:
     what the frame bound and the admin API's `buffered` mean.
     """
 
+    __slots__ = ("_entries", "_held", "_limit")  # one for every conversation held
+
     def __init__(self, limit: int) -> None:
         # No deque while empty (most of a quiet conversation's life: its phone acked it
         # all): an empty deque holds a 0.5 KB block.

@@ -34,7 +34,7 @@ from storage.event_log import ReplyRow
 from storage.owners import Fenced
 from storage.store import Store
 
-Sure = Callable[[], bool]  # does this node still surely own the stream's person?
+Sure = Callable[[str], bool]  # does this node still surely own this person?
 
 log = logging.getLogger("stillhere.stream")
 
@@ -53,6 +53,26 @@ class Link(Protocol):
 
 
 class ConversationStream:
+    # Slots, not a dict: every conversation held, running or deactivated, has one.
+    __slots__ = (
+        "_block",
+        "_buffer",
+        "_ceiling",
+        "_reserving",
+        "_store",
+        "_sure",
+        "_unsent_after",
+        "_unwritten",
+        "conversation",
+        "epoch",
+        "last_seq",
+        "links",
+        "loose_ends",
+        "ordering",
+        "person",
+        "traces",
+    )
+
     def __init__(
         self,
         store: Store,
@@ -72,7 +92,9 @@ class ConversationStream:
         self._sure = sure
         self._unsent_after: int | None = None  # held back from here on while unsure
         self.last_seq = last_seq
-        self.links: dict[Link, None] = {}  # attached, oldest first
+        # Attached, oldest first: a list, as a person has a few at most (most often one),
+        # and a dict of one link holds a table of eight.
+        self.links: list[Link] = []
         self.ordering = asyncio.Lock()  # says are stored and acked one at a time, in order
         self._store = store
         self._ceiling = ceiling
@@ -127,7 +149,7 @@ class ConversationStream:
             self._write(frame)
         if self.last_seq > self._ceiling - self._block // 2:
             self._kick_reservation()
-        if self._unsent_after is None and not self._sure():
+        if self._unsent_after is None and not self._sure(self.person):
             self._unsent_after = self.last_seq - 1
             log.warning("conversation %s held back: its lease is unconfirmed", self._short)
         if self._unsent_after is None:
@@ -138,7 +160,7 @@ class ConversationStream:
     def catch_up(self) -> None:
         """The lease is confirmed: send what was held back meanwhile."""
         after = self._unsent_after
-        if after is None or not self._sure():
+        if after is None or not self._sure(self.person):
             return
         self._unsent_after = None
         held = self._buffer.after(after)
@@ -196,7 +218,7 @@ class ConversationStream:
         for frame in replay:
             link.send(frame)
         link.flush()  # the phone waits on its welcome; the loop step may have more to do
-        self.links[link] = None
+        self.links.append(link)
         return len(replay)
 
     def _oldest(self) -> int:
@@ -217,15 +239,15 @@ class ConversationStream:
         self._buffer.trim(min(seq, self.last_seq))
 
     def detach(self, link: Link) -> None:
-        self.links.pop(link, None)
+        if link in self.links:
+            self.links.remove(link)
 
     def shed(self, keep: int, frame: Frame, code: int) -> None:
         """Close the oldest links, with `frame` then `code`, until fewer than `keep` are
         left: room for one more under a person's link limit. The oldest go first: a link
         a phone has left without closing is the likeliest to be dead."""
         while self.links and len(self.links) >= keep:
-            oldest = next(iter(self.links))
-            del self.links[oldest]
+            oldest = self.links.pop(0)
             oldest.send(frame)
             oldest.end(code)
 

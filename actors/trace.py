@@ -11,8 +11,7 @@ apart from "it was never handed": both go when the conversation leaves memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -28,22 +27,27 @@ _FOUND_TEXT_CHARS = 40
 
 
 class Traces:
-    """A conversation's last `TRACED_TURNS` traces, oldest first. A list trimmed as it
-    grows rather than a bounded deque: an empty deque holds a 0.5 KB block, which every
-    conversation, quiet or not, would pay."""
+    """A conversation's last `TRACED_TURNS` traces, oldest first, each kept as the JSON
+    the admin API serves: one string of a few hundred bytes, where the trace itself is
+    dozens of objects (its ids, times and tuples), some 1 KB a turn, which a quiet
+    conversation would hold for each of its last turns for as long as its phone is
+    connected. A string, not orjson's bytes, which keep the 4 KB its encoder started
+    with. A list trimmed as it grows rather than a bounded deque: an empty deque holds a
+    0.5 KB block, which every conversation, quiet or not, would pay."""
 
     __slots__ = ("_kept",)
 
     def __init__(self) -> None:
-        self._kept: list[TurnTrace] = []
+        self._kept: list[str] = []
 
     def append(self, trace: TurnTrace) -> None:
-        self._kept.append(trace)
+        self._kept.append(orjson.dumps(trace.wire()).decode())
         if len(self._kept) > TRACED_TURNS:
             del self._kept[0]
 
-    def __iter__(self) -> Iterator[TurnTrace]:
-        return iter(self._kept)
+    def wire(self) -> list[dict[str, Any]]:
+        """The traces as the admin API shows them, oldest first."""
+        return [orjson.loads(kept) for kept in self._kept]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,19 +55,12 @@ class TurnTrace:
     reply: UUID
     at: datetime
     answering: tuple[str, ...]  # the client ids of the says it answered
-    context: Context  # kept without its text (see __post_init__)
+    context: Context
     notes: tuple[str, ...]  # the notes handed beside the context: reply context, loose ends
     loose_ends: tuple[UUID, ...]  # the points and questions among those notes
     threads: tuple[UUID, ...]  # the open threads among them
     tools: tuple[str, ...]  # one line per tool call, in order
     error: str | None
-    context_chars: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        # Only its size is shown: kept whole, 20 contexts would cost a live conversation
-        # up to 20 budgets of text (6,000 characters each by default).
-        object.__setattr__(self, "context_chars", len(self.context.text))
-        object.__setattr__(self, "context", replace(self.context, text=""))
 
     def wire(self) -> dict[str, Any]:
         c = self.context
@@ -81,7 +78,7 @@ class TurnTrace:
             "failed": list(c.failed),
             "problems": list(c.problems),
             "timings_ms": c.timings,
-            "context_chars": self.context_chars,
+            "context_chars": len(c.text),  # only its size: the text is not kept
             "notes": list(self.notes),
             "loose_ends": [str(i) for i in self.loose_ends],
             "threads": [str(i) for i in self.threads],

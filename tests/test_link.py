@@ -186,7 +186,7 @@ async def test_a_welcome_leaves_at_once_and_live_events_at_the_step_end(store: S
     epoch = await own(store, person)
     conversation = await store.create_conversation(person, datetime.now(UTC), epoch)
     stream = await ConversationStream.open(
-        store, conversation, person, epoch=epoch, sure=lambda: True
+        store, conversation, person, epoch=epoch, sure=lambda _: True
     )
     link = ScriptedLink()
     await stream.attach(link, {"type": "welcome"}, None)

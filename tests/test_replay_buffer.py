@@ -225,7 +225,7 @@ class Tap:
 
 
 async def open_stream(
-    store: Store, buffer_size: int, sure: Callable[[], bool] = lambda: True
+    store: Store, buffer_size: int, sure: Callable[[str], bool] = lambda _: True
 ) -> tuple[ConversationStream, Tap]:
     person = "person-" + uuid.uuid4().hex
     epoch = await own(store, person)
@@ -383,7 +383,7 @@ async def test_events_of_an_unsure_lease_are_held_back_then_sent_in_order(store:
     """While the node cannot be sure it still owns the person, nothing reaches a link;
     once the lease is confirmed, what was held goes out in order, before anything new."""
     lease = {"sure": True}
-    stream, emit = await open_stream(store, 100, lambda: lease["sure"])
+    stream, emit = await open_stream(store, 100, lambda _: lease["sure"])
     link, _ = await attach(stream, None)
     emit("ack", id="s1")
     lease["sure"] = False

@@ -182,8 +182,8 @@ async def turns_handler(request: web.Request) -> web.Response:
     live = request.app[SERVER_KEY].directory.get(person)
     if live is None:
         return await unknown_person(request, person)
-    traces = [trace.wire() for trace in live.stream.traces]
-    return _json({"person": live.person, "conversation": str(live.id), "turns": traces})
+    turns = live.stream.traces.wire()
+    return _json({"person": live.person, "conversation": str(live.id), "turns": turns})
 
 
 async def sweeps_handler(request: web.Request) -> web.Response:

@@ -12,6 +12,7 @@ import orjson
 from aiohttp import WSMessage, WSMsgType, web
 
 from actors.directory import CLOSE_MOVED
+from transport.config import Limits
 from transport.identity import Unauthorized
 from transport.link import Frame, QueuedLink
 from transport.protocol import (
@@ -124,48 +125,66 @@ def text_frame(payload: bytes) -> bytes:
 
 
 async def websocket_handler(request: web.Request) -> web.StreamResponse:
+    """A link's whole life, in one coroutine: its frame is held for as long as the phone
+    stays connected, and each coroutine nested in it would hold one more (some 300 bytes
+    a phone), so the steps it takes are plain functions or `_next_frame`'s short wait."""
     server = request.app[SERVER_KEY]
+    limits = server.settings.limits
     try:
-        with address_slot(server, request):
-            return await _serve_link(server, request)
+        slot = address_slot(server, request)
     except TooManyLinks as refused:
         return await refuse_link(refused)
+    with slot:
+        ws = _response(limits)
+        await ws.prepare(request)
+        link = WebSocketLink(ws, request.transport, limits.link_buffer)
+        server.links.add(link)
+        session = Session(server, link)
+        rate = RateLimiter(limits)
+        loop = asyncio.get_running_loop()
+        late: asyncio.TimerHandle | None = loop.call_later(
+            limits.hello_timeout, _no_hello, session, link
+        )
+        try:
+            while (message := await _next_frame(ws, link)) is not None:
+                if not await _on_frame(server, session, link, rate, message.data):
+                    break
+                if late is not None and session.person is not None:
+                    # Identified: the timer has nothing left to do, and a cancelled
+                    # handle still holds some 200 bytes for as long as the link lasts.
+                    late.cancel()
+                    late = None
+        except ConnectionError as gone:  # the phone aborted mid-write: a drop, not an error
+            log.info("%s dropped: %s", link.name, gone)
+        finally:
+            if late is not None:
+                late.cancel()
+            await _ended(session, link, ws)
+        return ws
 
 
-async def _serve_link(server: Server, request: web.Request) -> web.WebSocketResponse:
-    limits = server.settings.limits
-    # aiohttp closes the link on a frame over max_msg_size; keep that as a hard backstop
-    # and answer frames between our limit and it with a coded error instead.
-    # No permessage-deflate: a compressor per link would hold some 256 KB (zlib's window and
-    # state), several times what a whole idle conversation may cost, for frames mostly too
-    # small to gain from it. Uncompressed frames also let `write_now` frame them itself.
-    # No aiohttp heartbeat (a timer per link, rescheduled as frames arrive): one loop-wide
-    # sweep pings every link (`keep_pinging`), and the handler answers pings itself.
-    ws = web.WebSocketResponse(
+async def _ended(session: Session, link: WebSocketLink, ws: web.WebSocketResponse) -> None:
+    """The link is over: detach it, write what it still holds, close, let go."""
+    session.close()
+    await link.drain()
+    await link.closed_by_handler()
+    release_cycles(ws)
+
+
+def _response(limits: Limits) -> web.WebSocketResponse:
+    """The aiohttp side of a link. It closes the link on a frame over max_msg_size: a hard
+    backstop, frames between our limit and it are answered with a coded error instead.
+    No permessage-deflate: a compressor per link would hold some 256 KB (zlib's window and
+    state), several times what a whole idle conversation may cost, for frames mostly too
+    small to gain from it. Uncompressed frames also let `write_now` frame them itself.
+    No aiohttp heartbeat (a timer per link, rescheduled as frames arrive): one loop-wide
+    sweep pings every link (`keep_pinging`), and the handler answers pings itself."""
+    return web.WebSocketResponse(
         max_msg_size=limits.max_frame_bytes * 4,
         autoping=False,
         compress=False,
         timeout=CLOSE_WAIT_S,
     )
-    await ws.prepare(request)
-    link = WebSocketLink(ws, request.transport, limits.link_buffer)
-    server.links.add(link)
-    session = Session(server, link)
-    rate = RateLimiter(limits)
-    late = asyncio.get_running_loop().call_later(limits.hello_timeout, _no_hello, session, link)
-    try:
-        while (message := await _next_frame(ws, link)) is not None:
-            if not await _on_frame(server, session, link, rate, message.data):
-                break
-    except ConnectionError as gone:  # the phone aborted mid-write: a drop, not an error
-        log.info("%s dropped: %s", link.name, gone)
-    finally:
-        late.cancel()
-        session.close()
-        await link.drain()
-        await link.closed_by_handler()
-        release_cycles(ws)
-    return ws
 
 
 async def _next_frame(ws: web.WebSocketResponse, link: WebSocketLink) -> WSMessage | None:
