@@ -30,11 +30,13 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pykka
 from pykka import ActorDeadError, ActorRegistry, ThreadingFuture
-from pykka._envelope import Envelope
+
+if TYPE_CHECKING:  # pykka keeps its envelope private; only its type is named here
+    from pykka._envelope import Envelope
 
 log = logging.getLogger("stillhere.pool")
 
