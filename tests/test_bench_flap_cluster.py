@@ -36,7 +36,9 @@ async def test_the_cluster_bench_times_one_node_and_two_through_haproxy(tmp_path
         assert list(got["cores"]) == parts, label
         # (A node may be idle in so short a round: the conversations' routing chose the other.)
         assert sum(got["cores"][node] for node in nodes) > 0, label
-        assert sum(got["cores"].values()) == pytest.approx(report["cores"], rel=0.2), label
+        # None is left out. The processes' readings, each to a clock tick, may sum above the
+        # machine's busy time in so short a round (then "others" is 0), so no upper bound.
+        assert sum(got["cores"].values()) >= 0.8 * report["cores"], label
     assert report["turns_ratio"] > 0
     printed = flap_cluster.table(report)
     assert "2 nodes / 1 node, turns/s:" in printed and "node-2 " in printed
