@@ -7,6 +7,7 @@ served again, and SIGINT stops every process the cluster started."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import subprocess
 import time
@@ -158,11 +159,13 @@ async def served_by(http: aiohttp.ClientSession, cluster: Cluster, route: str) -
 
 
 async def routes_to_each_node(http: aiohttp.ClientSession, cluster: Cluster) -> dict[str, str]:
-    """A route that HAProxy sends to each node."""
+    """A route that HAProxy sends to each node. A node's readiness may fail for an instant
+    on a busy machine (its PostgreSQL check answers late): that route is skipped."""
     found: dict[str, str] = {}
     for _ in range(200):
         route = uuid.uuid4().hex[:16]
-        found.setdefault(await served_by(http, cluster, route), route)
+        with contextlib.suppress(AssertionError):
+            found.setdefault(await served_by(http, cluster, route), route)
         if len(found) == NODES:
             return found
     raise AssertionError(f"routes reached only {sorted(found)}")
