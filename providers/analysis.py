@@ -273,37 +273,70 @@ def weighed(
 def chances(
     tokens: Sequence[Any], content: str, prop: str, values: Sequence[str]
 ) -> dict[str, float] | None:
-    """How likely the model found each of `values` for `prop`, read at the token where the
-    answer's value of `prop` begins: the share of each among that token's alternatives
-    (a constrained server writes one of them, so the shares add up to 1). None when the
-    server gave no log-probabilities there. The tokens are the end of `content`: what the
-    model wrote after an opening it was given is all they cover."""
+    """How likely the model found each of `values` for `prop`, read from the tokens where
+    the answer's value of `prop` is written, as shares of the chances there (a constrained
+    server writes one of the values). A value may take several tokens (`A` then `2`): see
+    `_spelled`. None when the server gave no log-probabilities there. The tokens are the
+    end of `content`: what the model wrote after an opening it was given is all they
+    cover."""
     found = re.search(rf'"{re.escape(prop)}"\s*:\s*"?', content)
     if found is None:
         return None
     texts = [token.get("token", "") if isinstance(token, dict) else "" for token in tokens]
     written = "".join(texts)
     at = len(content) - len(written) if content.endswith(written) else 0
-    for token, text in zip(tokens, texts, strict=True):
+    for i, text in enumerate(texts):
         at += len(text)
         if at > found.end():
-            return _shares([token, *(token.get("top_logprobs") or [])], values)
+            return _spelled(tokens[i:], values)
     return None
 
 
-def _shares(alternatives: Sequence[Any], values: Sequence[str]) -> dict[str, float] | None:
+def _spelled(tokens: Sequence[Any], values: Sequence[str]) -> dict[str, float] | None:
+    """Each value's share from the tokens where the value begins. An alternative that leads
+    to one value alone gives it its chance, times that of the tokens written before it; the
+    written token, while it still leads to several, goes on to the next token. An
+    alternative not written that leads to several cannot be split between them: its chance
+    counts in the whole, given to none, so the shares then add up to less than 1."""
     mass = dict.fromkeys(values, 0.0)
-    seen: set[str] = set()
-    for alternative in alternatives:
-        text = str(alternative.get("token", "")) if isinstance(alternative, dict) else ""
-        stem = text.strip(' \t\n"')
-        starting = [v for v in values if stem and v.startswith(stem)]
-        logprob = alternative.get("logprob") if isinstance(alternative, dict) else None
-        if len(starting) == 1 and isinstance(logprob, int | float) and text not in seen:
-            seen.add(text)  # the chosen token is listed among its alternatives too
-            mass[starting[0]] += math.exp(logprob)
+    unsplit, before, carried = 0.0, "", 1.0
+    for token in tokens:
+        written = str(token.get("token", "")) if isinstance(token, dict) else ""
+        for text, chance in _alternatives(token):
+            leads = _leading(before + text, values)
+            if len(leads) == 1:
+                mass[leads[0]] += carried * chance
+            elif leads and text != written:
+                unsplit += carried * chance
+        before += written
+        logprob = token.get("logprob") if isinstance(token, dict) else None
+        if len(_leading(before, values)) < 2 or not isinstance(logprob, int | float):
+            break
+        carried *= math.exp(logprob)
     total = sum(mass.values())
-    return {v: m / total for v, m in mass.items()} if total > 0 else None
+    return {v: m / (total + unsplit) for v, m in mass.items()} if total > 0 else None
+
+
+def _alternatives(token: Any) -> list[tuple[str, float]]:
+    """A token's alternatives as (text, chance), each once (the written token is listed
+    among them too)."""
+    listed = [token, *(token.get("top_logprobs") or [])] if isinstance(token, dict) else []
+    found: dict[str, float] = {}
+    for alternative in listed:
+        text = str(alternative.get("token", "")) if isinstance(alternative, dict) else ""
+        logprob = alternative.get("logprob") if isinstance(alternative, dict) else None
+        if text not in found and isinstance(logprob, int | float):
+            found[text] = math.exp(logprob)
+    return list(found.items())
+
+
+def _leading(spelled: str, values: Sequence[str]) -> list[str]:
+    """The values that `spelled` (the value's tokens so far) begins, or is, when closed."""
+    stem = spelled.lstrip(' \t\n"')
+    closed = stem.rstrip(' \t\n"},')
+    if not stem:
+        return []
+    return [v for v in values if v.startswith(stem) or (closed != stem and v == closed)]
 
 
 def _answer_object(content: str) -> dict[str, Any]:

@@ -227,12 +227,15 @@ async def test_without_log_probabilities_an_answer_has_no_chances(
     assert got == {"verdict": "same"}
 
 
+def token(text: str, *alternatives: tuple[str, float]) -> dict:
+    """A token as llama.cpp lists it: its alternatives are the model's own, before any
+    schema, the written one first."""
+    top = [{"token": t, "logprob": math.log(p)} for t, p in alternatives]
+    return {"token": text, "logprob": top[0]["logprob"] if top else 0.0, "top_logprobs": top}
+
+
 def test_chances_are_read_where_the_value_begins() -> None:
     """As llama.cpp answers (its alternatives are the model's own, before the schema)."""
-
-    def token(text: str, *alternatives: tuple[str, float]) -> dict:
-        top = [{"token": t, "logprob": math.log(p)} for t, p in alternatives]
-        return {"token": text, "logprob": top[0]["logprob"] if top else 0.0, "top_logprobs": top}
 
     tokens = [
         token('{"', ('{"', 0.7), ("distinct", 0.1), ("same", 0.05)),
@@ -245,6 +248,23 @@ def test_chances_are_read_where_the_value_begins() -> None:
     ]
     found = chances(tokens, '{"verdict": "same"}', "verdict", ("same", "distinct"))
     assert found == pytest.approx({"same": 0.7 / 0.95, "distinct": 0.25 / 0.95})
+
+
+def test_a_value_of_several_tokens_is_weighed_along_what_was_written() -> None:
+    """`A` then `1`: A1 and A2 share the chance of `A`; an alternative that leads to
+    several values, not written, counts in the whole without being split."""
+    labels = ("A1", "A2", "none")
+    written_a = [
+        token(' "', (' "', 0.99)),
+        token("A", ("A", 0.5), ("none", 0.45), ("P", 0.05)),
+        token("1", ("1", 0.6), ("2", 0.4)),
+        token('"}', ('"}', 0.99)),
+    ]
+    found = chances(written_a, '{"answers": "A1"}', "answers", labels)
+    assert found == pytest.approx({"A1": 0.3 / 0.95, "A2": 0.2 / 0.95, "none": 0.45 / 0.95})
+    written_none = [token("none", ("none", 0.7), ("A", 0.3)), token('"}', ('"}', 0.99))]
+    found = chances(written_none, '{"answers": "none"}', "answers", labels)
+    assert found == pytest.approx({"A1": 0.0, "A2": 0.0, "none": 0.7})
 
 
 async def test_a_server_refusing_json_schema_is_asked_plainly_for_a_weighed_answer() -> None:

@@ -260,6 +260,38 @@ async def test_weekend_story_over_sse_hands_the_model_the_note(
     await client.close()
 
 
+@pytest.mark.parametrize(
+    ("chances", "reading"),
+    [
+        ({"A1": 0.40, "A2": 0.35, "none": 0.25}, "latest"),  # A1 not twice as likely as A2
+        ({"A1": 0.37, "A2": 0.15, "none": 0.48}, "new"),  # `A` (0.52) was written over none
+        ({"A1": 0.75, "A2": 0.05, "none": 0.20}, "earlier"),
+    ],
+)
+async def test_the_models_chances_weigh_the_latest_message(
+    harness: Harness,
+    fake_llm: FakeOpenAI,
+    analysis: FakeAnalysis,
+    chances: dict[str, float],
+    reading: str,
+) -> None:
+    """The model wrote A1 each time; its chances, asked for, decide: an earlier message
+    must be twice as likely as the latest, and no label likelier than `none`."""
+    hiking = Answer({"answers": "A1"}, chances=chances)
+    client, stream, _ = await weekend_over_sse(harness, fake_llm, analysis, hiking)
+    asked = analysis.tasks("reply-matching")[-1]
+    assert (asked.body["logprobs"], asked.body["top_logprobs"]) == (True, 10)
+    replied_to = [e.data["id"] for e in stream.events if e.type == "reply_to"]
+    assert replied_to == (["went"] if reading == "earlier" else [])
+    note = reply_note(fake_llm.requests[-1])
+    if reading == "latest":
+        assert note is None
+    else:
+        expected = "answers your earlier message" if reading == "earlier" else "starts something"
+        assert note is not None and expected in note
+    await client.close()
+
+
 async def test_the_note_lists_the_questions_still_waiting(
     harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
 ) -> None:
