@@ -288,8 +288,9 @@ def _claim(say: _Message, asked: _Message, latest: bool) -> tuple[float, bool]:
     """How strongly `say` looks like an answer to `asked`, and whether that rests on
     evidence (shared words, the kind of answer a yes/no or a "how was" question takes)
     rather than on an open question's taking any answer. A say that answers, then asks
-    ("yes, when is it?", "not yet. can you...?"), is weighed by its answer."""
-    say = say.answering
+    ("yes, when is it?", "not yet. can you...?"), is weighed by its answer. A point added
+    ("oh and the boiler is making noises") is no open question's any answer."""
+    adds, say = say.adds, say.answering
     shared = len(say.content_words & asked.content_words)
     in_return = (say.is_question or say.requests) and not (say.answers_yes_no or say.answers_any)
     if not asked.is_question or in_return:
@@ -306,7 +307,7 @@ def _claim(say: _Message, asked: _Message, latest: bool) -> tuple[float, bool]:
         kind, evidence = 1.5, True  # "eight next month" to "how old ...": the answer it takes
     elif asked.asks_how and say.evaluates:
         kind, evidence = 1.5, True  # "it was great" to "how was ...": more than any open answer
-    elif not asked.asks_yes_no:
+    elif not asked.asks_yes_no and not adds:
         # An open question takes any answer: readily the latest one, weakly an earlier one.
         kind = 1.0 if latest else 0.5
     return 2.0 * shared + kind, evidence

@@ -17,7 +17,7 @@ def words(text: str) -> frozenset[str]:
 
 # An English question opening with one of these is a yes/no question ("Did you ...?").
 EN_ASKS_YES_NO = words(
-    "did do does are is was were will would can could have has had should shall may"
+    "did do does are is was were will would can could have has had should shall may want wanna"
 )
 # One opening with these ("Anything else?") takes a yes or a no, or the thing itself.
 EN_ASKS_EITHER = words("anything any anyone anybody something someone")
@@ -49,7 +49,7 @@ YES_NO = words(
     "yes yeah yep yup no nope nah sure definitely absolutely "
     "oui ouais ouaip ouep si non nan carrément absolument évidemment exactement "
     "effectivement certainement sûrement volontiers jamais presque peut-être probablement "
-    "grave done"
+    "grave done vas-y allez-y"
 )
 YES_NO_PHRASES = (
     ("bien", "sûr"),
@@ -69,6 +69,7 @@ YES_NO_PHRASES = (
     ("not", "at", "all"),
     ("not", "sure"),
     ("of", "course"),
+    ("go", "ahead"),
     ("kind", "of"),
     ("sort", "of"),
     ("i", "did"),
@@ -268,10 +269,11 @@ EN_STOP = words(
     "a an the and or but i you he she it we they me my your our their this that these those "
     "to of in on at for with about from by as is am are was were be been do did does have has "
     "had so just really very too how what when where why who which there here not no yes it's "
-    "i'm im you're ok okay oh well some any all can could would will went go get got"
+    "i'm im you're ok okay oh well some any all can could would will went go get got "
+    "make makes making made"
 )
 # French function words: articles, pronouns, determiners, prepositions, conjunctions, the
-# auxiliaries and "aller", negation and the commonest adverbs. Elided forms ("l'", "qu'")
+# auxiliaries, "aller" and "faire", negation and the commonest adverbs. Elided forms ("l'", "qu'")
 # are cut from the word before it is looked up.
 FR_STOP = words(
     "le la les un une des du de au aux à et ou mais donc car ni que qui quoi quel quelle "
@@ -281,7 +283,7 @@ FR_STOP = words(
     "dans sur sous par pour avec sans chez entre vers depuis "
     "suis es est sommes êtes sont était étais étaient été être "
     "ai as a avons avez ont avait avais avaient eu avoir "
-    "vais vas va allons allez vont "
+    "vais vas va allons allez vont fais fait faire font "
     "ne pas plus très trop aussi encore déjà toujours bien oui non ok est-ce qu'est-ce "
     "voilà tout tous toute toutes"
 )

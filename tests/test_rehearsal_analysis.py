@@ -250,6 +250,52 @@ async def test_other_tasks_have_no_rules() -> None:
         await analysis.ask("mood", [], "")
 
 
+@pytest.mark.parametrize(
+    ("question", "answer", "reply"),
+    [
+        (
+            "Want me to remind you about the dentist?",
+            "yes please, Thursday morning",
+            "Done: Thursday at 8 am.",
+        ),
+        (
+            "Shall I order the usual groceries?",
+            "go ahead, and add oat milk",
+            "Ordered, with oat milk.",
+        ),
+        (
+            "Je commande les courses habituelles ?",
+            "vas-y, et ajoute du lait d'avoine",
+            "C'est commandé, avec le lait d'avoine.",
+        ),
+    ],
+)
+def test_an_offer_taken_up_is_answered(question: str, answer: str, reply: str) -> None:
+    """An offer asks yes or no ("want me to ...?"), and "go ahead" or "vas-y" is a yes."""
+    lines = [f"A1: {question}", f"P1: {answer}", f"A2: {reply}"]
+    assert sure_reply_matching(lines[:2]) == (
+        {"answers": [{"message": "P1", "answers": "A1"}], "open": [], "lull": False},
+        [True],
+    )
+    assert loose_ends(lines) == {"loose_ends": []}
+
+
+def test_a_point_added_is_no_answer_to_the_open_question() -> None:
+    """ "oh and ..." after an answer starts a point of its own: not the flat's any answer,
+    and not dealt with by a reply that shares only a light verb with it ("makes")."""
+    added = "oh and the boiler is making weird noises"
+    lines = [
+        "A1: How's the new flat?",
+        "P1: great, huge balcony",
+        f"P2: {added}",
+        "A2: Nice, a balcony makes all the difference.",
+    ]
+    assert sure_reply_matching(lines[:3])[0]["answers"][1] == {"message": "P2", "answers": None}
+    assert loose_ends(lines)["loose_ends"] == [
+        {"by": "person", "ref": "P2", "text": added, "kind": "point"}
+    ]
+
+
 def test_loose_ends_our_waiting_questions_their_skipped_ones_and_promises() -> None:
     lines = [
         "A1: How was your weekend?",
