@@ -118,12 +118,12 @@ async def _store(
     resends it with its id, and is acked (`repeat` if the write landed after all). It is
     answered then even if a statement it waited on takes longer to give up (asyncpg cancels a
     statement by asking PostgreSQL, which may not answer that either): that unwinds alone.
-    `then` is called right after the ack is sent, in the same step, for a say newly stored."""
+    `then` is called right after the ack is sent, in the same step, for a say newly stored.
+    `asyncio.wait` leaves the store running when it gives up, and wakes as the store ends."""
     storing = asyncio.ensure_future(_store_in_turn(rt, say, now, stream, then))
     try:
-        return await asyncio.wait_for(asyncio.shield(storing), rt.settings.store_timeout_s)
-    except TimeoutError:
-        if storing.done():  # stored and acked as the wait ran out
+        await asyncio.wait((storing,), timeout=rt.settings.store_timeout_s)
+        if storing.done():
             return storing.result()
         log.warning(
             "a say was not stored within %g s: PostgreSQL unavailable", rt.settings.store_timeout_s
