@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID, uuid4
@@ -84,18 +85,31 @@ async def answer_say(
     The actor planned the turn when the say came: `plan.new` is the say as it is stored,
     already in the actor's window. So the reply starts as soon as the say is stored, with
     no round trip to the actor in between, and the actor hears of both at the turn's end.
+    It starts in the very step that acks the say: the ack and `reply.start` leave in one
+    write, and no other say can be stored between them.
     """
-    said = plan.new[0]
-    stored = await _store(rt, say, said.at, stream)
-    if stored is None or job.abandoned:
+    begun: Begun | None = None
+
+    def begin() -> None:
+        nonlocal begun
+        if not job.abandoned:
+            job.arm()
+            begun = begin_reply(rt, plan, stream)
+
+    stored = await _store(rt, say, plan.new[0].at, stream, then=begin)
+    if stored is None or begun is None:
+        job.abandon()  # a store that ends after the wait starts no reply
         mailbox.tell(TurnEnded(None, said_stored=stored is not None))
         return
-    job.arm()
-    await run_turn(rt, plan, stream, mailbox, job, time.monotonic(), stored.generation)
+    await run_turn(rt, plan, stream, mailbox, job, time.monotonic(), stored.generation, begun)
 
 
 async def _store(
-    rt: Runtime, say: Say, now: datetime, stream: ConversationStream
+    rt: Runtime,
+    say: Say,
+    now: datetime,
+    stream: ConversationStream,
+    then: Callable[[], None] | None = None,
 ) -> StoredSay | None:
     """Store the say in the stream's conversation, then ack it: the ack means "stored". A
     resent id is acked again and a refused say answered with an error; both give None, as
@@ -103,11 +117,14 @@ async def _store(
     (paused, restarting, unreachable) gets the say answered `unavailable`: the client
     resends it with its id, and is acked (`repeat` if the write landed after all). It is
     answered then even if a statement it waited on takes longer to give up (asyncpg cancels a
-    statement by asking PostgreSQL, which may not answer that either): that unwinds alone."""
-    storing = asyncio.ensure_future(_store_in_turn(rt, say, now, stream))
+    statement by asking PostgreSQL, which may not answer that either): that unwinds alone.
+    `then` is called right after the ack is sent, in the same step, for a say newly stored.
+    `asyncio.wait` leaves the store running when it gives up, and wakes as the store ends."""
+    storing = asyncio.ensure_future(_store_in_turn(rt, say, now, stream, then))
     try:
-        return await asyncio.wait_for(asyncio.shield(storing), rt.settings.store_timeout_s)
-    except TimeoutError:
+        await asyncio.wait((storing,), timeout=rt.settings.store_timeout_s)
+        if storing.done():
+            return storing.result()
         log.warning(
             "a say was not stored within %g s: PostgreSQL unavailable", rt.settings.store_timeout_s
         )
@@ -118,7 +135,11 @@ async def _store(
 
 
 async def _store_in_turn(
-    rt: Runtime, say: Say, now: datetime, stream: ConversationStream
+    rt: Runtime,
+    say: Say,
+    now: datetime,
+    stream: ConversationStream,
+    then: Callable[[], None] | None,
 ) -> StoredSay | None:
     await stream.ordering.acquire()  # acks and the window keep the order says arrived in
     handed_on = False  # the lock, to the ack's write
@@ -139,6 +160,8 @@ async def _store_in_turn(
         # finds it; this say's turn need not.
         stream.after_written(stream.ordering.release)
         handed_on = True
+        if then is not None:
+            then()
         return stored
     finally:
         if not handed_on:
@@ -281,6 +304,27 @@ class ReplyWriter:
         return "".join(self._pieces[start:])
 
 
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """A reply whose `reply.start` is sent: its id, when it began, the says it answers,
+    the start's seq."""
+
+    reply: UUID
+    at: datetime
+    in_reply_to: list[str]
+    seq: int
+
+
+def begin_reply(rt: Runtime, req: TurnRequest, stream: ConversationStream) -> Begun:
+    """Send the reply's start: a say stored from here on is one the actor keeps for the
+    next turn, and its place in the record is after this reply (`records.say_place`)."""
+    reply, at = uuid4(), rt.clock.now()
+    in_reply_to = [t.client_id for t in req.new if t.client_id]
+    marked = {"follow_on": True} if req.follow_on else {}
+    start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to, **marked)
+    return Begun(reply, at, in_reply_to, start["seq"])
+
+
 async def run_turn(
     rt: Runtime,
     req: TurnRequest,
@@ -289,18 +333,15 @@ async def run_turn(
     job: TurnJob,
     since: float,
     generation: int | None,
+    begun: Begun | None = None,
 ) -> None:
     """Answer `req.new`, or, for a follow-on (`req.follow_on`, no says), send a message of
     the assistant's own (actors/follow_on.py). `since` is when the oldest say was stored
     (time.monotonic(), for the turn latency metric); `generation` the context generation
-    read with it, or None to read it afresh."""
-    reply = uuid4()
-    started = rt.clock.now()
-    in_reply_to = [t.client_id for t in req.new if t.client_id]
-    # Before anything is awaited: a say stored from here on is one the actor keeps for the
-    # next turn, and its place in the record is after this reply (`records.say_place`).
-    marked = {"follow_on": True} if req.follow_on else {}
-    start = stream.emit("reply.start", reply=str(reply), in_reply_to=in_reply_to, **marked)
+    read with it, or None to read it afresh; `begun` the reply if already begun, else it
+    begins before anything is awaited."""
+    begun = begun or begin_reply(rt, req, stream)
+    reply, in_reply_to = begun.reply, begun.in_reply_to
     context, matching, ends = await _gather(rt, req, generation, stream.loose_ends)
     _tell_replies_to(stream, matching)
     lull = not req.follow_on and winding_down(req, matching)
@@ -340,7 +381,7 @@ async def run_turn(
     turn = Turn(
         "assistant",
         text,
-        started,
+        begun.at,
         interrupted=job.interrupted,
         reply_id=reply,
         follow_on=req.follow_on,
@@ -354,7 +395,7 @@ async def run_turn(
         reply,
         turn,
         in_reply_to,
-        reply_place(start["seq"]),
+        reply_place(begun.seq),
         tuple(matching.matches.items()),
         follow_on=req.follow_on,
         mood=None if req.follow_on else _mood(rt, turn),
@@ -363,7 +404,7 @@ async def run_turn(
     handed = tuple(note for note in notes if note)
     trace = TurnTrace(
         reply,
-        started,
+        begun.at,
         tuple(in_reply_to),
         context,
         handed,

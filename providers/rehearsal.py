@@ -379,11 +379,12 @@ class RehearsalModel:
             # Paced by the clock, as a remote model is: when our loop runs late, the words
             # due meanwhile come together (they would be waiting in the socket), instead of
             # every word coming a pause after the late one. Without pacing, still yield to
-            # the loop between words (sleep(0) takes no time), so an interrupt can land
-            # mid-reply, as it can with a real model.
-            wait = start + index * pause - loop.time()
-            if index and (wait > 0 or not pause):
-                await asyncio.sleep(max(wait, 0.0))
+            # the loop between words (sleep(0) takes no time, and reads no clock), so an
+            # interrupt can land mid-reply, as it can with a real model.
+            if index and not pause:
+                await asyncio.sleep(0)
+            elif index and (wait := start + index * pause - loop.time()) > 0:
+                await asyncio.sleep(wait)
             yield TextDelta(word)
 
     async def close(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cache, cached_property, lru_cache
 from itertools import takewhile
 from typing import Any
 
@@ -255,6 +255,7 @@ def is_lull(text: str) -> bool:
     return bool(said) and _spans(said, lexicon.LULLS)
 
 
+@lru_cache(maxsize=_READINGS)  # a turn reads its says by it more than once
 def is_holding(text: str) -> bool:
     """Whether `text` plainly answers nothing: made only of phrasings that hold the floor,
     laugh or step away (lexicon.HOLDING, with fillers such as "ok"), at least one of them
@@ -272,7 +273,7 @@ def _spans(said: tuple[str, ...], phrases: frozenset[tuple[str, ...]]) -> bool:
     """Whether `phrases` cover `said` end to end (and it says something): the positions
     reachable from its start by whole phrasings, word by word (no recursion: a say may be
     thousands of words)."""
-    longest = max(len(p) for p in phrases)
+    longest = _longest(phrases)
     reach = {0}
     for i in range(len(said)):
         if i in reach:
@@ -282,6 +283,11 @@ def _spans(said: tuple[str, ...], phrases: frozenset[tuple[str, ...]]) -> bool:
                 if said[i : i + n] in phrases
             )
     return bool(said) and len(said) in reach
+
+
+@cache  # a few phrase sets, the lexicon's, each read once rather than on every call
+def _longest(phrases: frozenset[tuple[str, ...]]) -> int:
+    return max(len(p) for p in phrases)
 
 
 def _claim(say: _Message, asked: _Message, latest: bool) -> tuple[float, bool]:
@@ -363,7 +369,12 @@ def reply_matching(lines: Sequence[str]) -> dict[str, Any]:
 
 def sure_reply_matching(lines: Sequence[str]) -> tuple[dict[str, Any], list[bool]]:
     """The rules' answer, and for each P line whether they are sure of it (`_match`)."""
-    assistant, person = _parse(lines)
+    return _sure_matching(*_parse(lines))
+
+
+def _sure_matching(
+    assistant: list[_Message], person: list[_Message]
+) -> tuple[dict[str, Any], list[bool]]:
     read = [_match(say, assistant) for say in person]
     answers = [entry for entry, _ in read]
     settled = {a["answers"] for a in answers if not a.get("unclear")}
@@ -428,8 +439,7 @@ def loose_reading(lines: Sequence[str]) -> list[LooseRead]:
     reply = assistant[-1] if assistant else None
     lulls = {m.ref for m in person if m.is_lull}
     skipped = lulls | ({reply.ref} if reply else set())
-    before = [line for line in lines if line.split(":", 1)[0] not in skipped]
-    matched, sure = sure_reply_matching(before)
+    matched, sure = _sure_matching(*_without(skipped, assistant, person))
     waiting = set(matched["open"])
     found = [
         LooseRead("assistant", a.ref, a.text, "question", a.ref in waiting, all(sure))
@@ -447,6 +457,19 @@ def loose_reading(lines: Sequence[str]) -> list[LooseRead]:
             if promises(m.text) and not _taken_up(m, side[i + 1 :])
         ]
     return found
+
+
+def _without(
+    skipped: set[str], assistant: list[_Message], person: list[_Message]
+) -> tuple[list[_Message], list[_Message]]:
+    """The lines but those `skipped`, as `_parse` reads them alone: the lines already read
+    are taken again, unless leaving some out changes the language they are read in."""
+    kept = [[m for m in side if m.ref not in skipped] for side in (assistant, person)]
+    lang = language([m.text for side in kept for m in side])
+    a_kept, p_kept = (
+        [m if m.lang == lang else _Message(m.ref, m.text, lang) for m in side] for side in kept
+    )
+    return a_kept, p_kept
 
 
 def _asks_again(reply: _Message, question: _Message) -> bool:

@@ -21,6 +21,7 @@ from tests.conftest import Harness, Phone, eventually, own
 from tests.sse_client import SseClient
 from transport.config import Limits
 from transport.link import BACKLOG_BYTES, QueuedLink
+from transport.websocket import WebSocketLink
 
 FRAMES = 60
 TEXT = "x" * 20_000  # 60 frames of 20 KB: far more than the socket's buffers hold
@@ -179,6 +180,31 @@ async def test_frames_of_one_loop_step_leave_in_one_write_at_its_end() -> None:
     link.send({"seq": 3})
     await asyncio.sleep(0)
     assert (link.wire, link.writes) == ([1, 2, 3], 2)
+
+
+async def test_a_say_s_ack_and_its_reply_s_start_leave_in_one_write(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A say the conversation was idle for: its reply starts in the step that acks it, so
+    the phone gets both in one write (one system call and one packet, not one each)."""
+    await harness.start()
+    writes: list[list[str]] = []
+    write_now = WebSocketLink.write_now
+
+    def recorded(link: WebSocketLink, frames: list[bytes]) -> bool:
+        written = write_now(link, frames)
+        if written:
+            writes.append([orjson.loads(frame)["type"] for frame in frames])
+        return written
+
+    monkeypatch.setattr(WebSocketLink, "write_now", recorded)
+    phone = await harness.phone()
+    for text in ("Hello there.", "And again."):
+        writes.clear()
+        await phone.say(text)
+        await phone.reply()
+        acked = [write for write in writes if "ack" in write]
+        assert acked == [["ack", "reply.start"]]
 
 
 async def test_a_welcome_leaves_at_once_and_live_events_at_the_step_end(store: Store) -> None:
