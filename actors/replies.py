@@ -319,15 +319,17 @@ def _read_one(answer: dict[str, Any], assistant: int) -> tuple[dict[int, _Entry]
 
 
 def weighed_pick(answer: dict[str, Any], assistant: int) -> dict[str, Any]:
-    """The answer, its label the likeliest where the server gave each label's chance, the
-    latest message's counted `LATEST_WEIGHT` times. The chances also undo a greedy
-    writer's split: `A` written for A1 and A2 together (0.52) over `none` (0.48), then A1
-    (0.37 in all) is still less likely than none."""
+    """The answer, its label the likeliest where the server gave each label's chance; when
+    an older message is a candidate too, the latest's chance counted `LATEST_WEIGHT`
+    times. The chances also undo a greedy writer's split: `A` written for A1 and A2
+    together (0.52) over `none` (0.48), then A1 (0.37 in all) is still less likely than
+    none."""
     chances = answer.get(CHANCES)
     if "answers" not in answer or not isinstance(chances, dict) or not chances:
         return answer
     latest = f"A{assistant}"
-    weighed = {k: v * (LATEST_WEIGHT if k == latest else 1.0) for k, v in chances.items()}
+    weight = LATEST_WEIGHT if len([k for k in chances if k != NONE]) > 1 else 1.0
+    weighed = {k: v * (weight if k == latest else 1.0) for k, v in chances.items()}
     return {**answer, "answers": max(weighed, key=weighed.__getitem__)}
 
 

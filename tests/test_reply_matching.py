@@ -189,10 +189,15 @@ def matched(answers: str | None, open_: list[str], **entry: Any) -> Answer:
 
 WEEKEND_LINES = ["A1: How was your weekend?", "A2: Did you finish that book?"]
 HIKING = "went hiking with Sam"  # shares no word with either question: the rules cannot say
+NEW = Answer({"answers": "none"})
 
 
 async def weekend_over_sse(
-    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis, hiking: AnalysisResponse
+    harness: Harness,
+    fake_llm: FakeOpenAI,
+    analysis: FakeAnalysis,
+    hiking: AnalysisResponse,
+    brb: AnalysisResponse = NEW,
 ) -> tuple[SseClient, EventStream, list[dict[str, Any]]]:
     """The weekend story over SSE: the weekend asked, "brb, coffee?" (a question back that
     shares no word with it: the analysis reads it as something new), the book asked, then
@@ -204,7 +209,7 @@ async def weekend_over_sse(
     client = SseClient(harness.http, harness.url)
     stream = await client.open()
     await stream.expect("welcome")
-    analysis.queue(Answer({"answers": "none"}), hiking)
+    analysis.queue(brb, hiking)
     ends = []
     for text in ("hi", "brb, coffee?", HIKING):
         await client.say(text, text[:4])
@@ -289,6 +294,23 @@ async def test_the_models_chances_weigh_the_latest_message(
     else:
         expected = "answers your earlier message" if reading == "earlier" else "starts something"
         assert note is not None and expected in note
+    await client.close()
+
+
+async def test_a_lone_candidate_is_not_weighed_against_none(
+    harness: Harness, fake_llm: FakeOpenAI, analysis: FakeAnalysis
+) -> None:
+    """ "brb, coffee?" asks back: the weekend is its one candidate, and the latest's weight
+    is for telling it from an older message, not from none. The model's likelier `none`
+    stands, so the weekend still waits when HIKING comes."""
+    brb = Answer({"answers": "none"}, chances={"A1": 0.4, "none": 0.6})
+    client, _, _ = await weekend_over_sse(
+        harness, fake_llm, analysis, Answer({"answers": "A1"}), brb
+    )
+    assert [r.lines[:-1] for r in analysis.tasks("reply-matching")] == [
+        ["A1: How was your weekend?"],
+        WEEKEND_LINES,
+    ]
     await client.close()
 
 
