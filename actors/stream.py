@@ -202,7 +202,9 @@ class ConversationStream:
         there, deltas are gone and each `reply.end` carries its whole text), plus any not yet
         written; the rest come from the buffer. The read is repeated if the buffer moved on
         while it ran, and everything after the last read happens in one loop step, so no
-        event can slip between the replay and the live stream, or be sent twice.
+        event can slip between the replay and the live stream, or be sent twice. Events held
+        back while the lease is unconfirmed are not replayed: `catch_up` sends them to
+        every link, this one too.
         """
         self.catch_up()
         if last_seq is not None:
@@ -213,8 +215,10 @@ class ConversationStream:
             below = self._oldest()
             stored += await self._stored_between(after, below)
             after = below - 1
-        link.send({**welcome, "seq": self.last_seq})
+        sent = self.last_seq if self._unsent_after is None else self._unsent_after
+        link.send({**welcome, "seq": sent})
         replay = [] if after is None else stored + self._buffer.after(after)
+        replay = [f for f in replay if f["seq"] <= sent]  # held back: `catch_up` sends them
         for frame in replay:
             link.send(frame)
         link.flush()  # the phone waits on its welcome; the loop step may have more to do

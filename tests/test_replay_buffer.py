@@ -397,3 +397,21 @@ async def test_events_of_an_unsure_lease_are_held_back_then_sent_in_order(store:
     after = emit("reply.end", reply="r", text="Two")
     assert link.frames[1:] == [emit.sent[0], *held, after]
     await settle(stream)
+
+
+async def test_a_link_attached_while_unsure_gets_the_held_events_once(store: Gated) -> None:
+    """A phone that resumes while events are held back is replayed what was sent before
+    them, not the held ones: those reach it, with every other link, once the lease is
+    confirmed. Replayed then and caught up again, they would reach it twice."""
+    lease = {"sure": True}
+    stream, emit = await open_stream(store, 100, lambda _: lease["sure"])
+    emit("ack", id="s1")
+    lease["sure"] = False
+    held = [emit("reply.start", reply="r"), emit("reply.delta", reply="r", text="Two")]
+    link, replayed = await attach(stream, emit.base)
+    assert (replayed, link.frames[1:]) == (1, emit.sent[:1])
+    assert link.frames[0]["seq"] == emit.sent[0]["seq"]  # the welcome's: the last one sent
+    lease["sure"] = True
+    stream.catch_up()
+    assert link.frames[1:] == [emit.sent[0], *held]
+    await settle(stream)
