@@ -81,6 +81,14 @@ class _Say:
     stored: asyncio.Future[asyncpg.Record]
 
 
+def _seen(stored: asyncio.Future[asyncpg.Record]) -> None:
+    """Mark a refusal as seen: a caller that gave up on the say (its store timeout) has
+    answered and logged it already, and asyncio would report it again, as never retrieved,
+    for every say of the batch. A caller still waiting gets the error all the same."""
+    if not stored.cancelled():
+        stored.exception()
+
+
 class SayLog(GroupCommit[list[_Say]]):
     def __init__(self, pool: asyncpg.Pool, space: DiskSpace) -> None:
         super().__init__()
@@ -101,6 +109,7 @@ class SayLog(GroupCommit[list[_Say]]):
         """Queue a say (`place`: `records.say_place`) made under the person's `epoch`; the
         future holds its row once its batch is written, or the error that refused it."""
         stored: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
+        stored.add_done_callback(_seen)
         self._queue.append(_Say(conversation, person, client_id, text, at, place, epoch, stored))
         self._kick()
         return stored

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -71,3 +72,18 @@ async def test_a_refused_batch_fails_its_says_and_the_next_goes_through(store: S
             await refused
     after = await store.add_say(a, "pe", "fine", "queued in the same step", NOW, 1, epoch)
     assert not after.duplicate  # nothing of the refused batch was stored
+
+
+async def test_a_refused_say_nobody_waits_for_any_more_reports_nothing(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The say's caller gave up (its store timeout) and said so: a refusal that comes
+    after is no second report ("exception was never retrieved")."""
+    epoch = await own(store, "pf")
+    a = await store.create_conversation("pf", NOW, epoch)
+    store.says.add(a, "pf", "nul", "a NUL \x00 PostgreSQL refuses", NOW, 1, epoch)
+    await asyncio.sleep(0)  # its batch goes alone; the next say's is written after it
+    await store.add_say(a, "pf", "fine", "said next", NOW, 1, epoch)
+    gc.collect()  # an error never retrieved is reported when its future is collected
+    await asyncio.sleep(0)
+    assert "exception was never retrieved" not in caplog.text
