@@ -328,7 +328,7 @@ def weighed_pick(answer: dict[str, Any], assistant: int) -> dict[str, Any]:
     if "answers" not in answer or not isinstance(chances, dict) or not chances:
         return answer
     latest = f"A{assistant}"
-    weight = LATEST_WEIGHT if len([k for k in chances if k != NONE]) > 1 else 1.0
+    weight = LATEST_WEIGHT if sum(k != NONE for k in chances) > 1 else 1.0
     weighed = {k: v * (weight if k == latest else 1.0) for k, v in chances.items()}
     return {**answer, "answers": max(weighed, key=weighed.__getitem__)}
 
