@@ -34,7 +34,10 @@ def test_a_tiny_db_cost_run_reads_the_turns_from_postgresql(tmp_path: Path) -> N
     assert [phases[p]["units"] for p in phases] == [PHONES, PHONES * SAYS, SAYS, PHONES * 2]
     for name, got in phases.items():
         per = got["per_unit"]
-        assert per["statements"] >= 1 and per["wal_bytes"] > 0, name
+        assert per["statements"] > 0 and per["wal_bytes"] > 0, name
+    # Phones talking at once share the say log's batched writes, so a loaded turn may cost
+    # less than one statement; one phone's says, each awaited, cannot share theirs.
+    assert phases["serial"]["per_unit"]["statements"] >= 1
     for name in ("turns", "serial", "memory"):
         per = phases[name]["per_unit"]
         # A turn stores its say and its reply at least (rows of the server's own tables).
