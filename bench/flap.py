@@ -70,6 +70,7 @@ CORRECTNESS_KEYS = (
     "out_of_order_events",
     "broken_replies",
     "not_stored",
+    "acked_not_stored",
     "stored_twice",
     "stored_wrong_person",
     "answered_in_db_twice",
@@ -785,6 +786,7 @@ _BASELINE_KEYS = (
     "duplicated_events",
     "lost_events",
     "not_stored",
+    "acked_not_stored",
     "stored_twice",
     "resume_ms",
     "turn_ms",
@@ -970,7 +972,7 @@ def table(report: dict[str, Any]) -> str:
         f"   new conversations unexpected {report.get('new_conversations_unexpected')}",
         f"  says               {_cell(report.get('says'))}   lost {report.get('lost_says')}"
         f"   duplicated {report.get('duplicated_says')}   not stored {report.get('not_stored')}"
-        f"   stored twice {report.get('stored_twice')}",
+        f" (acked {report.get('acked_not_stored')})   stored twice {report.get('stored_twice')}",
         f"  replies            {_cell(report.get('replies'))}   lost {report.get('lost_replies')}"
         f"   duplicated {report.get('duplicated_replies')}   broken {report.get('broken_replies')}",
         f"  events             duplicated {report.get('duplicated_events')}"
