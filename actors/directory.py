@@ -170,6 +170,7 @@ class Directory:
         ownership.on_sure = self._sure_again
         ownership.on_takeover = lambda after: rt.metrics.takeovers.labels(after=after).inc()
         rt.store.on_fenced = self._fenced
+        rt.store.says.on_joined = rt.metrics.resends_joined.inc
         if rt.memory is not None:  # memories a turn's tools write are fenced too
             rt.memory.store.on_fenced = self._fenced
         rt.metrics.node.info({"node": ownership.node})

@@ -168,6 +168,12 @@ class Metrics:
             ["after"],
             registry=registry,
         )
+        self.resends_joined = Counter(
+            "stillhere_resends_joined",
+            "Says resent while their first write was still queued or in flight, that waited "
+            "on it instead of writing again (storage/say_log.py)",
+            registry=registry,
+        )
         self.fenced_writes = Counter(
             "stillhere_fenced_writes",
             "Writes refused by the owner's fence: this node wrote for a person under an "

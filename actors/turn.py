@@ -115,9 +115,16 @@ async def _store(
     resent id is acked again and a refused say answered with an error; both give None, as
     nothing new was stored. A PostgreSQL that does not answer within `store_timeout_s`
     (paused, restarting, unreachable) gets the say answered `unavailable`: the client
-    resends it with its id, and is acked (`repeat` if the write landed after all). It is
-    answered then even if a statement it waited on takes longer to give up (asyncpg cancels a
-    statement by asking PostgreSQL, which may not answer that either): that unwinds alone.
+    resends it with its id. It is answered then even if a statement it waited on takes longer
+    to give up (asyncpg cancels a statement by asking PostgreSQL, which may not answer that
+    either): that unwinds alone, and the say's write goes on.
+
+    The caller that gave up acks nothing and starts no turn, even if the write lands. The
+    resend does: it waits on that write if it is still queued or in flight, or finds its row
+    stored and never acked, and is acked and answered as a new say (`Store.add_say`), once.
+    Only one caller at a time stores a say of the conversation (`stream.ordering`), so the
+    resend gets that far only once the caller before it has given up: never two owners.
+
     `then` is called right after the ack is sent, in the same step, for a say newly stored.
     `asyncio.wait` leaves the store running when it gives up, and wakes as the store ends."""
     storing = asyncio.ensure_future(_store_in_turn(rt, say, now, stream, then))

@@ -40,7 +40,7 @@ import asyncpg
 
 from actors.clock import parse_duration as seconds
 from bench import flap_cluster, procs, results
-from bench.crash import FOREVER_S, acked_lost, back_since
+from bench.crash import FOREVER_S, back_since
 from bench.flap import add_rehearsal_options, percentiles
 from bench.flap_db import dsn_of, stillhere_person, stillhere_stored
 from bench.flap_phones import KINDS, Fleet, FleetOptions, add_fleet_options, now
@@ -254,7 +254,7 @@ async def ledgers(
     verdicts = [f.ledger.verdict(stored.rows, stored.answered) for f in fleets]
     return {
         "says": len(said),
-        "acked_says_lost": sum(acked_lost(f, stored) for f in fleets),
+        "acked_says_lost": sum(v["acked_not_stored"] for v in verdicts),
         "stored_twice": sum(v["stored_twice"] for v in verdicts),
         "stored_wrong_person": stored.wrong_person,
         "seq_repeated": sum(v["duplicated_events"] for v in verdicts),

@@ -198,13 +198,6 @@ async def back_since(fleet: Fleet, last_kill: float, timeout: float) -> int:
     return sum(1 for r in fleet.runs if not back(r))
 
 
-def acked_lost(fleet: Fleet, stored: Stored) -> int:
-    """Says the phone saw acked that have no turn stored."""
-    ledger = fleet.ledger
-    acked = set(ledger.acks) | ledger.repeated_acks
-    return sum(1 for id_ in acked if id_ in ledger.says and stored.rows.get(id_, 0) == 0)
-
-
 def ledger_figures(fleet: Fleet, stored: Stored) -> dict[str, Any]:
     """What the phones' ledger and the database say of every say, reply and seq: the
     counts a run that stops or moves servers under the phones must keep at 0."""
@@ -212,7 +205,7 @@ def ledger_figures(fleet: Fleet, stored: Stored) -> dict[str, Any]:
     return {
         "says": verdict["says"],
         "replies": verdict["replies"],
-        "acked_says_lost": acked_lost(fleet, stored),
+        "acked_says_lost": verdict["acked_not_stored"],
         "says_never_acked": verdict["lost_says"],
         "stored_twice": verdict["stored_twice"],
         "stored_wrong_person": stored.wrong_person,

@@ -36,7 +36,7 @@ import psutil
 from bench import flap_cluster, flap_throughput, flap_tls, procs, results
 from bench.certificates import Pair
 from bench.flap_db import Stored, stateless_stored, stillhere_stored
-from bench.flap_metrics import Buckets, server_buckets, server_figures
+from bench.flap_metrics import Buckets, server_buckets, server_count, server_figures
 from bench.flap_phones import KINDS, TAPPED, ClientLogRing, Fleet, FleetOptions
 from bench.flap_throughput import Throughput
 from bench.flap_throughput import in_turn as throughput_in_turn
@@ -70,6 +70,7 @@ CORRECTNESS_KEYS = (
     "out_of_order_events",
     "broken_replies",
     "not_stored",
+    "acked_not_stored",
     "stored_twice",
     "stored_wrong_person",
     "answered_in_db_twice",
@@ -476,6 +477,8 @@ async def flap_one(
                 else min(args.settle_timeout, BASELINE_SETTLE_TIMEOUT_S)
             )
             out["unsettled"] = await fleet.wait_settled(settle_timeout)
+            if name == "stillhere":  # resends that waited on their say's write, settling too
+                out["server_resends_joined"] = await _resends_joined(server)
             out["unsettled_phones"] = fleet.unsettled()
             out["client_wedged_phones"] = fleet.wedged()
             if storm:
@@ -525,6 +528,11 @@ async def flap_one(
 async def _buckets(server: procs.Server) -> dict[str, Buckets]:
     async with server.session() as http:
         return await server_buckets(server.base_url, http)
+
+
+async def _resends_joined(server: procs.Server) -> float | None:
+    async with server.session() as http:
+        return await server_count(server.base_url, "stillhere_resends_joined_total", http)
 
 
 def process_cpu_s(process: psutil.Process) -> float:
@@ -785,6 +793,7 @@ _BASELINE_KEYS = (
     "duplicated_events",
     "lost_events",
     "not_stored",
+    "acked_not_stored",
     "stored_twice",
     "resume_ms",
     "turn_ms",
@@ -970,7 +979,10 @@ def table(report: dict[str, Any]) -> str:
         f"   new conversations unexpected {report.get('new_conversations_unexpected')}",
         f"  says               {_cell(report.get('says'))}   lost {report.get('lost_says')}"
         f"   duplicated {report.get('duplicated_says')}   not stored {report.get('not_stored')}"
-        f"   stored twice {report.get('stored_twice')}",
+        f" (acked {report.get('acked_not_stored')})   stored twice {report.get('stored_twice')}",
+        f"  store timeouts     {(report.get('error_frames') or {}).get('unavailable', 0)}"
+        f" says answered unavailable, {report.get('server_resends_joined')} resends waited"
+        " on their pending write",
         f"  replies            {_cell(report.get('replies'))}   lost {report.get('lost_replies')}"
         f"   duplicated {report.get('duplicated_replies')}   broken {report.get('broken_replies')}",
         f"  events             duplicated {report.get('duplicated_events')}"

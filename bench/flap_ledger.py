@@ -5,7 +5,8 @@ what the protocol promises:
 
 - every say is acked (an ack with its id, once; a resend's repeated ack is marked), stored
   once (the server's PostgreSQL, checked by the caller and handed in) and answered by
-  exactly one reply;
+  exactly one reply; a say acked and not stored is data lost, counted apart from a say
+  never acked (its phone still resending it when the bench stopped waiting);
 - every reply reaches its phone whole exactly once: one `reply.start`, one `reply.end`,
   and the deltas join to the end's text;
 - per phone and conversation, the numbered events arrive with seqs increasing by one:
@@ -203,10 +204,11 @@ class Ledger:
             for id_ in reply.in_reply_to:
                 answering[id_].add(reply.id)
         lost_says = dup_says = lost_replies = dup_replies = not_stored = dup_stored = 0
-        dup_answered = 0
+        dup_answered = acked_not_stored = 0
         for id_, say in self.says.items():
             acked_seqs = self.acks.get(id_, set())
-            if not acked_seqs and id_ not in self.repeated_acks:
+            acked = bool(acked_seqs) or id_ in self.repeated_acks
+            if not acked:
                 lost_says += 1
                 note("lost_says", f"phone {say.phone} say {id_}: never acked")
             elif len(acked_seqs) > 1:
@@ -220,6 +222,9 @@ class Ledger:
                 if rows == 0:
                     not_stored += 1
                     note("not_stored", f"phone {say.phone} say {id_}")
+                if rows == 0 and acked:
+                    acked_not_stored += 1
+                    note("acked_not_stored", f"phone {say.phone} say {id_}: acked, no row")
                 elif rows > 1:
                     dup_stored += 1
                     note("stored_twice", f"phone {say.phone} say {id_}: {rows} rows")
@@ -279,6 +284,7 @@ class Ledger:
             "out_of_order_events": out_of_order,
             "broken_replies": broken,
             "not_stored": not_stored if stored is not None else None,
+            "acked_not_stored": acked_not_stored if stored is not None else None,
             "stored_twice": dup_stored if stored is not None else None,
             "answered_in_db_twice": dup_answered if answered_db is not None else None,
             "error_frames": dict(self.errors),

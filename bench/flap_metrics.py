@@ -1,4 +1,4 @@
-"""The server's own account of its hellos and its loop, read from its `/metrics`.
+"""The server's own account of its hellos, its loop and its says, read from its `/metrics`.
 
 The phones time a resume from the hello going out to the welcome coming in, so their
 figure also holds the time each frame waits in a busy loop, the server's or the bench's
@@ -7,7 +7,8 @@ own. The server's `stillhere_hello_seconds` histogram holds only the server's ha
 loop ran a timer: the server's share of the waiting. `stillhere_gc_pause_seconds` times
 each of its garbage collections, during which nothing in it ran. Read before and after the
 flapping, the difference of each is the flapping's, and its buckets bound each percentile
-(and the longest, p100) from above.
+(and the longest, p100) from above. `stillhere_resends_joined` counts the says resent while
+their write was still pending, which waited on it rather than writing again.
 """
 
 from __future__ import annotations
@@ -57,6 +58,15 @@ async def server_buckets(
             if sample.name == name and labels.items() <= sample.labels.items():
                 out[key][float(sample.labels["le"])] = sample.value
     return out
+
+
+async def server_count(
+    base_url: str, name: str, http: aiohttp.ClientSession | None = None
+) -> float | None:
+    """The value of the sample `name` (a counter's ends in `_total`) in one scrape of a
+    running server (through `http`, as `scrape`); None if it does not expose it."""
+    samples = await scrape(base_url, http)
+    return next((sample.value for sample in samples if sample.name == name), None)
 
 
 def server_figures(

@@ -3,11 +3,18 @@
 Storing a say is the one write a turn waits on before anything else can happen (its `ack`
 means "stored"), so under load the says of many conversations share one statement rather
 than queueing for the pool one round trip each.
+
+A say comes again, with its id, when its write took longer than the caller waited
+(`--store-timeout`: the say was answered `unavailable` and the client resent it). If that
+write is still queued or in flight, the resend joins it rather than queueing another: an
+overloaded PostgreSQL gets each say once, however often its phone retries, instead of a
+queue that grows with every retry and so never drains below the timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
@@ -69,6 +76,11 @@ ORDER BY s.n
 """.format(fence=FENCE.format(persons="$3", epochs="$7"))
 
 
+# What makes a say's write the same write: its row's key, in the conversation and under the
+# owner epoch it was written for (its row's `owned` and `live` depend on those two).
+_Key = tuple[UUID, str, str, int]
+
+
 @dataclass(frozen=True, slots=True)
 class _Say:
     conversation: UUID
@@ -79,6 +91,10 @@ class _Say:
     place: int
     epoch: int
     stored: asyncio.Future[asyncpg.Record]
+
+    @property
+    def key(self) -> _Key:
+        return (self.conversation, self.person, self.client_id, self.epoch)
 
 
 def _seen(stored: asyncio.Future[asyncpg.Record]) -> None:
@@ -95,6 +111,8 @@ class SayLog(GroupCommit[list[_Say]]):
         self._pool = pool
         self._space = space
         self._queue: list[_Say] = []
+        self._unwritten: dict[_Key, _Say] = {}  # queued or in flight
+        self.on_joined: Callable[[], None] = lambda: None  # told of each say that joined
 
     def add(
         self,
@@ -107,10 +125,20 @@ class SayLog(GroupCommit[list[_Say]]):
         epoch: int,
     ) -> asyncio.Future[asyncpg.Record]:
         """Queue a say (`place`: `records.say_place`) made under the person's `epoch`; the
-        future holds its row once its batch is written, or the error that refused it."""
+        future holds its row once its batch is written, or the error that refused it.
+
+        A say whose write is still queued or in flight gets that write's future, shared:
+        callers shield it, so that one giving up does not cancel it for the others. Its row
+        is the first write's (its text, time and place; `id` set if that write stored it)."""
+        pending = self._unwritten.get((conversation, person, client_id, epoch))
+        if pending is not None:
+            self.on_joined()
+            return pending.stored
         stored: asyncio.Future[asyncpg.Record] = asyncio.get_running_loop().create_future()
         stored.add_done_callback(_seen)
-        self._queue.append(_Say(conversation, person, client_id, text, at, place, epoch, stored))
+        say = _Say(conversation, person, client_id, text, at, place, epoch, stored)
+        self._unwritten[say.key] = say
+        self._queue.append(say)
         self._kick()
         return stored
 
@@ -121,6 +149,13 @@ class SayLog(GroupCommit[list[_Say]]):
         return batch
 
     async def _write(self, batch: list[_Say]) -> None:
+        try:
+            await self._settle(batch)
+        finally:  # settled in this same step: a say coming again from now on is written again
+            for say in batch:
+                del self._unwritten[say.key]
+
+    async def _settle(self, batch: list[_Say]) -> None:
         try:
             rows = await self._pool.fetch(
                 _ADD_SAYS,

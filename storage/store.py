@@ -316,10 +316,12 @@ class Store:
         A say resent with an id already stored is not stored again; the caller answers it
         with the ack it had before. One stored in this conversation but never acked (its
         write outlived the wait for it, or the process died in between) is handed back as
-        new: acked now, and answered. Raises Fenced if `epoch` is no longer the person's.
+        new: acked now, and answered. So is one resent while its first write is still
+        queued or in flight: it waits on that write (`SayLog.add`), and the caller that
+        gave up on it acks nothing. Raises Fenced if `epoch` is no longer the person's.
         """
         say = self.says.add(conversation, person, client_id, text, now, place, epoch)
-        row = await asyncio.shield(say)
+        row = await asyncio.shield(say)  # a caller giving up leaves it to a resend
         if not row["owned"]:
             self._fence(person, epoch)
         if not row["live"]:

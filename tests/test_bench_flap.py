@@ -52,7 +52,8 @@ async def test_flapping_phones_lose_and_duplicate_nothing(transport: str, tmp_pa
     bench_gc = report["bench_gc"]  # held off while the phones flapped, then collected
     assert bench_gc["mode"] == "off" and bench_gc["collections"] == [0, 0, 0]
     assert bench_gc["freed_after_run"] > 0 and "rss_mb_grown" in bench_gc
-    for line in ("server loop lag ≤", "bench loop lag", "server collector   gen0 "):
+    assert report["server_resends_joined"] is not None, "the server's count was read"
+    for line in ("server loop lag ≤", "bench loop lag", "server collector   gen0 ", "resends"):
         assert line in flap.table(report)
     series, cores = report["series"], psutil.cpu_count()
     assert series["t"][0] >= 0.9, "each tick ends the second it describes, the first too"

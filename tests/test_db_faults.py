@@ -26,6 +26,7 @@ from bench.flap_db import dsn_of
 from client import Phone as ReferencePhone
 from storage.embedded import EmbeddedPostgres
 from tests.conftest import Harness, Phone, eventually
+from tests.test_metrics import _scrape, _value
 
 
 class PostgresProcesses:
@@ -259,6 +260,46 @@ async def test_embedded_postgresql_paused_then_killed_under_a_serve_process(
 
     assert before.isdisjoint(p.pid for p in postgres.processes())  # PostgreSQL started anew
     assert served.server.proc.poll() is None  # the same server process throughout
+
+
+async def test_a_say_resent_while_postgresql_is_paused_is_written_once_and_answered_once(
+    served: Harness, postgres: Postgres, continued: None
+) -> None:
+    """A say answered `unavailable` and resent three times with PostgreSQL paused: every
+    resend waits on the say's one write, still in flight, instead of queueing another (the
+    retry storm of an overloaded PostgreSQL). Once it is back, the say is stored once, acked
+    once as a new event, and answered by one reply: by the resend waiting then, or, if that
+    one gave up too, by the next."""
+    phone = await served.phone()
+    await phone.say("before anything went wrong", "s1")
+    await phone.reply()
+    await recorded(postgres.dsn, 1)
+
+    postgres.signal(signal.SIGSTOP)
+    refused = [(await refused_say(phone, "s2"))["code"] for _ in range(3)]
+    answer = asyncio.ensure_future(say_answer(phone, "s2", "resent as PostgreSQL comes back"))
+    await eventually_joined(served, 3)
+    postgres.signal(signal.SIGCONT)
+    if (await answer)["type"] == "error":  # the write took longer than the resend waited
+        await acked_in_the_end(phone, "s2")
+    await phone.reply()
+    await recorded(postgres.dsn, 2)
+
+    assert refused == ["unavailable"] * 3
+    acks = [f for f in phone.frames if f["type"] == "ack" and f["id"] == "s2"]
+    assert len(acks) == 1 and "repeat" not in acks[0]
+    starts = [f for f in phone.frames if f["type"] == "reply.start"]
+    assert [f["in_reply_to"] for f in starts] == [["s1"], ["s2"]]
+    assert await stored_says(postgres.dsn) == ["s1", "s2"]
+    samples, _ = await _scrape(served)
+    assert _value(samples, "stillhere_resends_joined_total") >= 3
+
+
+async def eventually_joined(served: Harness, resends: int) -> None:
+    """Until `resends` says have joined a write still pending (`stillhere_resends_joined`)."""
+    async with asyncio.timeout(10):
+        while _value((await _scrape(served))[0], "stillhere_resends_joined_total") < resends:
+            await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("transport", ["ws", "sse"])

@@ -51,3 +51,24 @@ def test_an_unmarked_second_ack_with_another_seq_is_a_duplicated_say() -> None:
     verdict = ledger.verdict({"once": 1}, {"once": 2})
     assert verdict["duplicated_says"] == 1
     assert verdict["answered_in_db_twice"] == 1
+
+
+def test_a_say_acked_and_not_stored_is_counted_apart_from_one_never_acked() -> None:
+    """Not stored: a say still unacked when the bench stopped (its phone resending it), or
+    one acked that the database does not have, which is data lost, an ack's repeat too."""
+    ledger = Ledger()
+    _welcome(ledger, "first")
+    _turn(ledger, "first", "kept", 1)
+    _turn(ledger, "first", "lost", 5)
+    ledger.said(0, "unacked", "still resending", 0.2, up=True, conv="first")
+    ledger.said(0, "repeated", "acked again", 0.3, up=True, conv="first")
+    ledger.frame(0, "first", {"type": "ack", "id": "repeated", "seq": None, "repeat": True}, 0.4)
+
+    verdict = ledger.verdict({"kept": 1}, {"kept": 1})
+    assert (verdict["not_stored"], verdict["acked_not_stored"]) == (3, 2)
+    assert verdict["lost_says"] == 1
+    assert sorted(verdict["examples"]["acked_not_stored"]) == [
+        "phone 0 say lost: acked, no row",
+        "phone 0 say repeated: acked, no row",
+    ]
+    assert ledger.verdict(None, None)["acked_not_stored"] is None  # no database to ask

@@ -50,6 +50,7 @@ async def test_every_metric_is_declared(harness: Harness) -> None:
         "stillhere_hello_seconds",
         "stillhere_loop_lag_seconds",
         "stillhere_gc_pause_seconds",
+        "stillhere_resends_joined",
     } <= families
     assert _value(samples, "stillhere_hellos_total", outcome="resumed") == 0
     assert ("stillhere_hellos_total", (("outcome", "new"),)) in samples  # known labels at 0

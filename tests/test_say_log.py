@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import Coroutine
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import orjson
 import pytest
 
+from storage.records import StoredSay
 from storage.store import ConversationEnded, Store
 from tests.conftest import own
 
@@ -36,7 +39,7 @@ async def test_says_of_many_conversations_share_a_batch_and_each_gets_its_answer
     assert (new["live"], new["text"], new["client_id"]) == (True, "one night or two?", "new")
     assert (late["live"], late["id"]) == (False, None)
     assert (old["live"], old["id"]) == (True, None)
-    assert (again["live"], again["id"]) == (True, None)
+    assert again is new  # queued once: the write that stored it answers it again
     count = "SELECT count(*) FROM turns WHERE person = $1 AND client_id = $2"
     assert [await db.fetchval(count, p, i) for p, i in [("pa", "new"), ("pb", "late")]] == [1, 0]
     for person in ("pa", "pc"):  # c's say came again: no turn, but activity all the same
@@ -87,3 +90,55 @@ async def test_a_refused_say_nobody_waits_for_any_more_reports_nothing(
     gc.collect()  # an error never retrieved is reported when its future is collected
     await asyncio.sleep(0)
     assert "exception was never retrieved" not in caplog.text
+
+
+async def _waiting_on_locks(store: Store) -> int:
+    """Statements of this database waiting for a lock another transaction holds."""
+    return await store.pool.fetchval(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+
+
+async def test_a_resend_waits_on_its_say_s_write_still_queued_or_in_flight(
+    store: Store, db: asyncpg.Connection
+) -> None:
+    """Two says whose callers gave up: one's write in flight (held back by a lock on its
+    conversation's row), the other's queued behind it. Each is resent twice meanwhile, the
+    first resend giving up too: no resend adds a write, and once the writes land, the
+    resend still waiting gets its say as new (to ack and answer), stored once."""
+    epoch = await own(store, "pg")
+    a = await store.create_conversation("pg", NOW, epoch)
+    joined: list[str] = []
+    store.says.on_joined = lambda: joined.append("joined")
+
+    def say(id_: str, text: str) -> Coroutine[Any, Any, StoredSay]:
+        return store.add_say(a, "pg", id_, text, NOW, 1, epoch)
+
+    async def given_up(id_: str, text: str) -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(say(id_, text), 0.2)
+
+    async with db.transaction():
+        await db.execute("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE", a)
+        await given_up("s1", "in flight")
+        assert await _waiting_on_locks(store) == 1  # s1's batch, sent and held back
+        await given_up("s2", "queued behind it")
+        for id_ in ("s1", "s2"):
+            await given_up(id_, "resent")
+        last = [asyncio.ensure_future(say(id_, "resent again")) for id_ in ("s1", "s2")]
+        await asyncio.sleep(0.1)
+        assert not any(resend.done() for resend in last)
+        assert joined == ["joined"] * 4
+    s1, s2 = await asyncio.gather(*last)
+
+    assert (s1.duplicate, s1.turn.text, s2.duplicate, s2.turn.text) == (
+        False,
+        "in flight",
+        False,
+        "queued behind it",
+    )
+    count = "SELECT client_id, count(*) FROM turns WHERE person = 'pg' GROUP BY client_id"
+    assert sorted(tuple(r) for r in await db.fetch(count)) == [("s1", 1), ("s2", 1)]
+    await say("s1", "resent once it landed")
+    assert len(joined) == 4  # its write is over: this resend has one of its own
