@@ -379,9 +379,11 @@ GROUPS: tuple[Group, ...] = (
             Option(
                 "store-timeout",
                 longer_than_zero,
-                "longest a say waits for PostgreSQL; past it the say is answered unavailable",
+                "longest a say waits for PostgreSQL; past it the say is answered unavailable "
+                "and its write goes on",
                 more="The client resends it ([protocol.md](protocol.md#says-replies-and-"
-                "interruptions)).",
+                "interruptions)); a resend while that write is pending waits on it, adding no "
+                "write.",
             ),
         ),
     ),
