@@ -530,9 +530,10 @@ async def _buckets(server: procs.Server) -> dict[str, Buckets]:
         return await server_buckets(server.base_url, http)
 
 
-async def _resends_joined(server: procs.Server) -> float | None:
+async def _resends_joined(server: procs.Server) -> int | None:
     async with server.session() as http:
-        return await server_count(server.base_url, "stillhere_resends_joined_total", http)
+        joined = await server_count(server.base_url, "stillhere_resends_joined_total", http)
+    return None if joined is None else int(joined)
 
 
 def process_cpu_s(process: psutil.Process) -> float:
