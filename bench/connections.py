@@ -18,38 +18,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
-import json
 import random
 import shutil
 import sys
 import tempfile
-import time
-import uuid
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import psutil
-from prometheus_client.parser import text_string_to_metric_families
 
 from actors.clock import parse_duration as seconds
 from bench import procs, results
-from bench.live import Phone, Talk, close_all, describe, expect, percentiles, ramp
-from bench.live import say as say_and_ack
+from bench.connections_hold import hold_links, scrape, server_options, stopped_badly, timed_says
+from bench.connections_ramp import measure_ramp, plot, ramp_problems, ramp_table
+from bench.live import Phone, Talk, close_all, percentiles, ramp
 from providers.event_loop import run as run_on_loop
 
 DESCRIPTION = "connected phones, most of them quiet: RSS and threads per phone, actor-idle on/off"
-SAY_PAUSE_S = 0.2  # before each timed say
-GAUGES = {
-    "stillhere_live_actors": "actors_running",
-    "stillhere_conversations": "conversations",
-    "stillhere_links": "links",
-    "stillhere_activations_total": "activations",
-    "stillhere_deactivations_total": "deactivations",
-}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -115,95 +101,6 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=seconds, default=1800.0, help="bound on the run (30m)")
 
 
-async def scrape(http: aiohttp.ClientSession, server: procs.Server) -> dict[str, float]:
-    async with http.get(server.base_url + "/metrics") as response:
-        text = await response.text()
-    found: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in GAUGES:
-                found[GAUGES[sample.name]] = sample.value
-    return found
-
-
-async def first_delta_ms(phone: Phone) -> float:
-    """Milliseconds from a say to its reply's first delta; the reply is then read whole
-    and acked, as a phone does."""
-    id_ = uuid.uuid4().hex  # in the text too: a phone timed again says something new
-    text = json.dumps({"type": "say", "id": id_, "text": f"and how are you, {id_[:6]}?"})
-    sent = time.perf_counter()
-    await phone.link.ws.send_str(text)
-    arrived, _, _ = await expect(phone.link, "reply.delta")
-    _, end, top = await expect(phone.link, "reply.end")
-    phone.last_seq = max(phone.last_seq, top, int(end["seq"]))
-    await phone.link.ws.send_str(json.dumps({"type": "ack", "seq": phone.last_seq}))
-    return (arrived - sent) * 1000.0
-
-
-async def _every(every: float, stop: asyncio.Event, act: Any, errors: Counter[str]) -> None:
-    """`act()` every `every` seconds until `stop`; an act under way is finished first."""
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), every)
-        except TimeoutError:
-            try:
-                await act()
-            except Exception as error:
-                errors[describe(error)] += 1
-
-
-async def _talk(phone: Phone) -> None:
-    await say_and_ack(phone, "tell me more", ack=True)
-
-
-async def _ping(phone: Phone) -> None:
-    await phone.link.ws.send_str('{"type":"ping"}')
-    await expect(phone.link, "pong")
-
-
-async def timed_says(
-    quiet: Sequence[Phone], talking: Sequence[Phone], errors: Counter[str]
-) -> dict[str, list[float]]:
-    """One say at a time, a quiet phone's then a talking one's (the talkers in turn), each
-    after `SAY_PAUSE_S`: a say sent the moment the one before it was answered would meet
-    that one's work after its reply (the mood, loose ends) and time it too."""
-    times: dict[str, list[float]] = {"quiet": [], "talking": []}
-    for pair in zip(quiet, itertools.cycle(talking), strict=False):
-        for kind, phone in zip(("quiet", "talking"), pair, strict=True):
-            await asyncio.sleep(SAY_PAUSE_S)
-            try:
-                times[kind].append(await first_delta_ms(phone))
-            except Exception as error:
-                errors[describe(error)] += 1
-    return times
-
-
-def _cpu_s(process: psutil.Process) -> float:
-    cpu = process.cpu_times()
-    return float(cpu.user + cpu.system)
-
-
-async def hold_links(
-    quiet: Sequence[Phone],
-    talking: Sequence[Phone],
-    args: argparse.Namespace,
-    hold: float | None = None,
-) -> Counter[str]:
-    """`hold` seconds (`--hold`) of the talkers talking and the quiet phones pinging; what
-    went wrong."""
-    errors: Counter[str] = Counter()
-    stop = asyncio.Event()
-    tasks = [_every(args.say_every, stop, lambda p=p: _talk(p), errors) for p in talking]
-    tasks += [_every(args.ping_every, stop, lambda p=p: _ping(p), errors) for p in quiet]
-    holding = asyncio.gather(*tasks)
-    try:
-        await asyncio.sleep(args.hold if hold is None else hold)
-    finally:
-        stop.set()
-        await holding
-    return errors
-
-
 def _without(phones: Sequence[Phone], talking: Sequence[Phone]) -> list[Phone]:
     talkers = {id(phone) for phone in talking}
     return [phone for phone in phones if id(phone) not in talkers]
@@ -231,9 +128,9 @@ async def _hold(
     first_mb = server.rss_mb()
     second, more_errors = await ramp(http, url, args.phones - half, args.concurrency, Talk(1, True))
     phones = first + second
-    cpu_before = _cpu_s(server.ps())
+    cpu_before = procs.process_cpu_s(server.ps())
     errors += await hold_links(_without(phones, talking), talking, args)
-    cpu_per_s = (_cpu_s(server.ps()) - cpu_before) / args.hold
+    cpu_per_s = (procs.process_cpu_s(server.ps()) - cpu_before) / args.hold
     held_mb, held_threads = server.rss_mb(), server.threads()
     gauges = await scrape(http, server)
     quiet = _without(phones, talking)
@@ -300,12 +197,6 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def server_options(args: argparse.Namespace, actor_idle: float) -> list[str]:
-    """The server's options: `actor_idle`, and `--actor-threads` if given."""
-    chosen = [] if args.actor_threads is None else ["--actor-threads", str(args.actor_threads)]
-    return ["--actor-idle", f"{actor_idle}s", *chosen]
-
-
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
@@ -346,11 +237,6 @@ def problems(report: dict[str, Any]) -> list[str]:
     return found
 
 
-def stopped_badly(stop: dict[str, Any]) -> bool:
-    """A server killed, exited with an error, or with problems in its log."""
-    return bool(stop["killed"] or stop["exit_code"] not in (0, None) or stop["log_problems"])
-
-
 def _counts(text: str) -> list[int]:
     counts = [int(part) for part in text.split(",") if part.strip()]
     if not counts or any(n < 1 for n in counts) or counts != sorted(counts):
@@ -365,22 +251,17 @@ async def run(args: argparse.Namespace) -> int:
         return await procs.finish(
             "connections", measure(args), args, table, lambda r: procs.exit_code(problems(r))
         )
-    from bench import connections_ramp as ramped
-
-    code = await procs.finish(
+    return await procs.finish(
         "connections",
-        ramped.measure_ramp(args),
+        measure_ramp(args),
         args,
-        ramped.ramp_table,
-        lambda r: _plotted(args, r, procs.exit_code(ramped.ramp_problems(r))),
+        ramp_table,
+        lambda r: _plotted(args, r, procs.exit_code(ramp_problems(r))),
     )
-    return code
 
 
 def _plotted(args: argparse.Namespace, report: dict[str, Any], code: int) -> int:
     if args.plot is not None:
-        from bench.connections_ramp import plot
-
         plot(args.plot, report)
         print(f"plot written to {args.plot}")
     return code

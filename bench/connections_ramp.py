@@ -38,7 +38,7 @@ import aiohttp
 import psutil
 
 from bench import procs
-from bench.connections import hold_links, scrape, server_options, stopped_badly, timed_says
+from bench.connections_hold import hold_links, scrape, server_options, stopped_badly, timed_says
 from bench.live import (
     Phone,
     Talk,
@@ -129,11 +129,6 @@ def _sources(port: int) -> dict[str, int]:
     )
 
 
-def _cpu_s(process: psutil.Process) -> float:
-    cpu = process.cpu_times()
-    return float(cpu.user + cpu.system)
-
-
 async def _resumes(
     url: str, sample: Sequence[Phone], sessions: dict[int, aiohttp.ClientSession]
 ) -> tuple[list[float], int, Counter[str]]:
@@ -168,9 +163,9 @@ async def _step(
     talkers = {id(p) for p in talking}
     quiet = [p for p in phones if id(p) not in talkers]
     ps = server.ps()
-    cpu_before, started = _cpu_s(ps), time.perf_counter()
+    cpu_before, started = procs.process_cpu_s(ps), time.perf_counter()
     errors = await hold_links(quiet, talking, args)
-    cpu_held = (_cpu_s(ps) - cpu_before) / (time.perf_counter() - started)
+    cpu_held = (procs.process_cpu_s(ps) - cpu_before) / (time.perf_counter() - started)
     rss_mb, threads = server.rss_mb(), server.threads()
     gauges = await scrape(http, server)
     sample = chosen.sample(quiet, min(args.sample, len(quiet)))
@@ -179,9 +174,9 @@ async def _step(
     resume_ms, resumed, resume_errors = await _resumes(
         server.base_url + "/v1/ws", resumed_sample, fleet.session_of()
     )
-    cpu_before, started = _cpu_s(ps), time.perf_counter()
+    cpu_before, started = procs.process_cpu_s(ps), time.perf_counter()
     errors += await hold_links(phones, [], args, hold=args.idle_window)
-    cpu_idle = (_cpu_s(ps) - cpu_before) / (time.perf_counter() - started)
+    cpu_idle = (procs.process_cpu_s(ps) - cpu_before) / (time.perf_counter() - started)
     delta = {kind: percentiles(ms) for kind, ms in says.items()}
     n = len(phones)
     return {

@@ -359,8 +359,8 @@ class _CoresUsed:
     def _read(self) -> tuple[float, float, float, float, float]:
         return (
             time.perf_counter(),
-            process_cpu_s(self._server),
-            process_cpu_s(self._bench),
+            procs.process_cpu_s(self._server),
+            procs.process_cpu_s(self._bench),
             *_machine(),
         )
 
@@ -536,12 +536,6 @@ async def _resends_joined(server: procs.Server) -> int | None:
     return None if joined is None else int(joined)
 
 
-def process_cpu_s(process: psutil.Process) -> float:
-    """CPU seconds (user + system) the process has used so far."""
-    t = process.cpu_times()
-    return float(t.user + t.system)
-
-
 def _machine() -> tuple[float, float]:
     """CPU seconds so far of the whole machine, all cores: busy, and stolen (the hypervisor
     ran something else while our cores were ready to run: a virtual machine's neighbours,
@@ -554,21 +548,21 @@ def _machine() -> tuple[float, float]:
 def cpu_seconds(server: procs.Server) -> dict[str, float]:
     """CPU seconds (user + system) so far of the server, its PostgreSQL, and this bench;
     `machine` and `steal` as `_machine` has them."""
-    out = {"server": 0.0, "postgres": 0.0, "bench": process_cpu_s(psutil.Process())}
+    out = {"server": 0.0, "postgres": 0.0, "bench": procs.process_cpu_s(psutil.Process())}
     out["machine"], out["steal"] = _machine()
     with contextlib.suppress(psutil.Error):
         server_ps = server.ps()
-        out["server"] = process_cpu_s(server_ps)
+        out["server"] = procs.process_cpu_s(server_ps)
         for child in server_ps.children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                out["postgres"] += process_cpu_s(child)
+                out["postgres"] += procs.process_cpu_s(child)
         if server.pgdata is not None and not out["postgres"]:  # stillhere: pg is a grandchild
             for proc in psutil.process_iter(["cmdline"]):
                 with contextlib.suppress(psutil.Error):
                     if str(server.pgdata) in " ".join(proc.info["cmdline"] or []):
-                        out["postgres"] += process_cpu_s(proc)
+                        out["postgres"] += procs.process_cpu_s(proc)
                         out["postgres"] += sum(
-                            process_cpu_s(c) for c in proc.children(recursive=True)
+                            procs.process_cpu_s(c) for c in proc.children(recursive=True)
                         )
     return out
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from actors.clock import parse_duration
 from bench import procs, results
-from bench.flap import add_rehearsal_options, median_or_none, percentiles, process_cpu_s
+from bench.flap import add_rehearsal_options, median_or_none, percentiles
 from bench.flap_throughput import Throughput, measure
 from providers.event_loop import LOOPS
 from providers.event_loop import run as run_on_loop
@@ -70,7 +70,7 @@ async def _round(server: procs.Server, args: argparse.Namespace, warmup: int) ->
         args.says,
         timeout=600.0,
         warmup=warmup,
-        readings=lambda: {"server": process_cpu_s(process)},
+        readings=lambda: {"server": procs.process_cpu_s(process)},
     )
 
 

@@ -191,6 +191,12 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("STILLHERE_")}
 
 
+def process_cpu_s(process: psutil.Process) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    t = process.cpu_times()
+    return float(t.user + t.system)
+
+
 def start(
     name: str,
     root: Path,
