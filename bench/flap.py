@@ -615,10 +615,10 @@ def _verdict(fleet: Fleet, stored: Stored | None) -> dict[str, Any]:
 # not the limiter; the baselines have no limiter at all. "stillhere-per-piece" sends a delta
 # per model piece, as the baselines do, so its ratio compares like with like on frames; plain
 # "stillhere" runs with its default delta window (pieces within 100 ms share one delta).
-_UNLIMITED = ["--frames-per-s", "100000", "--frame-burst", "100000"]
+UNLIMITED = ["--frames-per-s", "100000", "--frame-burst", "100000"]
 THROUGHPUT_SERVERS: dict[str, tuple[str, list[str]]] = {
-    "stillhere": ("stillhere", _UNLIMITED),
-    "stillhere-per-piece": ("stillhere", [*_UNLIMITED, "--delta-window", "0"]),
+    "stillhere": ("stillhere", UNLIMITED),
+    "stillhere-per-piece": ("stillhere", [*UNLIMITED, "--delta-window", "0"]),
     "link-bound": ("link-bound", []),
     "stateless": ("stateless", []),
 }
@@ -635,7 +635,7 @@ def throughput_servers(counts: list[int] | None) -> dict[str, tuple[str, list[st
     for count in (counts or [])[1:]:
         servers[f"stillhere-actor-threads-{count}"] = (
             "stillhere",
-            [*_UNLIMITED, "--actor-threads", str(count)],
+            [*UNLIMITED, "--actor-threads", str(count)],
         )
     return servers
 

@@ -208,10 +208,12 @@ def start(
     port: int | None = None,
     tls: tuple[Pair, Path] | None = None,
     home: Path | None = None,
+    executable: str | None = None,
 ) -> Server:
     """Start one server in `home` (default `root/<name>`) on `port` (default a free one) of
     127.0.0.1, on `event_loop` (every server of a run on the same one, so the comparison is
-    of designs); stillhere over TLS with `tls`, its certificate and the authority's file.
+    of designs); stillhere over TLS with `tls`, its certificate and the authority's file;
+    stillhere from `executable`, another checkout's (default this one's).
     Started again in the same folder, it takes up the same data, and its log goes on."""
     home = home or root / name
     home.mkdir(parents=True, exist_ok=True)
@@ -219,7 +221,7 @@ def start(
     data_dir: Path | None = home / "data"
     timing = ["--rehearsal-latency", f"{latency}", "--rehearsal-rate", f"{rate}"]
     if name == "stillhere":
-        command = [stillhere_command(), "serve", "--host", HOST, "--port", str(port)]
+        command = [executable or stillhere_command(), "serve", "--host", HOST, "--port", str(port)]
         command += ["--data-dir", str(data_dir), "--sweep-interval", "1h"]
         command += ["--resume-window", "30m"]
         command += [timing[0], f"{latency}s", timing[2], timing[3]]
