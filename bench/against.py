@@ -18,7 +18,6 @@ they spread on the machine of the day.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shutil
 import statistics
 import sys
@@ -115,9 +114,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         }
         rounds = await in_turn(targets, args, "against")
     finally:
-        loop = asyncio.get_running_loop()
         for server in servers.values():
-            await loop.run_in_executor(None, procs.stop, server)
+            await procs.stopped(server)
         shutil.rmtree(root, ignore_errors=True)
     return report(rounds, args)
 

@@ -297,7 +297,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         report.update(nodes=args.nodes, clients=args.clients, seed=args.seed, lease_s=args.lease)
         return report
     finally:
-        await asyncio.get_running_loop().run_in_executor(None, procs.stop, cluster)
+        await procs.stopped(cluster)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -165,7 +165,7 @@ async def _one(root: Path, name: str, actor_idle: float, args: argparse.Namespac
         async with aiohttp.ClientSession(connector=connector) as http:
             figures = await _hold(http, server, args)
     finally:
-        stopped = await asyncio.get_running_loop().run_in_executor(None, procs.stop, server)
+        stopped = await procs.stopped(server)
     return {"actor_idle_s": actor_idle, **figures, "server_stop": stopped}
 
 

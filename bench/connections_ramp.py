@@ -258,8 +258,7 @@ async def measure_ramp(args: argparse.Namespace) -> dict[str, Any]:
                 server_limit = server.ps().rlimit(psutil.RLIMIT_NOFILE)
                 ramped = await _steps(server, args)
             finally:
-                loop = asyncio.get_running_loop()
-                stopped = await loop.run_in_executor(None, procs.stop, server)
+                stopped = await procs.stopped(server)
                 keep_log(server.log_path, args.server_log)
     finally:
         shutil.rmtree(root, ignore_errors=True)

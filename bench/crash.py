@@ -273,7 +273,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             report["clients"] = args.clients
             return report
     finally:
-        await asyncio.get_running_loop().run_in_executor(None, procs.stop, server)
+        await procs.stopped(server)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -317,7 +317,6 @@ async def preload_statements(data_dir: Path) -> None:
 async def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """One server with pg_stat_statements, its phases read; the report."""
     data_dir = root / "stillhere" / "data"
-    loop = asyncio.get_running_loop()
     await preload_statements(data_dir)
     server = procs.start("stillhere", root, latency=0.0, rate=0.0, extra=SERVER_OPTIONS)
     try:
@@ -331,7 +330,7 @@ async def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         finally:
             await conn.close()
     finally:
-        report_stop = await loop.run_in_executor(None, procs.stop, server)
+        report_stop = await procs.stopped(server)
     report.update(
         phones=args.phones,
         says=args.says,

@@ -670,9 +670,8 @@ async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
             rounds = await throughput_in_turn(targets, args)
         return {label: _throughput_figures(rounds[label], rss[label]) for label in servers}
     finally:
-        loop = asyncio.get_running_loop()
         for label, server in servers.items():
-            stop = await loop.run_in_executor(None, procs.stop, server)
+            stop = await procs.stopped(server)
             if stop["log_problems"]:
                 print(f"{label}: {stop['log_problems']} problem lines in its log", file=sys.stderr)
 

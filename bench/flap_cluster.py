@@ -15,7 +15,6 @@ the phones at a core or more, that they did.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import subprocess
 import time
@@ -171,9 +170,8 @@ async def measure(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         }
         rounds = await in_turn(targets, args, "cluster throughput")
     finally:
-        loop = asyncio.get_running_loop()
         for cluster in clusters.values():
-            await loop.run_in_executor(None, procs.stop, cluster)
+            await procs.stopped(cluster)
     report: dict[str, Any] = {
         "cluster": args.cluster,
         "phones": args.throughput_phones,

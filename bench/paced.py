@@ -15,7 +15,6 @@ latency, and the CPU ratio to the first window, the baseline.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shutil
 import sys
 import tempfile
@@ -109,9 +108,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"paced: window {window}, round {n + 1} ...", file=sys.stderr)
                 rounds[window].append(await _round(server, args, warmup=1 if n == 0 else 0))
     finally:
-        loop = asyncio.get_running_loop()
         for server in servers.values():
-            await loop.run_in_executor(None, procs.stop, server)
+            await procs.stopped(server)
         shutil.rmtree(root, ignore_errors=True)
     return report(args, {window: _figures(rounds[window]) for window in servers})
 

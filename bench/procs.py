@@ -272,6 +272,11 @@ async def wait_ready(server: Server) -> float:
     raise ServerError(f"{server.name} not accepting after {READY_TIMEOUT_S:.0f} s")
 
 
+async def stopped(server: Server) -> dict[str, Any]:
+    """`stop`, from the loop: its waits in a worker thread, the loop free meanwhile."""
+    return await asyncio.get_running_loop().run_in_executor(None, stop, server)
+
+
 def stop(server: Server) -> dict[str, Any]:
     """SIGINT, then SIGKILL after STOP_TIMEOUT_S; then any PostgreSQL it left running."""
     started, killed = time.perf_counter(), False
