@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
-from bench import procs
+from bench import flap_metrics, procs
 from bench.live import Phone, describe, expect
 from bench.live import say as say_and_ack
 
@@ -32,14 +31,9 @@ GAUGES = {
 
 
 async def scrape(http: aiohttp.ClientSession, server: procs.Server) -> dict[str, float]:
-    async with http.get(server.base_url + "/metrics") as response:
-        text = await response.text()
-    found: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in GAUGES:
-                found[GAUGES[sample.name]] = sample.value
-    return found
+    """GAUGES' samples, by report key, from one read of the server's `/metrics`."""
+    samples = await flap_metrics.scrape(server.base_url, http)
+    return {GAUGES[s.name]: s.value for s in samples if s.name in GAUGES}
 
 
 async def first_delta_ms(phone: Phone) -> float:

@@ -222,9 +222,9 @@ class Ledger:
                 if rows == 0:
                     not_stored += 1
                     note("not_stored", f"phone {say.phone} say {id_}")
-                if rows == 0 and acked:
-                    acked_not_stored += 1
-                    note("acked_not_stored", f"phone {say.phone} say {id_}: acked, no row")
+                    if acked:
+                        acked_not_stored += 1
+                        note("acked_not_stored", f"phone {say.phone} say {id_}: acked, no row")
                 elif rows > 1:
                     dup_stored += 1
                     note("stored_twice", f"phone {say.phone} say {id_}: {rows} rows")
