@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -27,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs
-from bench.flap import UNLIMITED, median_or_none, throughput_readings
+from bench.flap import (
+    UNLIMITED,
+    median_or_none,
+    paired_ratios,
+    throughput_figures,
+    throughput_readings,
+)
 from bench.flap_throughput import Throughput, in_turn
 from bench.flap_throughput import add_options as add_throughput_options
 from providers.event_loop import run as run_on_loop
@@ -48,46 +53,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _per_round(rounds: list[Throughput]) -> list[tuple[float, float]]:
-    """Each round's turns/s and server CPU ms a turn."""
-    return [
-        (r.turns / r.seconds, r.readings_s["server"] / r.turns * 1000.0)
-        for r in rounds
-        if r.turns and r.seconds
-    ]
-
-
-def _deltas_per_reply(rounds: list[Throughput]) -> float | None:
-    """A change may send more frames or fewer: its replies' deltas tell."""
-    turns = sum(r.turns for r in rounds)
-    return round(sum(r.deltas for r in rounds) / turns, 2) if turns else None
-
-
-def _ratios(this: list[float], other: list[float]) -> dict[str, Any]:
-    paired = [round(a / b, 3) for a, b in zip(this, other, strict=True) if b]
-    return {"rounds": paired, "median": round(statistics.median(paired), 3) if paired else None}
+def _paired(servers: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:
+    rounds = paired_ratios(servers, THIS, OTHER, key)
+    return {"rounds": rounds, "median": median_or_none(rounds)}
 
 
 def report(rounds: dict[str, list[Throughput]], args: argparse.Namespace) -> dict[str, Any]:
-    figures = {label: _per_round(got) for label, got in rounds.items()}
-    paired = min(len(f) for f in figures.values())
-    this, other = (figures[label][:paired] for label in (THIS, OTHER))
+    servers = {label: throughput_figures(got) for label, got in rounds.items()}
     return {
         "against": args.against,
         "phones": args.throughput_phones,
         "says": args.throughput_says,
         "rounds": args.throughput_rounds,
-        "servers": {
-            label: {
-                "turns_per_s": median_or_none([t for t, _ in got], digits=1),
-                "server_cpu_ms_per_turn": median_or_none([ms for _, ms in got], digits=3),
-                "deltas_per_reply": _deltas_per_reply(rounds[label]),
-                "errors": sum(sum(r.errors.values()) for r in rounds[label]),
-            }
-            for label, got in figures.items()
-        },
-        "cpu_per_turn_ratio": _ratios([ms for _, ms in this], [ms for _, ms in other]),
-        "turns_per_s_ratio": _ratios([t for t, _ in this], [t for t, _ in other]),
+        "servers": servers,
+        "cpu_per_turn_ratio": _paired(servers, "rounds_server_cpu_ms_per_turn"),
+        "turns_per_s_ratio": _paired(servers, "rounds_turns_per_s"),
     }
 
 
@@ -128,8 +108,8 @@ def table(result: dict[str, Any]) -> str:
     ]
     for label, got in result["servers"].items():
         lines.append(
-            f"  {label:<9}{got['turns_per_s']:>10}{got['server_cpu_ms_per_turn']:>13}"
-            f"{got['deltas_per_reply']:>14}{got['errors']:>8}"
+            f"  {label:<9}{got['turns_per_s']!s:>10}{got['cpu_ms_per_turn']['server']!s:>13}"
+            f"{got['deltas_per_reply']!s:>14}{sum(got['errors'].values()):>8}"
         )
     for key, what in (("cpu_per_turn_ratio", "CPU a turn"), ("turns_per_s_ratio", "turns/s")):
         ratios = result[key]
@@ -142,7 +122,7 @@ def table(result: dict[str, Any]) -> str:
 def _errors(result: dict[str, Any]) -> int:
     return procs.exit_code(
         [
-            f"{label}: {got['errors']} errors"
+            f"{label}: errors {got['errors']}"
             for label, got in result["servers"].items()
             if got["errors"]
         ]

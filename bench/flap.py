@@ -668,7 +668,7 @@ async def throughput(root: Path, args: argparse.Namespace) -> dict[str, Any]:
                 for label, server in servers.items()
             }
             rounds = await throughput_in_turn(targets, args)
-        return {label: _throughput_figures(rounds[label], rss[label]) for label in servers}
+        return {label: throughput_figures(rounds[label], rss[label]) for label in servers}
     finally:
         for label, server in servers.items():
             stop = await procs.stopped(server)
@@ -686,6 +686,11 @@ def throughput_readings(server: procs.Server) -> dict[str, float]:
     return readings
 
 
+def _round_cpu_ms(r: Throughput) -> float | None:
+    cpu = r.readings_s.get("server")
+    return round(cpu / r.turns * 1000.0, 3) if cpu is not None and r.turns else None
+
+
 def _per_turn_ms(rounds: list[Throughput], key: str) -> float | None:
     return median_or_none(
         [r.readings_s[key] / r.turns * 1000.0 for r in rounds if r.turns and key in r.readings_s]
@@ -699,20 +704,27 @@ def _share_of_wall(rounds: list[Throughput], key: str) -> float | None:
     )
 
 
-def _throughput_figures(rounds: list[Throughput], rss: procs.RssSampler) -> dict[str, Any]:
-    # A round with no turn stays in place (None), so the rounds of two servers pair up.
+def throughput_figures(
+    rounds: list[Throughput], rss: procs.RssSampler | None = None
+) -> dict[str, Any]:
+    """One server's figures over its rounds; each round's turns/s and server CPU a turn
+    too, a round with no turn staying in place (None), so two servers' rounds pair up
+    (`paired_ratios`)."""
     per_round = [r.turns_per_s for r in rounds]
     rates = [rate for rate in per_round if rate]
+    turns = sum(r.turns for r in rounds)
     errors: Counter[str] = Counter()
     for r in rounds:
         errors.update(r.errors)
     return {
-        "turns": sum(r.turns for r in rounds),
+        "turns": turns,
         "seconds": round(sum(r.seconds for r in rounds), 3),
         "turns_per_s": median_or_none(rates, digits=1),
         "rounds_turns_per_s": [None if rate is None else round(rate, 1) for rate in per_round],
+        "rounds_server_cpu_ms_per_turn": [_round_cpu_ms(r) for r in rounds],
+        "deltas_per_reply": round(sum(r.deltas for r in rounds) / turns, 2) if turns else None,
         "turn_ms": percentiles([ms for r in rounds for ms in r.turn_ms]),
-        "server_rss_mb_peak": round(rss.peak_mb, 1),
+        "server_rss_mb_peak": None if rss is None else round(rss.peak_mb, 1),
         "cpu_ms_per_turn": {
             side: _per_turn_ms(rounds, side) for side in ("server", "postgres", "bench")
         },
@@ -848,12 +860,15 @@ def _ratios(report: dict[str, Any], baselines: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def paired_ratios(tput: dict[str, Any], server: str, baseline: str) -> list[float]:
-    """`server`'s turns/s over `baseline`'s, round by round. The two are timed one after the
-    other in each round, so a round's ratio compares them on the machine as it was then;
-    whatever else slows the machine down for a while cancels out of it."""
-    mine = (tput.get(server) or {}).get("rounds_turns_per_s") or []
-    theirs = (tput.get(baseline) or {}).get("rounds_turns_per_s") or []
+def paired_ratios(
+    tput: dict[str, Any], server: str, baseline: str, key: str = "rounds_turns_per_s"
+) -> list[float]:
+    """`server`'s turns/s (or another figure of each round, `key`) over `baseline`'s, round
+    by round. The two are timed one after the other in each round, so a round's ratio
+    compares them on the machine as it was then; whatever else slows the machine down for a
+    while cancels out of it."""
+    mine = (tput.get(server) or {}).get(key) or []
+    theirs = (tput.get(baseline) or {}).get(key) or []
     pairs = (ratio(a, b) for a, b in zip(mine, theirs, strict=False))
     return [r for r in pairs if r is not None]
 

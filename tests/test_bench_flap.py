@@ -211,7 +211,7 @@ async def test_a_timed_round_reports_each_sides_cpu_per_turn_and_the_loops_time(
             )
     finally:
         procs.stop(server)
-    figures = flap._throughput_figures([timed], rss)
+    figures = flap.throughput_figures([timed], rss)
     assert figures["turns"] == 300 and not figures["errors"]
     per_turn = figures["cpu_ms_per_turn"]
     # Every side works for a turn: the server, its PostgreSQL (the say and the reply are
