@@ -129,7 +129,7 @@ def candidates(history: Sequence[Turn], now: datetime, limit: int, horizon_s: fl
     wanted = {t.reply_id for t in history[previous + 1 :] if _is_message(t)}
     if previous >= 0 and history[previous].match is not None:
         wanted.update(history[previous].match.open)
-    chosen = [t for t in history if _is_message(t) and t.reply_id in wanted]
+    chosen = [t for t in history if t.reply_id in wanted and _is_message(t)]  # few wanted
     fresh = [t for t in chosen if (now - t.at).total_seconds() <= horizon_s]
     return fresh[-limit:]
 

@@ -61,7 +61,7 @@ _VOCABULARY = 8192  # words whose reading is kept
 
 @lru_cache(maxsize=_READINGS)
 def _words(text: str) -> tuple[str, ...]:
-    return tuple(w.lower().replace("\u2019", "'") for w in _WORD.findall(text))
+    return tuple(map(str.lower, _WORD.findall(text.replace("\u2019", "'"))))
 
 
 def _bare(word: str) -> str:
@@ -81,7 +81,7 @@ def language(texts: Sequence[str]) -> str:
 def _language_votes(text: str) -> tuple[int, int]:
     """The French and the English function words of `text`."""
     said = _words(text)
-    french = sum(w in lexicon.FR_ONLY or _ELISION.match(w) is not None for w in said)
+    french = sum(w in lexicon.FR_ONLY or ("'" in w and _ELISION.match(w) is not None) for w in said)
     return french, sum(w in lexicon.EN_ONLY for w in said)
 
 
@@ -394,14 +394,14 @@ _DEFERRING = (
 _DEFERS = re.compile(_DEFERRING, re.IGNORECASE)
 # Those, and promises to tell or finish something later: "I'll tell you later", "to be
 # continued", "je te raconterai", "je t'en dirai plus", "je te raconte ce soir", "à suivre".
+# Matched against the lower-cased text: read every turn, and twice as fast as IGNORECASE.
 _PROMISE = re.compile(
     _DEFERRING + r"|\b(?:i(?:'|\u2019)ll|i will|let me)\s+(?:tell you|fill you in|finish)"
     r"|\b(?:more on that|tell you the rest|tell you|fill you in)\s+(?:later|tonight|tomorrow)\b"
     r"|\bto be continued\b"
     r"|\bje\s+(?:te|vous|t['\u2019]en|vous\s+en)\s+(?:l[ea]\s+)?(?:raconterai|dirai|reparlerai)"
     r"|\b(?:la suite|je te raconte|je te dis|je t['\u2019]explique)\s+(?:plus\s+tard|ce\s+soir"
-    r"|demain)\b|\bà\s+suivre\b",
-    re.IGNORECASE,
+    r"|demain)\b|\bà\s+suivre\b"
 )
 
 
@@ -437,18 +437,13 @@ def loose_reading(lines: Sequence[str]) -> list[LooseRead]:
     (`sure_reply_matching`)."""
     assistant, person = _parse(lines)
     reply = assistant[-1] if assistant else None
-    lulls = {m.ref for m in person if m.is_lull}
-    skipped = lulls | ({reply.ref} if reply else set())
-    matched, sure = _sure_matching(*_without(skipped, assistant, person))
-    waiting = set(matched["open"])
+    waiting, answers, sure = _our_questions(assistant, person, reply)
     found = [
-        LooseRead("assistant", a.ref, a.text, "question", a.ref in waiting, all(sure))
+        LooseRead("assistant", a.ref, a.text, "question", a.ref in waiting, sure)
         for a in assistant[:-1]
         if a.is_question and not promises(a.text) and not (reply and _asks_again(reply, a))
     ]
     if reply is not None:
-        asked = {a.ref for a in assistant if a.is_question}
-        answers = {a["message"] for a in matched["answers"] if a["answers"] in asked}
         found += _skipped(person, reply, answers)
     for by, side in (("assistant", assistant), ("person", person)):
         found += [
@@ -457,6 +452,22 @@ def loose_reading(lines: Sequence[str]) -> list[LooseRead]:
             if promises(m.text) and not _taken_up(m, side[i + 1 :])
         ]
     return found
+
+
+def _our_questions(
+    assistant: list[_Message], person: list[_Message], reply: _Message | None
+) -> tuple[set[str], set[str], bool]:
+    """Our questions before the reply that no say answers, the says that answer one, and
+    whether the rules are sure of both. With no question of ours before the reply there is
+    nothing to answer: the says are not matched, which spares most turns the matching."""
+    if not any(a.is_question for a in assistant if a is not reply):
+        return set(), set(), True
+    lulls = {m.ref for m in person if m.is_lull}
+    skipped = lulls | ({reply.ref} if reply else set())
+    matched, sure = _sure_matching(*_without(skipped, assistant, person))
+    asked = {a.ref for a in assistant if a.is_question}
+    answers = {a["message"] for a in matched["answers"] if a["answers"] in asked}
+    return set(matched["open"]), answers, all(sure)
 
 
 def _without(
@@ -512,7 +523,7 @@ def _skipped(person: list[_Message], reply: _Message, answers: set[str]) -> list
 def promises(text: str) -> bool:
     """Whether `text` leaves something to go on later: "I'll tell you later", "je reviens
     vers toi", "to be continued"."""
-    return _PROMISE.search(text) is not None
+    return _PROMISE.search(text.lower()) is not None
 
 
 def _taken_up(thread: _Message, later: list[_Message]) -> bool:

@@ -332,6 +332,16 @@ def test_french_promises_are_threads(promise: str) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "promise", ["TO BE CONTINUED, I'm off to bed.", "I'll Tell You Later.", "À suivre !"]
+)
+def test_a_promise_is_read_whatever_its_case(promise: str) -> None:
+    lines = [f"A1: {promise}", "P1: ok", "A2: Good night!"]
+    assert loose_ends(lines)["loose_ends"] == [
+        {"by": "assistant", "ref": "A1", "text": promise, "kind": "thread"}
+    ]
+
+
 def test_a_french_thread_is_taken_up_by_a_reply_that_speaks_of_it() -> None:
     promise = "A1: Je te raconterai l'histoire du phare plus tard."
     assert [
