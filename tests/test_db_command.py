@@ -64,9 +64,24 @@ async def running_db(data: Path, *options: str) -> AsyncIterator[DbProcess]:
     try:
         yield db
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await _stopped(db)
+
+
+async def _stopped(db: DbProcess) -> None:
+    """`db`, if still running, stopped as an operator would (SIGTERM: it stops its
+    PostgreSQL); killed with its postmaster if that does not do, since killed outright
+    `stillhere db` leaves its PostgreSQL running, and a test leaves no server behind."""
+    if db.proc.returncode is not None:
+        return
+    db.proc.send_signal(signal.SIGTERM)
+    try:
+        async with asyncio.timeout(60):
+            await db.proc.wait()
+    except TimeoutError:
+        with contextlib.suppress(FileNotFoundError, ValueError, psutil.NoSuchProcess):
+            db.postmaster().kill()  # its other processes follow the postmaster out
+        db.proc.kill()
+        await db.proc.wait()
 
 
 def gone(process: psutil.Process) -> bool:

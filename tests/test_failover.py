@@ -299,11 +299,17 @@ async def test_a_primary_that_vanished_is_given_up_for_the_promoted_standby(
 async def _fail_over(primary: DbProcess, standby: DbProcess) -> int:
     """The primary's machine dies mid-talk; the operator's tooling promotes the standby."""
     await asyncio.sleep(0.5)
-    postmaster = primary.postmaster()
-    for process in [postmaster, *postmaster.children()]:  # the machine dies: all of it
-        process.kill()
-    await primary.stop(signal.SIGKILL)
+    await _machine_dies(primary)
     return await _promote(standby.data)
+
+
+async def _machine_dies(db: DbProcess) -> None:
+    """`db`'s PostgreSQL and `stillhere db` killed outright, every process of it (one that
+    a test suspended too, which would otherwise outlive its postmaster)."""
+    postmaster = db.postmaster()
+    for process in [postmaster, *postmaster.children()]:
+        process.kill()
+    await db.stop(signal.SIGKILL)
 
 
 async def _promote(data: Path) -> int:
@@ -327,8 +333,7 @@ async def test_an_epoch_taken_on_a_lost_timeline_is_never_trusted(tmp_path: Path
         sender = walsender(primary)
         sender.suspend()  # what the primary writes from now on stays on its disk
         lost = await _take(primary.dsn, "person-lost", "node-a")
-        primary.postmaster().kill()
-        await primary.stop(signal.SIGKILL)
+        await _machine_dies(primary)
         assert await _promote(standby.data) == 0
         again = await _take(standby.dsn, "person-lost", "node-b")
         assert again != lost
