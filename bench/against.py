@@ -10,18 +10,25 @@ checkout over the other, with their median. Tell a change from noise by the pair
 not by two medians: an A/A run (`--against` this checkout's own `stillhere`) shows how far
 they spread on the machine of the day.
 
-    git worktree add /tmp/before HEAD~1 && python3 -m venv /tmp/before/.venv \\
+    python -m bench.against --rev HEAD~1 --throughput-rounds 10
+
+`--rev` checks the revision out in a temporary git worktree and runs it with this
+checkout's environment (bench/revision.py); a revision that needs other dependencies is
+given as its own installed `stillhere` instead:
+
+    git worktree add /tmp/before v1 && python3 -m venv /tmp/before/.venv \\
         && /tmp/before/.venv/bin/pip install -q -e /tmp/before
-    python -m bench.against /tmp/before/.venv/bin/stillhere --throughput-rounds 10
+    python -m bench.against /tmp/before/.venv/bin/stillhere
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +42,7 @@ from bench.flap import (
 )
 from bench.flap_throughput import Throughput, in_turn
 from bench.flap_throughput import add_options as add_throughput_options
+from bench.revision import RevisionError, checked_out, commit_of
 from providers.event_loop import run as run_on_loop
 
 THIS, OTHER = "this", "against"
@@ -42,11 +50,18 @@ THIS, OTHER = "this", "against"
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.against", description=__doc__)
-    parser.add_argument("against", help="the other checkout's `stillhere` executable")
+    other = parser.add_mutually_exclusive_group(required=True)
+    other.add_argument("against", nargs="?", help="the other checkout's `stillhere` executable")
+    other.add_argument("--rev", help="or a revision of this repository (a commit, HEAD~1)")
     add_throughput_options(parser, phones=50, says=150, rounds=10, warmup=5)
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     args = parser.parse_args(argv)
-    if shutil.which(args.against) is None:
+    if args.rev is not None:
+        try:
+            args.against = f"{args.rev} ({commit_of(args.rev)[:12]})"
+        except RevisionError as unknown:
+            parser.error(f"--rev {args.rev}: {unknown}")
+    elif shutil.which(args.against) is None:
         parser.error(f"{args.against}: not an executable")
     if min(args.throughput_phones, args.throughput_says, args.throughput_rounds) < 1:
         parser.error("--throughput-phones, --throughput-says and --throughput-rounds: 1 or more")
@@ -71,7 +86,22 @@ def report(rounds: dict[str, list[Throughput]], args: argparse.Namespace) -> dic
     }
 
 
+@contextlib.contextmanager
+def _other(args: argparse.Namespace) -> Iterator[str]:
+    """The other side's `stillhere`: the one given, or the revision's, checked out meanwhile."""
+    if args.rev is None:
+        yield args.against
+        return
+    with checked_out(args.rev) as revision:
+        yield revision.executable
+
+
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    with _other(args) as executable:
+        return await _measure(args, executable)
+
+
+async def _measure(args: argparse.Namespace, other: str) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="stillhere-against-"))
     servers = {
         label: procs.start(
@@ -83,7 +113,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             home=root / label,
             executable=executable,
         )
-        for label, executable in ((THIS, None), (OTHER, args.against))
+        for label, executable in ((THIS, None), (OTHER, other))
     }
     try:
         for server in servers.values():

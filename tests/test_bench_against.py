@@ -5,12 +5,16 @@ that the rounds are paired; never timings."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from bench import against
-from bench.procs import stillhere_command
+from bench.procs import PROJECT, stillhere_command
+from bench.revision import checked_out, commit_of
+
+needs_git = pytest.mark.skipif(not (PROJECT / ".git").exists(), reason="not a git checkout")
 
 
 @pytest.mark.timeout(110)
@@ -43,3 +47,35 @@ def test_the_other_side_must_be_an_executable(
         against.parse_args([str(tmp_path / "stillhere")])
     assert refused.value.code == 2
     assert "not an executable" in capsys.readouterr().err
+
+
+@needs_git
+@pytest.mark.timeout(110)
+def test_a_revision_runs_from_its_own_worktree_which_goes_afterwards() -> None:
+    with checked_out("HEAD") as revision:
+        assert revision.commit == commit_of("HEAD")
+        main = revision.tree / "cli" / "main.py"
+        main.write_text(main.read_text() + '\nprint("the worktree\'s own")\n')
+        shown = subprocess.run(
+            [revision.executable, "--help"], capture_output=True, text=True, timeout=60
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.startswith("the worktree's own\n")
+        assert "usage: stillhere" in shown.stdout
+    assert not revision.tree.parent.exists()
+    listed = subprocess.run(
+        ["git", "-C", str(PROJECT), "worktree", "list"], capture_output=True, text=True
+    )
+    assert str(revision.tree) not in listed.stdout
+
+
+@needs_git
+def test_a_revision_is_named_by_its_commit_and_an_unknown_one_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = against.parse_args(["--rev", "HEAD"])
+    assert args.against == f"HEAD ({commit_of('HEAD')[:12]})"
+    with pytest.raises(SystemExit) as refused:
+        against.parse_args(["--rev", "no-such-revision"])
+    assert refused.value.code == 2
+    assert "--rev no-such-revision: git rev-parse" in capsys.readouterr().err
