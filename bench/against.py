@@ -88,7 +88,8 @@ def report(rounds: dict[str, list[Throughput]], args: argparse.Namespace) -> dic
 
 @contextlib.contextmanager
 def _other(args: argparse.Namespace) -> Iterator[str]:
-    """The other side's `stillhere`: the one given, or the revision's, checked out meanwhile."""
+    """The other side's `stillhere`: the one given, or the revision's, checked out meanwhile
+    (by git, before the loop starts and after it ends)."""
     if args.rev is None:
         yield args.against
         return
@@ -96,12 +97,8 @@ def _other(args: argparse.Namespace) -> Iterator[str]:
         yield revision.executable
 
 
-async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    with _other(args) as executable:
-        return await _measure(args, executable)
-
-
-async def _measure(args: argparse.Namespace, other: str) -> dict[str, Any]:
+async def measure(args: argparse.Namespace, other: str) -> dict[str, Any]:
+    """Both servers, `other` the other side's `stillhere`, timed round by round."""
     root = Path(tempfile.mkdtemp(prefix="stillhere-against-"))
     servers = {
         label: procs.start(
@@ -161,7 +158,9 @@ def _errors(result: dict[str, Any]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    return run_on_loop(procs.finish("against", measure(args), args, table, _errors), "uvloop")
+    with _other(args) as other:
+        measuring = measure(args, other)
+        return run_on_loop(procs.finish("against", measuring, args, table, _errors), "uvloop")
 
 
 if __name__ == "__main__":

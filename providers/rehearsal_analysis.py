@@ -437,7 +437,7 @@ def loose_reading(lines: Sequence[str]) -> list[LooseRead]:
     (`sure_reply_matching`)."""
     assistant, person = _parse(lines)
     reply = assistant[-1] if assistant else None
-    waiting, answers, sure = _our_questions(assistant, person, reply)
+    waiting, answers, sure = _our_questions(assistant, person)
     found = [
         LooseRead("assistant", a.ref, a.text, "question", a.ref in waiting, sure)
         for a in assistant[:-1]
@@ -455,15 +455,15 @@ def loose_reading(lines: Sequence[str]) -> list[LooseRead]:
 
 
 def _our_questions(
-    assistant: list[_Message], person: list[_Message], reply: _Message | None
+    assistant: list[_Message], person: list[_Message]
 ) -> tuple[set[str], set[str], bool]:
-    """Our questions before the reply that no say answers, the says that answer one, and
-    whether the rules are sure of both. With no question of ours before the reply there is
-    nothing to answer: the says are not matched, which spares most turns the matching."""
-    if not any(a.is_question for a in assistant if a is not reply):
+    """Our questions before the reply (the last A line) that no say answers, the says that
+    answer one, and whether the rules are sure of both. With no question of ours before the
+    reply there is nothing to answer: the says are not matched, which spares most turns the
+    matching."""
+    if not any(a.is_question for a in assistant[:-1]):
         return set(), set(), True
-    lulls = {m.ref for m in person if m.is_lull}
-    skipped = lulls | ({reply.ref} if reply else set())
+    skipped = {m.ref for m in person if m.is_lull} | {assistant[-1].ref}
     matched, sure = _sure_matching(*_without(skipped, assistant, person))
     asked = {a.ref for a in assistant if a.is_question}
     answers = {a["message"] for a in matched["answers"] if a["answers"] in asked}

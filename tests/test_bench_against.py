@@ -29,7 +29,7 @@ async def test_the_other_executable_serves_the_other_side(tmp_path: Path) -> Non
             "--throughput-rounds", "2", "--throughput-warmup", "1",
         ]
     )  # fmt: skip
-    result = await against.measure(args)
+    result = await against.measure(args, args.against)
 
     this, theirs = result["servers"]["this"], result["servers"]["against"]
     assert this["errors"] == {} and theirs["errors"] == {}

@@ -73,10 +73,8 @@ async def _stopped(db: DbProcess) -> None:
     `stillhere db` leaves its PostgreSQL running, and a test leaves no server behind."""
     if db.proc.returncode is not None:
         return
-    db.proc.send_signal(signal.SIGTERM)
     try:
-        async with asyncio.timeout(60):
-            await db.proc.wait()
+        await db.stop(signal.SIGTERM)
     except TimeoutError:
         with contextlib.suppress(FileNotFoundError, ValueError, psutil.NoSuchProcess):
             db.postmaster().kill()  # its other processes follow the postmaster out
