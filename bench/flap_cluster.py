@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import subprocess
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -56,16 +55,7 @@ def start(
     command += ["--data", str(root / "data"), *options]
     command += ["--", *serve, "--event-loop", event_loop]
     log_path = root / "cluster.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            command,
-            cwd=procs.PROJECT,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=procs.clean_env(),
-            start_new_session=True,
-        )
+    proc = procs.spawn(command, log_path)
     return procs.Server(f"cluster-{nodes}", proc, port, root / "data", log_path)
 
 

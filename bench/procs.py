@@ -237,17 +237,32 @@ def start(
     else:
         raise ValueError(f"unknown server {name!r}")
     command += ["--event-loop", event_loop, *(extra or [])]
+    proc = spawn(command, log_path)
+    return Server(name, proc, port, data_dir, log_path, None if tls is None else tls[1])
+
+
+def spawn(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """`command` run from the project, its output appended to `log_path`, in a session of
+    its own: a Ctrl-C on the bench reaches it through the bench's `finally` only."""
+    _sigterm_as_ctrl_c()
     with log_path.open("ab") as log:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             command,
             cwd=PROJECT,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=clean_env(),
-            start_new_session=True,  # a Ctrl-C on the bench reaches it via `finally` only
+            start_new_session=True,
         )
-    return Server(name, proc, port, data_dir, log_path, None if tls is None else tls[1])
+
+
+def _sigterm_as_ctrl_c() -> None:
+    """From now on a SIGTERM to the bench (`timeout`, a CI's cancel) is taken as a Ctrl-C,
+    so the bench unwinds through the `finally` that stops its servers. By default it would
+    end at once, and leave them, and their PostgreSQL, running in their own sessions."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda _signo, _frame: signal.raise_signal(signal.SIGINT))
 
 
 async def wait_ready(server: Server) -> float:

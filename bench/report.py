@@ -3,29 +3,23 @@
 A row per figure: its value (a number, a median with the runs' range, or each run's), the
 target and whether it is met, the results file it comes from. Under the table, each file's
 command, runs and machine. The table lives between two marker comments of the README:
-`--write` rewrites it there, `--check` exits 1 when the README's differs from the files'."""
+`--write` rewrites it there, `--check` exits 1 when the README's differs from the files'.
+`--combine RUN... --into FILE` makes one results file of several runs' (each written by a
+bench's `--results PATH`): the median and range of each figure, as targets are judged."""
 
 from __future__ import annotations
 
 import argparse
-import operator
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.results import RESULTS, Value, load_all
+from bench.results import RESULTS, Value, combined, load, load_all, meets, write_json
 
 README = Path(__file__).resolve().parent / "README.md"
 BEGIN = "<!-- figures: made by `stillhere-bench report --write` from bench/results/ -->"
 END = "<!-- figures: end -->"
 HEADER = "| figure | value | target | met | results | note |\n|---|---|---|---|---|---|"
-OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "<": operator.lt,
-    "<=": operator.le,
-    ">=": operator.ge,
-    "==": operator.eq,
-}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -36,13 +30,24 @@ def add_parser(subparsers: Any) -> None:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--write", action="store_true", help="rewrite the README's table")
     what.add_argument("--check", action="store_true", help="exit 1 if the README's differs")
+    what.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="results files of single runs of one command, to combine into --into",
+    )
+    parser.add_argument("--into", type=Path, help="with --combine: the results file to write")
+    parser.add_argument("--note", help="with --combine: the combined file's note")
     parser.add_argument("--results", type=Path, default=RESULTS, help="the results folder")
     parser.add_argument("--readme", type=Path, default=README, help="the README holding it")
     parser.set_defaults(run=run)
 
 
 async def run(args: argparse.Namespace) -> int:
-    """Print, write or check the table; 2 when a file cannot be read."""
+    """Print, write or check the table, or combine runs; 2 when a file cannot be read."""
+    if args.combine:
+        return _combine(args)
     try:
         table = render(load_all(args.results))
         if not (args.write or args.check):
@@ -59,6 +64,23 @@ async def run(args: argparse.Namespace) -> int:
         print(f"{args.readme}: its table differs from {args.results}; run with --write")
         return 1
     args.readme.write_text(updated)
+    return 0
+
+
+def _combine(args: argparse.Namespace) -> int:
+    """`--combine RUN... --into FILE`; 2, writing nothing, when a run cannot be read or the
+    runs are not of one command."""
+    if args.into is None:
+        print("bench report: --combine needs --into FILE", file=sys.stderr)
+        return 2
+    try:
+        runs = [load(path) for path in args.combine]
+        together = combined(runs, args.note)
+    except (OSError, ValueError, KeyError, TypeError) as bad:
+        print(f"bench report: {bad}", file=sys.stderr)
+        return 2
+    write_json(together, args.into)
+    print(f"{len(runs)} runs combined into {args.into}")
     return 0
 
 
@@ -121,23 +143,18 @@ def target_cell(target: dict[str, Any]) -> str:
 def verdict(value: Value, target: dict[str, Any], runs: int) -> str:
     """met, missed, `met in k of n` runs, or for a range that crosses the target, how its
     median stands."""
-    holds = OPS[target["op"]]
-
-    def meets(each: float) -> bool:
-        return holds(each, target["value"])
-
     if not isinstance(value, dict):
-        return "met" if meets(value) else "missed"
+        return "met" if meets(value, target) else "missed"
     if "runs" in value:
-        return counted(sum(map(meets, value["runs"])), len(value["runs"]))
+        return counted(sum(meets(each, target) for each in value["runs"]), len(value["runs"]))
     if "met_runs" in value:
         return counted(value["met_runs"], runs)
-    ends = [meets(value["min"]), meets(value["max"])]
+    ends = [meets(value["min"], target), meets(value["max"], target)]
     if all(ends) or not any(ends):
         return "met" if all(ends) else "missed"
     if "median" not in value:
         return "met in part"
-    return "median met" if meets(value["median"]) else "median missed"
+    return "median met" if meets(value["median"], target) else "median missed"
 
 
 def counted(met: int, runs: int) -> str:

@@ -14,22 +14,33 @@ its `figures`. A figure is `{"figure", "unit", "value", "target", "note", "key"}
   when a bench writes its results, each figure with a key takes its value from the new
   report, and a figure without one is left out (no run of this command measured it).
 
-`bench report` renders bench/README.md's table from these files (bench/report.py)."""
+A bench writes one run's file; `stillhere-bench report --combine RUN... --into FILE` makes
+one file of several runs of a command (`combined`). `bench report` renders bench/README.md's
+table from these files (bench/report.py)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import operator
 import os
 import platform
 import shlex
+import statistics
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 RESULTS = Path(__file__).resolve().parent / "results"
+OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+}
 
 Report = dict[str, Any]
 Value = float | int | dict[str, Any]
@@ -84,6 +95,72 @@ def measured(figure: dict[str, Any], report: Report) -> dict[str, Any] | None:
     if any(value is None for value in values):
         return None
     return {**figure, "value": sum(values) if len(values) > 1 else values[0]}
+
+
+def combined(runs: Sequence[dict[str, Any]], note: str | None = None) -> dict[str, Any]:
+    """Results files of single runs of one command as one file: each figure as the median
+    and range of the runs that measured it (a number when they agree), with how many of them
+    met its target; the runs' reports, and the load average at each run's end."""
+    commands = {_rerunnable(run["command"]) for run in runs}
+    if len(commands) != 1:
+        raise ValueError(f"runs of different commands: {sorted(commands)}")
+    if any(run["runs"] != 1 for run in runs):
+        raise ValueError("each file combined must hold one run (a bench's --results PATH)")
+    figures: dict[str, dict[str, Any]] = {}
+    values: dict[str, list[float]] = {}
+    for run in runs:
+        for figure in run["figures"]:
+            figures.setdefault(figure["figure"], figure)
+            values.setdefault(figure["figure"], []).append(figure["value"])
+    machine = dict(runs[0].get("machine", {}))
+    loads = [run.get("machine", {}).get("load_average") for run in runs]
+    if all(isinstance(load, list) and load for load in loads):
+        ends = ", ".join(str(load[0]) for load in loads)
+        machine["load_average"] = f"{ends} at the runs' ends"
+    result = {
+        "command": commands.pop(),
+        "machine": machine,
+        "runs": len(runs),
+        "figures": [_over_runs(figure, values[name]) for name, figure in figures.items()],
+        "reports": [report for run in runs for report in run.get("reports", [])],
+    }
+    return result if note is None else result | {"note": note}
+
+
+def _over_runs(figure: dict[str, Any], values: list[float]) -> dict[str, Any]:
+    """`figure` with the `values` of several runs: their median and range, or the one value
+    they all gave."""
+    if len(set(values)) == 1:
+        return figure | {"value": values[0]}
+    value: dict[str, Any] = {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+    if "target" in figure:
+        value["met_runs"] = sum(meets(each, figure["target"]) for each in values)
+    return figure | {"value": value}
+
+
+def meets(value: float, target: dict[str, Any]) -> bool:
+    """Whether `value` meets `target` (`{"op", "value"}`)."""
+    return OPS[target["op"]](value, target["value"])
+
+
+def _rerunnable(command: str) -> str:
+    """`command` without where its output went (`--json PATH`, `--results PATH`), which
+    differs from run to run and changes nothing measured; `--results` stays, bare."""
+    kept: list[str] = []
+    path_next = False
+    for word in shlex.split(command):
+        if path_next and not word.startswith("-"):
+            path_next = False
+            continue
+        option = word.split("=", 1)[0]
+        path_next = option in ("--json", "--results") and "=" not in word
+        if option != "--json":
+            kept.append(option if option == "--results" else word)
+    return shlex.join(kept)
 
 
 def _at(report: Report, path: str) -> float | None:

@@ -38,7 +38,7 @@ def test_every_committed_figure_has_a_value_a_cell_and_a_known_target() -> None:
         for figure in found["figures"]:
             assert report.cell(figure["value"], figure.get("digits")), (name, figure)
             if "target" in figure:
-                assert figure["target"]["op"] in report.OPS, (name, figure)
+                assert figure["target"]["op"] in results.OPS, (name, figure)
 
 
 def test_a_number_meets_or_misses_its_target(tmp_path: Path) -> None:
@@ -198,3 +198,67 @@ def test_a_run_written_elsewhere_takes_the_committed_figures_and_leaves_them(
         {"figure": "cpu", "value": 2.5, "key": "cpu.p50"}
     ]
     assert (committed / "paced.json").read_text() == before
+
+
+def one_run(folder: Path, name: str, command: str, values: dict[str, float], load: float) -> Path:
+    """A run's results file, as a bench's `--results PATH` writes it."""
+    figures = [
+        {"figure": "turns/s", "value": values["turns"], "digits": 1, "key": "turns"},
+        {"figure": "ratio", "value": values["ratio"], "target": {"op": ">=", "value": 0.5}},
+        {"figure": "lost", "value": 0, "target": {"op": "==", "value": 0}},
+    ]
+    path = folder / f"{name}.json"
+    machine = {"cores": 2, "load_average": [load, 1.0, 1.0]}
+    body = {"command": command, "machine": machine, "runs": 1, "figures": figures}
+    path.write_text(json.dumps(body | {"reports": [{"turns": values["turns"]}]}))
+    return path
+
+
+FLAP = "stillhere-bench flap --seed 1"
+
+
+def test_runs_combine_into_medians_and_ranges_judged_run_by_run(tmp_path: Path) -> None:
+    runs = [
+        one_run(tmp_path, f"r{i}", f"{FLAP} --json j{i}.json --results r{i}.json", v, load)
+        for i, (v, load) in enumerate(
+            [({"turns": 1674.8, "ratio": 0.49}, 1.31), ({"turns": 1537.7, "ratio": 0.52}, 2.39),
+             ({"turns": 1737.5, "ratio": 0.51}, 0.52)]
+        )
+    ]  # fmt: skip
+    into = tmp_path / "results" / "flap.json"
+    argv = ["report", "--combine", *map(str, runs), "--into", str(into), "--note", "a slow day"]
+    assert main(argv) == 0
+    together = results.load(into)
+    assert together["command"] == f"{FLAP} --results"
+    assert (together["runs"], together["note"]) == (3, "a slow day")
+    assert together["machine"]["load_average"] == "1.31, 2.39, 0.52 at the runs' ends"
+    assert together["reports"] == [{"turns": 1674.8}, {"turns": 1537.7}, {"turns": 1737.5}]
+    assert [f["value"] for f in together["figures"]] == [
+        {"median": 1674.8, "min": 1537.7, "max": 1737.5},
+        {"median": 0.51, "min": 0.49, "max": 0.52, "met_runs": 2},
+        0,
+    ]
+    assert table_rows(into.parent)[:3] == [
+        "| turns/s | 1,674.8 [1,537.7 to 1,737.5] |  |  | `flap` |  |",
+        "| ratio | 0.51 [0.49 to 0.52] | >= 0.5 | met in 2 of 3 | `flap` |  |",
+        "| lost | 0 | == 0 | met | `flap` |  |",
+    ]
+
+
+def test_runs_that_cannot_be_combined_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    same = {"turns": 1.0, "ratio": 1.0}
+    flap = one_run(tmp_path, "a", "stillhere-bench flap --seed 1", same, 1.0)
+    other = one_run(tmp_path, "b", "stillhere-bench flap --seed 2", same, 1.0)
+    into = tmp_path / "into.json"
+    assert main(["report", "--combine", str(flap), str(other), "--into", str(into)]) == 2
+    assert (
+        main(["report", "--combine", str(flap), str(tmp_path / "none.json"), "--into", str(into)])
+        == 2
+    )
+    assert main(["report", "--combine", str(flap), str(flap)]) == 2  # no --into
+    body = json.loads(flap.read_text())
+    (tmp_path / "c.json").write_text(json.dumps(body | {"runs": 3}))
+    assert (
+        main(["report", "--combine", str(flap), str(tmp_path / "c.json"), "--into", str(into)]) == 2
+    )
+    assert not into.exists()
