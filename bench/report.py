@@ -75,7 +75,7 @@ def _combine(args: argparse.Namespace) -> int:
         return 2
     try:
         runs = [load(path) for path in args.combine]
-        together = combined(runs, args.note)
+        together = combined(runs, args.into, args.note)
     except (OSError, ValueError, KeyError, TypeError) as bad:
         print(f"bench report: {bad}", file=sys.stderr)
         return 2

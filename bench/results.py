@@ -97,11 +97,12 @@ def measured(figure: dict[str, Any], report: Report) -> dict[str, Any] | None:
     return {**figure, "value": sum(values) if len(values) > 1 else values[0]}
 
 
-def combined(runs: Sequence[dict[str, Any]], note: str | None = None) -> dict[str, Any]:
-    """Results files of single runs of one command as one file: each figure as the median
-    and range of the runs that measured it (a number when they agree), with how many of them
-    met its target; the runs' reports, and the load average at each run's end."""
-    commands = {_rerunnable(run["command"]) for run in runs}
+def combined(runs: Sequence[dict[str, Any]], into: Path, note: str | None = None) -> dict[str, Any]:
+    """Results files of single runs of one command as one file, to be written at `into`:
+    each figure as the median and range of the runs that measured it (a number when they
+    agree), with how many of them met its target; the runs' reports, and the load average
+    at each run's end. Its command writes its figures to `into`."""
+    commands = {_rerunnable(run["command"], into) for run in runs}
     if len(commands) != 1:
         raise ValueError(f"runs of different commands: {sorted(commands)}")
     if any(run["runs"] != 1 for run in runs):
@@ -147,9 +148,10 @@ def meets(value: float, target: dict[str, Any]) -> bool:
     return OPS[target["op"]](value, target["value"])
 
 
-def _rerunnable(command: str) -> str:
-    """`command` without where its output went (`--json PATH`, `--results PATH`), which
-    differs from run to run and changes nothing measured; `--results` stays, bare."""
+def _rerunnable(command: str, into: Path) -> str:
+    """`command` without where a run's output went (`--json PATH`, `--results PATH`), which
+    differs from run to run and changes nothing measured, and with its figures written
+    `into` the combined file (named from the project's folder when it is in it)."""
     kept: list[str] = []
     path_next = False
     for word in shlex.split(command):
@@ -158,9 +160,17 @@ def _rerunnable(command: str) -> str:
             continue
         option = word.split("=", 1)[0]
         path_next = option in ("--json", "--results") and "=" not in word
-        if option != "--json":
-            kept.append(option if option == "--results" else word)
+        if option == "--results":
+            kept += [option, _shown(into)]
+        elif option != "--json":
+            kept.append(word)
     return shlex.join(kept)
+
+
+def _shown(path: Path) -> str:
+    """`path` from the project's folder when it lies in it, else whole."""
+    project, whole = RESULTS.parent.parent, path.resolve()
+    return str(whole.relative_to(project)) if whole.is_relative_to(project) else str(whole)
 
 
 def _at(report: Report, path: str) -> float | None:

@@ -229,7 +229,9 @@ def test_runs_combine_into_medians_and_ranges_judged_run_by_run(tmp_path: Path) 
     argv = ["report", "--combine", *map(str, runs), "--into", str(into), "--note", "a slow day"]
     assert main(argv) == 0
     together = results.load(into)
-    assert together["command"] == f"{FLAP} --results"
+    assert together["command"] == f"{FLAP} --results {into}"
+    committed = results.combined([results.load(run) for run in runs], results.RESULTS / "f.json")
+    assert committed["command"] == f"{FLAP} --results bench/results/f.json"
     assert (together["runs"], together["note"]) == (3, "a slow day")
     assert together["machine"]["load_average"] == "1.31, 2.39, 0.52 at the runs' ends"
     assert together["reports"] == [{"turns": 1674.8}, {"turns": 1537.7}, {"turns": 1737.5}]
