@@ -258,11 +258,13 @@ def spawn(command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
 
 
 def _sigterm_as_ctrl_c() -> None:
-    """From now on a SIGTERM to the bench (`timeout`, a CI's cancel) is taken as a Ctrl-C,
-    so the bench unwinds through the `finally` that stops its servers. By default it would
-    end at once, and leave them, and their PostgreSQL, running in their own sessions."""
+    """From now on a SIGTERM to the bench (`timeout`, a CI's cancel) raises
+    KeyboardInterrupt, as a Ctrl-C does, so the bench unwinds through the `finally` that
+    stops its servers. By default it would end at once, and leave them, and their
+    PostgreSQL, running in their own sessions. Raised directly, not sent on as a SIGINT: a
+    process started in the background by a shell ignores SIGINT."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda _signo, _frame: signal.raise_signal(signal.SIGINT))
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 async def wait_ready(server: Server) -> float:
