@@ -111,6 +111,8 @@ def combined(runs: Sequence[dict[str, Any]], into: Path, note: str | None = None
     values: dict[str, list[float]] = {}
     for run in runs:
         for figure in run["figures"]:
+            if isinstance(figure["value"], dict):
+                raise ValueError(f"{figure['figure']!r}: a run's value is one number")
             figures.setdefault(figure["figure"], figure)
             values.setdefault(figure["figure"], []).append(figure["value"])
     machine = dict(runs[0].get("machine", {}))

@@ -247,20 +247,25 @@ def test_runs_combine_into_medians_and_ranges_judged_run_by_run(tmp_path: Path) 
     ]
 
 
-def test_runs_that_cannot_be_combined_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+def test_runs_that_cannot_be_combined_are_refused_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     same = {"turns": 1.0, "ratio": 1.0}
     flap = one_run(tmp_path, "a", "stillhere-bench flap --seed 1", same, 1.0)
     other = one_run(tmp_path, "b", "stillhere-bench flap --seed 2", same, 1.0)
     into = tmp_path / "into.json"
-    assert main(["report", "--combine", str(flap), str(other), "--into", str(into)]) == 2
-    assert (
-        main(["report", "--combine", str(flap), str(tmp_path / "none.json"), "--into", str(into)])
-        == 2
-    )
-    assert main(["report", "--combine", str(flap), str(flap)]) == 2  # no --into
+
+    def combine(*runs: Path, into: Path | None = into) -> int:
+        return main(["report", "--combine", *map(str, runs), *(["--into", str(into)] * bool(into))])
+
+    assert combine(flap, other) == 2  # another command
+    assert combine(flap, tmp_path / "none.json") == 2
+    assert combine(flap, flap, into=None) == 2
     body = json.loads(flap.read_text())
     (tmp_path / "c.json").write_text(json.dumps(body | {"runs": 3}))
-    assert (
-        main(["report", "--combine", str(flap), str(tmp_path / "c.json"), "--into", str(into)]) == 2
-    )
+    assert combine(flap, tmp_path / "c.json") == 2  # not one run's
+    ranged = body | {"figures": [{"figure": "lost", "value": {"min": 0, "max": 1}}]}
+    (tmp_path / "d.json").write_text(json.dumps(ranged))
+    assert combine(flap, tmp_path / "d.json") == 2
+    assert "'lost': a run's value is one number" in capsys.readouterr().err
     assert not into.exists()
