@@ -166,6 +166,18 @@ async def eventually(predicate: Any, timeout: float = 10.0) -> None:
             await asyncio.sleep(0.005)
 
 
+async def renewals(db: asyncpg.Connection, count: int, node: str = "a") -> None:
+    """Until `node` has renewed its lease `count` times more (its heartbeat moved on). Just
+    after one, the next is a third of the lease away: a test that fakes a lapsed lease has
+    that long before the node, which is not really paused, renews it again."""
+    beat = "SELECT last_heartbeat FROM nodes WHERE name = $1"
+    for _ in range(count):
+        last = await db.fetchval(beat, node)
+        async with asyncio.timeout(10):
+            while await db.fetchval(beat, node) == last:
+                await asyncio.sleep(0.02)
+
+
 class HeldReplies:
     """The first write that carries a reply waits until released, and so do the event
     log's writes after it (they go in order): a reply ended, not yet in the record."""

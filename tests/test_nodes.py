@@ -19,7 +19,7 @@ import pytest
 from actors.clock import ManualClock
 from storage import owners
 from storage.notices import APPLICATION_NAME
-from tests.conftest import Harness, Phone, eventually
+from tests.conftest import Harness, Phone, eventually, renewals
 
 ANSWER_S = 0.3  # how long a slow phone takes to answer the server's close
 
@@ -42,16 +42,6 @@ async def quick(dsn: str, clock: ManualClock, tmp_path: Path) -> AsyncIterator[H
     yield a
     await a.stop()
     await a.http.close()
-
-
-async def renewals(db: asyncpg.Connection, count: int) -> None:
-    """Until node a has renewed its lease `count` times more (its heartbeat moved on)."""
-    beat = "SELECT last_heartbeat FROM nodes WHERE name = 'a'"
-    for _ in range(count):
-        last = await db.fetchval(beat)
-        async with asyncio.timeout(10):
-            while await db.fetchval(beat) == last:
-                await asyncio.sleep(0.02)
 
 
 async def owner(db: asyncpg.Connection, harness: Harness, phone: Phone) -> str | None:

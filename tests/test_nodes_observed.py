@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actors.clock import ManualClock
 from cli.main import main
-from tests.conftest import Harness, Phone
+from tests.conftest import Harness, Phone, renewals
 
 TOKEN = "admin-token-for-tests-0123456789abcdef"
-LEASE = 9.0  # renewals every 3 s: none comes between a test's own steps and its checks
+LEASE = 9.0  # renewals every 3 s: time for a test's steps after one (`renewals`)
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ async def test_inspect_cluster_lists_both_nodes_with_their_people(
     assert listed[b_line + 1].startswith(f"  {b.person(on_b)[:12]}  epoch ")
 
     # A heartbeat older than the node's lease: gone; and a node that stops cleanly: stopped.
-    await just_renewed(db, "a")
+    await renewals(db, 1)
     await db.execute(
         "UPDATE nodes SET last_heartbeat = now() - interval '1 minute' WHERE name = 'a'"
     )
@@ -144,17 +144,6 @@ async def test_inspect_cluster_lists_both_nodes_with_their_people(
     _, listing = await admin_get(a, "/admin/nodes")
     assert {n["name"]: n["state"] for n in listing["nodes"]} == {"a": "gone", "b": "stopped"}
     await eventually_beats(db, "a")
-
-
-async def just_renewed(db: asyncpg.Connection, node: str) -> None:
-    """Until the node has just renewed its lease: its next renewal is a third of the lease
-    away, time for a test to age the lease and act on it before the node renews it again
-    (as a node that is really paused would not)."""
-    beat = "SELECT last_heartbeat FROM nodes WHERE name = $1"
-    last = await db.fetchval(beat, node)
-    async with asyncio.timeout(LEASE):
-        while await db.fetchval(beat, node) == last:
-            await asyncio.sleep(0.02)
 
 
 async def eventually_beats(db: asyncpg.Connection, node: str) -> None:
@@ -193,7 +182,7 @@ async def test_a_lapsed_lease_is_a_takeover_and_the_old_nodes_write_is_fenced(
     person = a.person(phone)
     # Node a stops renewing its lease (as if paused): it runs out, and so does the lease
     # the person's take gave, though a lives on.
-    await just_renewed(db, "a")
+    await renewals(db, 1)
     await db.execute(
         "UPDATE owners SET expires_at = now() - interval '1 second' WHERE person = $1", person
     )
