@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -262,8 +263,10 @@ def _sigterm_as_ctrl_c() -> None:
     KeyboardInterrupt, as a Ctrl-C does, so the bench unwinds through the `finally` that
     stops its servers. By default it would end at once, and leave them, and their
     PostgreSQL, running in their own sessions. Raised directly, not sent on as a SIGINT: a
-    process started in the background by a shell ignores SIGINT."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    process started in the background by a shell ignores SIGINT. Only the main thread may
+    set a handler; a bench spawning from another leaves SIGTERM as it was."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 

@@ -124,15 +124,18 @@ def combined(runs: Sequence[dict[str, Any]], into: Path, note: str | None = None
         "command": commands.pop(),
         "machine": machine,
         "runs": len(runs),
-        "figures": [_over_runs(figure, values[name]) for name, figure in figures.items()],
+        "figures": [
+            _over_runs(figure, values[name], len(runs)) for name, figure in figures.items()
+        ],
         "reports": [report for run in runs for report in run.get("reports", [])],
     }
     return result if note is None else result | {"note": note}
 
 
-def _over_runs(figure: dict[str, Any], values: list[float]) -> dict[str, Any]:
+def _over_runs(figure: dict[str, Any], values: list[float], runs: int) -> dict[str, Any]:
     """`figure` with the `values` of several runs: their median and range, or the one value
-    they all gave."""
+    they all gave. How many met its target is kept only when all `runs` measured it: the
+    table reads it as "met in k of `runs`"; otherwise the range's ends are judged."""
     if len(set(values)) == 1:
         return figure | {"value": values[0]}
     value: dict[str, Any] = {
@@ -140,7 +143,7 @@ def _over_runs(figure: dict[str, Any], values: list[float]) -> dict[str, Any]:
         "min": min(values),
         "max": max(values),
     }
-    if "target" in figure:
+    if "target" in figure and len(values) == runs:
         value["met_runs"] = sum(meets(each, figure["target"]) for each in values)
     return figure | {"value": value}
 

@@ -269,3 +269,15 @@ def test_runs_that_cannot_be_combined_are_refused_and_nothing_is_written(
     assert combine(flap, tmp_path / "d.json") == 2
     assert "'lost': a run's value is one number" in capsys.readouterr().err
     assert not into.exists()
+
+
+def test_a_figure_some_runs_lack_is_judged_by_its_range_not_counted(tmp_path: Path) -> None:
+    ratios = (0.49, 0.52, 0.51)
+    paths = [one_run(tmp_path, f"r{i}", FLAP, {"turns": 1.0, "ratio": r}, 1.0)
+             for i, r in enumerate(ratios)]  # fmt: skip
+    runs = [results.load(path) for path in paths]
+    runs[2]["figures"] = [f for f in runs[2]["figures"] if f["figure"] != "ratio"]
+    ratio = results.combined(runs, tmp_path / "flap.json")["figures"][1]
+    # Two runs measured it: "met in 1 of 3" would be wrong; its range crosses the target.
+    assert ratio["value"] == {"median": 0.505, "min": 0.49, "max": 0.52}
+    assert report.verdict(ratio["value"], ratio["target"], 3) == "median met"
