@@ -58,11 +58,16 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 async def postgres(disk: Path) -> AsyncIterator[Postgres]:
-    """The PostgreSQL the server will adopt as its embedded one, for the test to look at."""
+    """The PostgreSQL the server will adopt as its embedded one, for the test to look at.
+    Its log goes with the tmpfs, so its end is printed here: pytest shows it when the test
+    fails (how PostgreSQL's recovery went varies from run to run)."""
     loop = asyncio.get_running_loop()
     own = await loop.run_in_executor(None, Postgres, disk)
     yield own
     await loop.run_in_executor(None, own.stop)
+    log = own.pgdata / "log"
+    if log.exists():
+        print("PostgreSQL's log, its last lines:", *log.read_text().splitlines()[-200:], sep="\n")
 
 
 @pytest.fixture
