@@ -411,8 +411,10 @@ async def turn_on_a_say_kept_during_a_reply(
 ) -> set[str]:
     """A say sent while a reply streams is kept, and its turn starts when the reply ends;
     `meanwhile` runs in between. The sources that second turn read from scratch."""
-    # Worded afresh each time: a reply repeating the last one word for word is an echo, cut.
-    thinking = f"One moment while I think over message {len(fake_llm.requests) + 1}."
+    # Worded afresh each time, in its first chunk: the echo guard holds back a reply that
+    # begins as the last one did until the word that differs, and one differing only at
+    # its end would come whole, perhaps before the second say's ack.
+    thinking = f"Message {len(fake_llm.requests) + 1}: one moment please, let me think it over."
     fake_llm.queue(Reply(thinking, chunk=4, delay=0.05), Reply("ok"))
     await phone.say("Tell me.")
     await phone.expect("reply.delta")

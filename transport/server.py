@@ -88,14 +88,21 @@ class address_slot:
             )
         self._address, self._counts = address, counts
 
-    def __enter__(self) -> None:
+    def hold(self) -> address_slot:
         self._counts[self._address] += 1
+        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def release(self) -> None:
         counts, address = self._counts, self._address
         counts[address] -= 1
         if not counts[address]:
             del counts[address]
+
+    def __enter__(self) -> None:
+        self.hold()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 async def refuse_link(refused: TooManyLinks) -> web.Response:

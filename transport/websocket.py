@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import base64
+import binascii
+import hashlib
 import logging
 import struct
+from collections import deque
+from functools import partial
 from typing import Any, cast
 
 import orjson
-from aiohttp import WSMessage, WSMsgType, web
+from aiohttp import hdrs, web
 
 from actors.directory import CLOSE_MOVED
 from transport.config import Limits
@@ -26,6 +30,7 @@ from transport.protocol import (
 )
 from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot, refuse_link
 from transport.session import Session
+from transport.ws_wire import WebSocketWire, take_over
 
 log = logging.getLogger("stillhere.ws")
 
@@ -33,30 +38,118 @@ log = logging.getLogger("stillhere.ws")
 # connection: a round trip, with room for a phone that is busy.
 CLOSE_WAIT_S = 2.0
 PING = struct.pack("!BB", 0x89, 0)  # a WebSocket ping, final, empty (RFC 6455 5.5.2)
+WEBSOCKET_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 1.3
+# Messages waiting to be handled before the link stops reading from its socket: a phone
+# sending faster than its frames are handled waits in TCP, not in the server's memory.
+INBOX_LIMIT = 8
 
 
 class WebSocketLink(QueuedLink):
-    kind = "ws"
-    __slots__ = ("_closing", "_ws", "heard", "pinged_at", "reading")
+    """A WebSocket link and the dialogue on it: the wire (`ws_wire.py`) reports each
+    message, and a task made only while messages wait handles them in order, so an idle
+    link holds no task and no coroutine."""
 
-    def __init__(
-        self,
-        ws: web.WebSocketResponse,
-        transport: asyncio.BaseTransport | None,
-        buffer_limit: int,
-    ) -> None:
-        super().__init__(transport, buffer_limit)
-        self._ws = ws
-        # While the handler waits for the phone's next frame: ended early to close.
-        self.reading: asyncio.Timeout | None = None
-        self._closing: int | None = None  # a close code left for the handler to send
+    kind = "ws"
+    __slots__ = (
+        "_inbox",
+        "_late",
+        "_lost",
+        "_reader",
+        "_server",
+        "_session",
+        "_slot",
+        "heard_at",
+        "pinged_at",
+        "rate",
+        "wire",
+    )
+
+    def __init__(self, server: Server, slot: address_slot, transport: asyncio.Transport) -> None:
+        limits = server.settings.limits
+        super().__init__(transport, limits.link_buffer)
+        self._server, self._slot = server, slot
+        self._session = Session(server, self)
+        self.rate = RateLimiter(limits)
+        self.wire: WebSocketWire | None = None  # set once the connection is taken over
+        self._inbox: deque[bytes] | None = None  # messages not yet handled, while any are
+        self._reader: asyncio.Task[None] | None = None  # handles them, while any are
+        self._lost = False  # the connection is gone; the reader finishes the link
+        loop = asyncio.get_running_loop()
+        self._late: asyncio.TimerHandle | None = loop.call_later(
+            limits.hello_timeout, self._no_hello
+        )
         # The heartbeat's (`keep_pinging`): when the phone last sent a frame (any: a ping,
         # a pong), and when it was pinged since, if it was; loop time.
-        self.heard = asyncio.get_running_loop().time()
+        self.heard_at = loop.time()
         self.pinged_at: float | None = None
 
-    def heard_from(self, now: float) -> None:
-        self.heard, self.pinged_at = now, None
+    # The wire's reports (ws_wire.Handler)
+
+    def heard(self) -> None:
+        self.heard_at, self.pinged_at = asyncio.get_running_loop().time(), None
+
+    def message(self, data: bytes) -> None:
+        if self._inbox is None:
+            self._inbox = deque()
+        self._inbox.append(data)
+        if len(self._inbox) == INBOX_LIMIT and self.transport is not None:
+            cast(asyncio.ReadTransport, self.transport).pause_reading()
+        if self._reader is None:
+            self._reader = asyncio.get_running_loop().create_task(self._read_all())
+
+    def lost(self) -> None:
+        self._lost = True
+        if self._reader is None:
+            self._finish()
+
+    async def _read_all(self) -> None:
+        """Handle the waiting messages in order; the link ends when one says so (a leave,
+        refused credentials) or once the connection is lost."""
+        inbox = cast(deque[bytes], self._inbox)
+        try:
+            while inbox and not self._lost:
+                if len(inbox) == INBOX_LIMIT and self.transport is not None:
+                    cast(asyncio.ReadTransport, self.transport).resume_reading()
+                if not await _on_frame(self._server, self._session, self, inbox.popleft()):
+                    self.end()
+                    break
+                self._identified()
+        except ConnectionError as gone:  # the phone aborted mid-write: a drop, not an error
+            log.info("%s dropped: %s", self.name, gone)
+            self.end()
+        finally:
+            self._reader, self._inbox = None, None
+            if self._lost:
+                self._finish()
+
+    def _identified(self) -> None:
+        """Once the person is known the hello timer has nothing left to do, and a
+        cancelled handle still holds some 200 bytes for as long as the link lasts."""
+        if self._late is not None and self._session.person is not None:
+            self._late.cancel()
+            self._late = None
+
+    def _finish(self) -> None:
+        """The connection is gone: detach from the conversation, let go of the address's
+        slot and of the wire."""
+        if self._late is not None:
+            self._late.cancel()
+            self._late = None
+        self._session.close()
+        self._slot.release()
+        self._server.links.discard(self)
+        self.wire = None
+
+    def _no_hello(self) -> None:
+        """`--hello-timeout` after connecting: close a link that has not said hello (or is
+        not saying one now), so a connection that never does holds nothing for long."""
+        self._late = None
+        if self._session.person is None:
+            log.info("%s closed: no hello in time", self.name)
+            self.send(error_frame("hello_timeout", "no hello in time; connect again and say hello"))
+            self.end(CLOSE_HELLO_TIMEOUT)
+
+    # Heartbeat and writing
 
     def beat(self, now: float, ping_after: float, pong_within: float) -> None:
         """Ping the phone if it has been silent `ping_after` seconds; drop the connection if
@@ -65,48 +158,43 @@ class WebSocketLink(QueuedLink):
         if transport is None or transport.is_closing():
             return
         if self.pinged_at is None:
-            if now - self.heard >= ping_after:
+            if now - self.heard_at >= ping_after:
                 self.pinged_at = now
-                if self._ready_transport() is not None and not self._ws.closed:
+                if self._ready_transport() is not None and self._open():
                     transport.write(PING)
         elif now - self.pinged_at >= pong_within:
             log.info("%s dropped: no pong within %g s of a ping", self.name, pong_within)
             transport.abort()
+
+    def _open(self) -> bool:
+        """Data frames may still be written: the connection is ours and no close was sent."""
+        return self.wire is not None and not self.wire.closing
 
     def encode(self, frame: Frame) -> bytes:
         return orjson.dumps(frame)
 
     def write_now(self, frames: list[bytes]) -> bool:
         transport = self._ready_transport()
-        if self._ws.closed or transport is None:
+        if not self._open() or transport is None:
             return False
         transport.write(b"".join(map(text_frame, frames)))
         return True
 
     async def write(self, frames: list[bytes]) -> None:
         for payload in frames:
-            if self._ws.closed:
+            wire = self.wire
+            if wire is None or wire.closing or wire.transport is None:
                 raise ConnectionError("closed")
-            self._in_socket(len(payload))  # send_frame writes it there before any wait
-            await self._ws.send_frame(payload, WSMsgType.TEXT)
+            self._in_socket(len(payload))
+            wire.transport.write(text_frame(payload))
+            await wire.drained()
 
     async def close(self, code: int) -> None:
-        """Send the close frame, wait (CLOSE_WAIT_S at most) for the phone's, then drop the
-        connection. aiohttp, asked to close while the handler waits for a frame, drops it
-        at once, and a phone then reads the close but cannot answer it (aiohttp's client
-        reports 1006): the handler is woken to close instead, once it no longer waits."""
-        if self.reading is not None:
-            self._closing = code
-            self.reading.reschedule(asyncio.get_running_loop().time())
-            return
-        await self._ws.close(code=code, message=b"moved" if code == CLOSE_MOVED else b"")
-
-    async def closed_by_handler(self) -> None:
-        """The close `close` left for the handler, if any (the handler's last step)."""
-        if self._closing is not None:
-            code, self._closing = self._closing, None
-            with contextlib.suppress(ConnectionError, RuntimeError):  # gone: fine
-                await self.close(code)
+        """Send the close frame; the wire waits CLOSE_WAIT_S at most for the phone's, then
+        drops the connection."""
+        if self.wire is not None:
+            reason = b"moved" if code == CLOSE_MOVED else b""
+            self.wire.close(code, reason, within=CLOSE_WAIT_S)
 
     def closing_bytes(self, code: int) -> bytes:
         """A close frame (RFC 6455 5.5.1): final, unmasked, the code as its payload."""
@@ -124,95 +212,75 @@ def text_frame(payload: bytes) -> bytes:
     return struct.pack("!BBQ", 0x81, 127, size) + payload
 
 
+class _Switched(web.StreamResponse):
+    """The 101 that hands the connection over. aiohttp finishes every response it is given
+    once the handler returns; by then the connection is no longer aiohttp's, and there is
+    nothing left to write."""
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        return None
+
+
 async def websocket_handler(request: web.Request) -> web.StreamResponse:
-    """A link's whole life, in one coroutine: its frame is held for as long as the phone
-    stays connected, and each coroutine nested in it would hold one more (some 300 bytes
-    a phone), so the steps it takes are plain functions or `_next_frame`'s short wait."""
+    """Answer the upgrade, then take the connection from aiohttp (`ws_wire.take_over`): the
+    link lives on as the wire and the link objects, with no request, task or coroutine
+    held for it."""
     server = request.app[SERVER_KEY]
-    limits = server.settings.limits
     try:
         slot = address_slot(server, request)
     except TooManyLinks as refused:
         return await refuse_link(refused)
-    with slot:
-        ws = _response(limits)
-        await ws.prepare(request)
-        link = WebSocketLink(ws, request.transport, limits.link_buffer)
-        server.links.add(link)
-        session = Session(server, link)
-        rate = RateLimiter(limits)
-        loop = asyncio.get_running_loop()
-        late: asyncio.TimerHandle | None = loop.call_later(
-            limits.hello_timeout, _no_hello, session, link
-        )
-        try:
-            while (message := await _next_frame(ws, link)) is not None:
-                if not await _on_frame(server, session, link, rate, message.data):
-                    break
-                if late is not None and session.person is not None:
-                    # Identified: the timer has nothing left to do, and a cancelled
-                    # handle still holds some 200 bytes for as long as the link lasts.
-                    late.cancel()
-                    late = None
-        except ConnectionError as gone:  # the phone aborted mid-write: a drop, not an error
-            log.info("%s dropped: %s", link.name, gone)
-        finally:
-            if late is not None:
-                late.cancel()
-            await _ended(session, link, ws)
-        return ws
+    switched = _Switched(status=101, headers=_accepted(request))
+    await switched.prepare(request)
+    request.writer.send_headers()  # raises ConnectionError if the phone has gone
+    transport = cast(asyncio.Transport, request.transport)
+    link = WebSocketLink(server, slot.hold(), transport)
+    take_over(request, partial(_wire, link, server.settings.limits))
+    server.links.add(link)
+    return switched
 
 
-async def _ended(session: Session, link: WebSocketLink, ws: web.WebSocketResponse) -> None:
-    """The link is over: detach it, write what it still holds, close, let go."""
-    session.close()
-    await link.drain()
-    await link.closed_by_handler()
-    release_cycles(ws)
+def _wire(link: WebSocketLink, limits: Limits, transport: asyncio.Transport) -> WebSocketWire:
+    """The wire on `transport` for `link`. A message over 4 x `--max-frame-bytes` closes
+    the link (1009): a hard backstop, frames between our limit and it are answered with a
+    coded error instead. No permessage-deflate: a compressor per link would hold some
+    256 KB (zlib's window and state), several times what a whole idle conversation may
+    cost, for frames mostly too small to gain from it."""
+    link.wire = WebSocketWire(transport, link, limits.max_frame_bytes * 4)
+    return link.wire
 
 
-def _response(limits: Limits) -> web.WebSocketResponse:
-    """The aiohttp side of a link. It closes the link on a frame over max_msg_size: a hard
-    backstop, frames between our limit and it are answered with a coded error instead.
-    No permessage-deflate: a compressor per link would hold some 256 KB (zlib's window and
-    state), several times what a whole idle conversation may cost, for frames mostly too
-    small to gain from it. Uncompressed frames also let `write_now` frame them itself.
-    No aiohttp heartbeat (a timer per link, rescheduled as frames arrive): one loop-wide
-    sweep pings every link (`keep_pinging`), and the handler answers pings itself."""
-    return web.WebSocketResponse(
-        max_msg_size=limits.max_frame_bytes * 4,
-        autoping=False,
-        compress=False,
-        timeout=CLOSE_WAIT_S,
-    )
-
-
-async def _next_frame(ws: web.WebSocketResponse, link: WebSocketLink) -> WSMessage | None:
-    """The phone's next text or binary frame; None once the link closes, from either side
-    (`link.close` ends the wait early). Its pings are answered, and any frame is heard."""
-    loop = asyncio.get_running_loop()
+def _accepted(request: web.Request) -> dict[str, str]:
+    """The 101's headers for a valid upgrade (RFC 6455 4.2.1); else 400 with the reason."""
+    headers = request.headers
+    if headers.get(hdrs.UPGRADE, "").strip().lower() != "websocket":
+        raise web.HTTPBadRequest(text='can "Upgrade" only to "websocket"')
+    if "upgrade" not in {t.strip().lower() for t in headers.get(hdrs.CONNECTION, "").split(",")}:
+        raise web.HTTPBadRequest(text="no Connection: upgrade header")
+    version = headers.get(hdrs.SEC_WEBSOCKET_VERSION, "")
+    if version != "13":
+        raise web.HTTPBadRequest(text=f"unsupported WebSocket version {version[:20]!r}")
+    key = headers.get(hdrs.SEC_WEBSOCKET_KEY, "")
     try:
-        async with asyncio.timeout(None) as link.reading:
-            while True:
-                message = await ws.receive()
-                link.heard_from(loop.time())
-                if message.type is WSMsgType.PING:
-                    await ws.pong(message.data)
-                elif message.type is not WSMsgType.PONG:
-                    break
-    except TimeoutError:
-        return None
-    finally:
-        link.reading = None
-    return message if message.type in (WSMsgType.TEXT, WSMsgType.BINARY) else None
+        valid = len(base64.b64decode(key, validate=True)) == 16
+    except binascii.Error:
+        valid = False
+    if not valid:
+        raise web.HTTPBadRequest(text="Sec-WebSocket-Key must be 16 bytes in base64")
+    digest = hashlib.sha1(key.encode() + WEBSOCKET_GUID).digest()
+    return {
+        hdrs.UPGRADE: "websocket",
+        hdrs.CONNECTION: "upgrade",
+        hdrs.SEC_WEBSOCKET_ACCEPT: base64.b64encode(digest).decode(),
+    }
 
 
 async def keep_pinging(server: Server) -> None:
     """The WebSocket heartbeat (docs/protocol.md): every `server.pong_within` / 3 seconds,
     each link whose phone has sent nothing for `server.ping_after` is pinged, and one that
     has not answered `server.pong_within` after is dropped. One sweep for all links rather
-    than aiohttp's `heartbeat`, a timer per link that each frame received reschedules: a
-    held link costs two floats instead. Until cancelled."""
+    than a timer per link that each frame received would reschedule: a held link costs two
+    floats instead. Until cancelled."""
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(server.pong_within / 3)
@@ -222,39 +290,10 @@ async def keep_pinging(server: Server) -> None:
                 link.beat(now, server.ping_after, server.pong_within)
 
 
-def _no_hello(session: Session, link: WebSocketLink) -> None:
-    """`--hello-timeout` after connecting: close a link that has not said hello (or is
-    not saying one now), so a connection that never does holds nothing for long."""
-    if session.person is None:
-        log.info("%s closed: no hello in time", link.name)
-        link.send(error_frame("hello_timeout", "no hello in time; connect again and say hello"))
-        link.end(CLOSE_HELLO_TIMEOUT)
-
-
-def release_cycles(ws: web.WebSocketResponse) -> None:
-    """Break the reference cycles aiohttp leaves around a WebSocket it has served, so that
-    reference counting frees the link's objects as its handler returns.
-
-    Left alone, they are freed only by the garbage collector: under `python -m bench.flap
-    --clients 2000` every dropped WebSocket link leaves about 50 objects in cycles, and each
-    young collection walks them, with the loop stopped. The cycle (aiohttp 3.14): a close
-    written into a dead socket keeps its error, whose traceback holds the frames that hold
-    the response. It is cut once the link is over; the error stays readable, without its
-    traceback. (aiohttp's heartbeat would add another, through the data callback it sets on
-    the connection's protocol: it is off, `keep_pinging` pings instead.)"""
-    error, seen = ws.exception(), set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        error.__traceback__ = None
-        error = error.__cause__ or error.__context__
-
-
-async def _on_frame(
-    server: Server, session: Session, link: WebSocketLink, rate: RateLimiter, raw: str | bytes
-) -> bool:
+async def _on_frame(server: Server, session: Session, link: WebSocketLink, raw: bytes) -> bool:
     """Handle one frame; False when the link must close."""
     try:
-        if not rate.allow():
+        if not link.rate.allow():
             raise rate_limited()
         frame = decode(raw, server.settings.limits)
         return await _dispatch(session, link, frame)
