@@ -22,7 +22,7 @@ So by default the server paces the collector itself (`paced_collector`), on the 
 - every `full_every_s` (10 min) it unfreezes everything and collects all of it, so cycles
   among older objects are freed too; that walks the whole heap, hence seldom.
 This leans on the server making next to no cyclic garbage: a link that ends leaves none
-(`release_cycles` in `transport/websocket.py`).
+(`WebSocketLink._finish` in `transport/websocket.py`).
 A cycle frozen uncollected (made between samples, or among frozen objects) waits for the
 next full collection; that is what `full_every_s` bounds. Should the server start making
 cyclic garbage at `busy_objects` or more a tick (an error path, say), the next sample finds

@@ -12,7 +12,6 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp import web
 
 from actors.stream import ConversationStream
 from providers.event_loop import run
@@ -21,7 +20,9 @@ from tests.conftest import Harness, Phone, eventually, own
 from tests.sse_client import SseClient
 from transport.config import Limits
 from transport.link import BACKLOG_BYTES, QueuedLink
+from transport.session import Session
 from transport.websocket import WebSocketLink
+from transport.ws_wire import WebSocketWire
 
 FRAMES = 60
 TEXT = "x" * 20_000  # 60 frames of 20 KB: far more than the socket's buffers hold
@@ -422,7 +423,7 @@ def test_frames_go_straight_out_on_either_loop(kind: str) -> None:
 async def test_a_dropped_websocket_link_is_freed_without_the_collector(harness: Harness) -> None:
     """A phone in a tunnel: the server's close goes into a dead socket and fails. Nothing of
     the link may be left in reference cycles, which only a collection (the loop stopped)
-    would free: with the collector off, the link is gone as soon as its handler returns."""
+    would free: with the collector off, the link is gone as soon as its connection is."""
     await harness.start()
     phone = await harness.phone()
     await phone.say("Into the tunnel.")
@@ -434,7 +435,7 @@ async def test_a_dropped_websocket_link_is_freed_without_the_collector(harness: 
         await phone.drop()
         await eventually(lambda: not harness.server.links)
         gc.collect()
-        left = [o for o in gc.garbage if isinstance(o, web.WebSocketResponse)]
+        left = [o for o in gc.garbage if isinstance(o, WebSocketLink | WebSocketWire | Session)]
     finally:
         gc.set_debug(0)
         gc.garbage.clear()

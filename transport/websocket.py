@@ -68,7 +68,9 @@ class WebSocketLink(QueuedLink):
         limits = server.settings.limits
         super().__init__(transport, limits.link_buffer)
         self._server, self._slot = server, slot
-        self._session = Session(server, self)
+        # Let go of at the end (`_finish`): the session refers to the link too, and a
+        # cycle would leave the pair to the garbage collector.
+        self._session: Session | None = Session(server, self)
         self.rate = RateLimiter(limits)
         self.wire: WebSocketWire | None = None  # set once the connection is taken over
         self._inbox: deque[bytes] | None = None  # messages not yet handled, while any are
@@ -105,15 +107,15 @@ class WebSocketLink(QueuedLink):
     async def _read_all(self) -> None:
         """Handle the waiting messages in order; the link ends when one says so (a leave,
         refused credentials) or once the connection is lost."""
-        inbox = cast(deque[bytes], self._inbox)
+        inbox, session = cast(deque[bytes], self._inbox), cast(Session, self._session)
         try:
             while inbox and not self._lost:
                 if len(inbox) == INBOX_LIMIT and self.transport is not None:
                     cast(asyncio.ReadTransport, self.transport).resume_reading()
-                if not await _on_frame(self._server, self._session, self, inbox.popleft()):
+                if not await _on_frame(self._server, session, self, inbox.popleft()):
                     self.end()
                     break
-                self._identified()
+                self._identified(session)
         except ConnectionError as gone:  # the phone aborted mid-write: a drop, not an error
             log.info("%s dropped: %s", self.name, gone)
             self.end()
@@ -122,10 +124,10 @@ class WebSocketLink(QueuedLink):
             if self._lost:
                 self._finish()
 
-    def _identified(self) -> None:
+    def _identified(self, session: Session) -> None:
         """Once the person is known the hello timer has nothing left to do, and a
         cancelled handle still holds some 200 bytes for as long as the link lasts."""
-        if self._late is not None and self._session.person is not None:
+        if self._late is not None and session.person is not None:
             self._late.cancel()
             self._late = None
 
@@ -135,7 +137,9 @@ class WebSocketLink(QueuedLink):
         if self._late is not None:
             self._late.cancel()
             self._late = None
-        self._session.close()
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
         self._slot.release()
         self._server.links.discard(self)
         self.wire = None
@@ -144,7 +148,7 @@ class WebSocketLink(QueuedLink):
         """`--hello-timeout` after connecting: close a link that has not said hello (or is
         not saying one now), so a connection that never does holds nothing for long."""
         self._late = None
-        if self._session.person is None:
+        if self._session is not None and self._session.person is None:
             log.info("%s closed: no hello in time", self.name)
             self.send(error_frame("hello_timeout", "no hello in time; connect again and say hello"))
             self.end(CLOSE_HELLO_TIMEOUT)
