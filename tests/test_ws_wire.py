@@ -11,12 +11,12 @@ import struct
 import uuid
 from typing import Any
 
-import asyncpg
 import orjson
 import pytest
 from yarl import URL
 
 from tests.conftest import Harness, eventually
+from tests.test_db_faults import stored_says
 from transport.config import Limits
 
 TEXT, BINARY, CONTINUATION, CLOSE, PING, PONG = 0x1, 0x2, 0x0, 0x8, 0x9, 0xA
@@ -97,15 +97,6 @@ class RawPhone:
         return await self.expect("welcome")
 
 
-async def stored_says(harness: Harness) -> list[str]:
-    conn = await asyncpg.connect(harness.dsn)
-    try:
-        rows = await conn.fetch("SELECT client_id FROM turns WHERE role = 'user' ORDER BY place")
-    finally:
-        await conn.close()
-    return [row["client_id"] for row in rows]
-
-
 async def test_a_message_sent_in_fragments_with_a_ping_between_is_read_whole(
     harness: Harness,
 ) -> None:
@@ -171,7 +162,7 @@ async def test_a_frame_the_protocol_forbids_fails_the_connection_with_its_code(
         "Stored before the bad frame."
     ]
     await harness.recorded()
-    assert await stored_says(harness) == ["s1"]
+    assert await stored_says(harness.dsn) == ["s1"]
 
 
 @pytest.mark.parametrize(

@@ -7,16 +7,13 @@ import base64
 import binascii
 import hashlib
 import logging
-import struct
 from collections import deque
-from functools import partial
 from typing import Any, cast
 
 import orjson
 from aiohttp import hdrs, web
 
 from actors.directory import CLOSE_MOVED
-from transport.config import Limits
 from transport.identity import Unauthorized
 from transport.link import Frame, QueuedLink
 from transport.protocol import (
@@ -30,14 +27,13 @@ from transport.protocol import (
 )
 from transport.server import SERVER_KEY, Server, TooManyLinks, address_slot, refuse_link
 from transport.session import Session
-from transport.ws_wire import WebSocketWire, take_over
+from transport.ws_wire import PING_FRAME, WebSocketWire, close_frame, take_over, text_frame
 
 log = logging.getLogger("stillhere.ws")
 
 # After its close frame, how long the server waits for the phone's before dropping the
 # connection: a round trip, with room for a phone that is busy.
 CLOSE_WAIT_S = 2.0
-PING = struct.pack("!BB", 0x89, 0)  # a WebSocket ping, final, empty (RFC 6455 5.5.2)
 WEBSOCKET_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 1.3
 # Messages waiting to be handled before the link stops reading from its socket: a phone
 # sending faster than its frames are handled waits in TCP, not in the server's memory.
@@ -72,7 +68,13 @@ class WebSocketLink(QueuedLink):
         # cycle would leave the pair to the garbage collector.
         self._session: Session | None = Session(server, self)
         self.rate = RateLimiter(limits)
-        self.wire: WebSocketWire | None = None  # set once the connection is taken over
+        # The protocol object the connection is handed to (`take_over`); it reports here.
+        # A message over 4 x `--max-frame-bytes` closes the link (1009): a hard backstop,
+        # frames between our limit and it are answered with a coded error instead. No
+        # permessage-deflate: a compressor per link would hold some 256 KB (zlib's window
+        # and state), many times what a whole idle phone costs, for frames mostly too small
+        # to gain from it.
+        self.wire = WebSocketWire(transport, self, limits.max_frame_bytes * 4)
         self._inbox: deque[bytes] | None = None  # messages not yet handled, while any are
         self._reader: asyncio.Task[None] | None = None  # handles them, while any are
         self._lost = False  # the connection is gone; the reader finishes the link
@@ -133,7 +135,7 @@ class WebSocketLink(QueuedLink):
 
     def _finish(self) -> None:
         """The connection is gone: detach from the conversation, let go of the address's
-        slot and of the wire."""
+        slot."""
         if self._late is not None:
             self._late.cancel()
             self._late = None
@@ -142,7 +144,6 @@ class WebSocketLink(QueuedLink):
             session.close()
         self._slot.release()
         self._server.links.discard(self)
-        self.wire = None
 
     def _no_hello(self) -> None:
         """`--hello-timeout` after connecting: close a link that has not said hello (or is
@@ -165,14 +166,14 @@ class WebSocketLink(QueuedLink):
             if now - self.heard_at >= ping_after:
                 self.pinged_at = now
                 if self._ready_transport() is not None and self._open():
-                    transport.write(PING)
+                    transport.write(PING_FRAME)
         elif now - self.pinged_at >= pong_within:
             log.info("%s dropped: no pong within %g s of a ping", self.name, pong_within)
             transport.abort()
 
     def _open(self) -> bool:
-        """Data frames may still be written: the connection is ours and no close was sent."""
-        return self.wire is not None and not self.wire.closing
+        """Data frames may still be written: no close frame was sent."""
+        return not self.wire.closing
 
     def encode(self, frame: Frame) -> bytes:
         return orjson.dumps(frame)
@@ -186,34 +187,21 @@ class WebSocketLink(QueuedLink):
 
     async def write(self, frames: list[bytes]) -> None:
         for payload in frames:
-            wire = self.wire
-            if wire is None or wire.closing or wire.transport is None:
+            transport = self.wire.transport
+            if transport is None or not self._open():
                 raise ConnectionError("closed")
             self._in_socket(len(payload))
-            wire.transport.write(text_frame(payload))
-            await wire.drained()
+            transport.write(text_frame(payload))
+            await self.wire.drained()
 
     async def close(self, code: int) -> None:
         """Send the close frame; the wire waits CLOSE_WAIT_S at most for the phone's, then
         drops the connection."""
-        if self.wire is not None:
-            reason = b"moved" if code == CLOSE_MOVED else b""
-            self.wire.close(code, reason, within=CLOSE_WAIT_S)
+        reason = b"moved" if code == CLOSE_MOVED else b""
+        self.wire.close(code, reason, within=CLOSE_WAIT_S)
 
     def closing_bytes(self, code: int) -> bytes:
-        """A close frame (RFC 6455 5.5.1): final, unmasked, the code as its payload."""
-        return struct.pack("!BBH", 0x88, 2, code)
-
-
-def text_frame(payload: bytes) -> bytes:
-    """A whole text frame as a server sends it (RFC 6455 5.2: final, unmasked). orjson's
-    bytes are UTF-8 already, so the JSON goes out without a round trip through str."""
-    size = len(payload)
-    if size < 126:
-        return struct.pack("!BB", 0x81, size) + payload
-    if size < 1 << 16:
-        return struct.pack("!BBH", 0x81, 126, size) + payload
-    return struct.pack("!BBQ", 0x81, 127, size) + payload
+        return close_frame(code)
 
 
 class _Switched(web.StreamResponse):
@@ -239,19 +227,9 @@ async def websocket_handler(request: web.Request) -> web.StreamResponse:
     request.writer.send_headers()  # raises ConnectionError if the phone has gone
     transport = cast(asyncio.Transport, request.transport)
     link = WebSocketLink(server, slot.hold(), transport)
-    take_over(request, partial(_wire, link, server.settings.limits))
+    take_over(request, link.wire)
     server.links.add(link)
     return switched
-
-
-def _wire(link: WebSocketLink, limits: Limits, transport: asyncio.Transport) -> WebSocketWire:
-    """The wire on `transport` for `link`. A message over 4 x `--max-frame-bytes` closes
-    the link (1009): a hard backstop, frames between our limit and it are answered with a
-    coded error instead. No permessage-deflate: a compressor per link would hold some
-    256 KB (zlib's window and state), several times what a whole idle conversation may
-    cost, for frames mostly too small to gain from it."""
-    link.wire = WebSocketWire(transport, link, limits.max_frame_bytes * 4)
-    return link.wire
 
 
 def _accepted(request: web.Request) -> dict[str, str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import Callable
 from typing import Protocol, cast
 
 from aiohttp import web
@@ -128,7 +127,7 @@ class WebSocketWire(asyncio.Protocol):
             return
         if not self.closing:
             self.closing = True
-            transport.write(struct.pack("!BBH", 0x88, 2 + len(reason), code) + reason)
+            transport.write(close_frame(code, reason))
         if within <= 0:
             transport.close()
         elif self._abort is None:
@@ -245,15 +244,33 @@ def _control(first: int, payload: bytes) -> bytes:
     return bytes((first, len(payload))) + payload
 
 
-def take_over(request: web.Request, make: Callable[[asyncio.Transport], WebSocketWire]) -> None:
-    """Move the upgraded connection from aiohttp to the wire `make` builds on its transport.
+PING_FRAME = _control(0x89, b"")  # a server's ping, final, empty (RFC 6455 5.5.2)
+
+
+def close_frame(code: int, reason: bytes = b"") -> bytes:
+    """A server's close frame (RFC 6455 5.5.1): final, unmasked, the code and the reason."""
+    return struct.pack("!BBH", 0x88, 2 + len(reason), code) + reason
+
+
+def text_frame(payload: bytes) -> bytes:
+    """A whole text frame as a server sends it (RFC 6455 5.2: final, unmasked). orjson's
+    bytes are UTF-8 already, so the JSON goes out without a round trip through str."""
+    size = len(payload)
+    if size < 126:
+        return struct.pack("!BB", 0x81, size) + payload
+    if size < 1 << 16:
+        return struct.pack("!BBH", 0x81, 126, size) + payload
+    return struct.pack("!BBQ", 0x81, 127, size) + payload
+
+
+def take_over(request: web.Request, wire: WebSocketWire) -> None:
+    """Move the upgraded connection from aiohttp to `wire`, made on its transport.
 
     Done at once after the 101 is written, with no wait in between: a phone sends its first
     frame only once it has read the 101, so every frame reaches the wire. aiohttp is then
     told the connection is lost, with its transport unset first so it closes nothing: it
     forgets the connection, and the handler's response, already sent, ends its request."""
-    transport = cast(asyncio.Transport, request.transport)
-    transport.set_protocol(make(transport))
+    cast(asyncio.Transport, request.transport).set_protocol(wire)
     aiohttp_side = request.protocol
     aiohttp_side.transport = None
     aiohttp_side.connection_lost(None)
