@@ -6,6 +6,10 @@ a while before they sleep. On a server, fingerprints are made and searched a few
 so a second thread barely speeds them up, while the spinning takes a core from the event
 loop and PostgreSQL: in a 2,000-phone `bench flap` run on 2 cores, one such native thread
 used a fifth of a core. One thread each is therefore the server's default.
+
+OpenMP keeps its size per thread, so the limit holds in the thread that sets it (the
+loop's); faiss work sent to a worker thread takes the loop's size along
+(`storage.memory_index`).
 """
 
 from __future__ import annotations

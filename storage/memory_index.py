@@ -19,9 +19,9 @@ large one (`PARTITION_ABOVE`), so it stays well under a couple of milliseconds a
 memories and more.
 
 faiss is CPU work: below `offload_above` vectors a search takes microseconds and runs on
-the loop; above it, searches and rebuilds run in a worker thread. A per-person lock keeps
-one operation at a time on each index, since a faiss index is not safe to search while it
-changes.
+the loop; above it, searches and rebuilds run in a worker thread, with as many OpenMP
+threads as the loop's (`--compute-threads`). A per-person lock keeps one operation at a
+time on each index, since a faiss index is not safe to search while it changes.
 """
 
 from __future__ import annotations
@@ -296,7 +296,7 @@ class FingerprintIndex:
                 index = await self._current(person)
             else:
                 index = await self._build(person)
-            return await asyncio.to_thread(index.neighbours, k, floor)
+            return await _offloaded(index.neighbours, k, floor)
 
     async def applied(
         self,
@@ -377,5 +377,19 @@ class FingerprintIndex:
     async def _cpu(self, size: int, fn: Callable[..., T], *args: object) -> T:
         """Run `fn` on the loop when it is small work, else in a worker thread."""
         if size > self.offload_above:
-            return await asyncio.to_thread(fn, *args)
+            return await _offloaded(fn, *args)
         return fn(*args)
+
+
+async def _offloaded(fn: Callable[..., T], *args: object) -> T:
+    """Run `fn` in a worker thread with the OpenMP threads of the thread that asks.
+
+    OpenMP keeps that number per thread, and `threadpoolctl` set it only in the loop's: a
+    worker would use every core, and keep a team of OpenMP threads for as long as it lives,
+    one team for each of the executor's threads that ever ran faiss."""
+    return await asyncio.to_thread(_sized, faiss.omp_get_max_threads(), fn, *args)
+
+
+def _sized(threads: int, fn: Callable[..., T], *args: object) -> T:
+    faiss.omp_set_num_threads(threads)
+    return fn(*args)

@@ -3,6 +3,9 @@ the index's consistency with the database, search by meaning, consolidation and 
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
 from uuid import UUID
 
 import asyncpg
@@ -11,6 +14,7 @@ import pytest
 from actors.clock import ManualClock
 from actors.memory.consolidation import consolidate, maintain, unmerge
 from actors.memory.keeper import MemoryKeeper
+from providers.compute import limit_compute_threads
 from storage.fingerprints import encode
 from storage.records import Memory, MemoryDraft
 from tests.fakes.embeddings_server import Fail, FakeEmbeddings
@@ -176,6 +180,34 @@ async def test_indexes_are_dropped_and_capped(
         assert not again.created
     finally:
         await close_memory(store, keeper)
+
+
+async def test_index_work_in_worker_threads_starts_no_openmp_threads(
+    dsn: str, fake_embeddings: FakeEmbeddings, clock: ManualClock
+) -> None:
+    """With the numeric libraries at one thread, as the server sets them on its loop, a
+    search in a worker thread runs on that thread alone: OpenMP keeps its size per thread,
+    and a worker left at the default kept a team of its own (a thread for each core beyond
+    the first) for as long as it lived. (On a machine of one core there is no team to
+    start, and nothing to tell.)"""
+    limit_compute_threads(1)
+    store, keeper = await open_memory(dsn, fake_embeddings.url, clock, offload_above=0)
+    persons = [f"p-{n}" for n in range(4)]
+    try:
+        before = _native_threads()
+        for person in persons:
+            await keeper.remember(person, OWEN)
+        query = (await keeper.fingerprint([OWEN.text]))[0]
+        for _ in range(3):  # at once, so several of the executor's threads take a search
+            await asyncio.gather(*(keeper.index.search(p, query, 1) for p in persons))
+        assert _native_threads() == before
+    finally:
+        await close_memory(store, keeper)
+
+
+def _native_threads() -> int:
+    """The process's threads that Python did not start."""
+    return len(os.listdir("/proc/self/task")) - threading.active_count()
 
 
 async def test_an_unreadable_fingerprint_is_an_error_never_a_silent_skip(
