@@ -8,7 +8,9 @@ saying something every `--say-every` and the rest pinging every `--ping-every`; 
 - its CPU per second over the hold, and over `--idle-window` seconds of pings alone (the
   talkers silent too): what the idle links cost;
 - the first `reply.delta` of a say from a sample of quiet phones (their conversations
-  deactivated) against one from talking phones (active), one say at a time;
+  deactivated) against one from talking phones (active), one say at a time, and meanwhile
+  how late the server's loop ran and how long its collections stopped it (`/metrics`'
+  histograms: the bucket bounds of p50 to p100, so a slow say can be told from a stall);
 - resume: a sample of quiet phones drop their link as a tunnel would and reconnect with
   their conversation and last seq, one at a time (hello to welcome).
 
@@ -37,7 +39,7 @@ from typing import Any
 import aiohttp
 import psutil
 
-from bench import procs
+from bench import flap_metrics, procs
 from bench.connections_hold import hold_links, scrape, server_options, stopped_badly, timed_says
 from bench.live import (
     Phone,
@@ -169,7 +171,11 @@ async def _step(
     rss_mb, threads = server.rss_mb(), server.threads()
     gauges = await scrape(http, server)
     sample = chosen.sample(quiet, min(args.sample, len(quiet)))
+    buckets = await flap_metrics.server_buckets(server.base_url, http)
     says = await timed_says(sample, talking, errors)
+    stalls = flap_metrics.server_figures(
+        buckets, await flap_metrics.server_buckets(server.base_url, http)
+    )
     resumed_sample = chosen.sample(quiet, min(args.resume_sample, len(quiet)))
     resume_ms, resumed, resume_errors = await _resumes(
         server.base_url + "/v1/ws", resumed_sample, fleet.session_of()
@@ -189,6 +195,8 @@ async def _step(
         "cpu_per_s_idle_links": round(cpu_idle, 3),
         "first_delta_ms": delta,
         "first_delta_p99_over_active_ms": _minus(delta["quiet"]["p99"], delta["talking"]["p99"]),
+        # While the says were timed: how late the loop ran, and its collections (bounds, ms).
+        "server_while_timed": stalls,
         "resume_ms": percentiles(resume_ms),
         "resumed": resumed,
         "resume_sample": len(resumed_sample),

@@ -69,6 +69,8 @@ def test_connections_ramp_from_two_addresses(tmp_path: Path) -> None:
         assert set(step["resume_ms"]) == PERCENTILES and step["resume_ms"]["p99"] is not None
         for kind in ("quiet", "talking"):
             assert step["first_delta_ms"][kind]["p99"] is not None
+        lag = step["server_while_timed"]["server_loop_lag_ms"]
+        assert lag["n"] >= 1 and lag["p100_le"] is not None  # the loop's timer ran meanwhile
         assert step["errors"] == {}
         assert step["actors_running"] <= 1 and step["deactivations"] >= n - 1
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
