@@ -33,6 +33,8 @@ from bench import procs, results
 from bench.connections_hold import hold_links, scrape, server_options, stopped_badly, timed_says
 from bench.connections_ramp import measure_ramp, plot, ramp_problems, ramp_table
 from bench.live import Phone, Talk, close_all, percentiles, ramp
+from bench.phones_gc import MODES as PHONES_GC_MODES
+from bench.phones_gc import phones_collected
 from providers.event_loop import run as run_on_loop
 
 DESCRIPTION = "connected phones, most of them quiet: RSS and threads per phone, actor-idle on/off"
@@ -92,6 +94,13 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="ramp: seconds of pings alone a step, for the idle links' CPU (30s)",
     )
+    parser.add_argument(
+        "--phones-gc",
+        choices=PHONES_GC_MODES,
+        default="off",
+        help="the phones' own collector while says and resumes are timed: off (default), "
+        "freeze what survives a collection, or plain (bench/phones_gc.py)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the report here")
     parser.add_argument("--plot", type=Path, default=None, help="ramp: write a PNG here")
     parser.add_argument(
@@ -134,7 +143,10 @@ async def _hold(
     held_mb, held_threads = server.rss_mb(), server.threads()
     gauges = await scrape(http, server)
     quiet = _without(phones, talking)
-    times = await timed_says(chosen.sample(quiet, min(args.sample, len(quiet))), talking, errors)
+    with phones_collected(args.phones_gc) as phones_gc:
+        times = await timed_says(
+            chosen.sample(quiet, min(args.sample, len(quiet))), talking, errors
+        )
     after = await scrape(http, server)
     await close_all(phones, args.concurrency)
     return {
@@ -150,6 +162,7 @@ async def _hold(
         **gauges,
         "activations_after_sample": after.get("activations"),
         "first_delta_ms": {kind: percentiles(ms) for kind, ms in times.items()},
+        "phones_gc": phones_gc,
         "errors": dict(ramp_errors + more_errors + errors),
     }
 

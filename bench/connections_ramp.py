@@ -51,6 +51,7 @@ from bench.live import (
     ramp,
     resume,
 )
+from bench.phones_gc import phones_collected
 from transport.listener import raise_descriptor_limit
 
 PER_ADDRESS = 25_000  # links from one source address: its ~28,000 ephemeral ports, with room
@@ -171,15 +172,16 @@ async def _step(
     rss_mb, threads = server.rss_mb(), server.threads()
     gauges = await scrape(http, server)
     sample = chosen.sample(quiet, min(args.sample, len(quiet)))
-    buckets = await flap_metrics.server_buckets(server.base_url, http)
-    says = await timed_says(sample, talking, errors)
-    stalls = flap_metrics.server_figures(
-        buckets, await flap_metrics.server_buckets(server.base_url, http)
-    )
     resumed_sample = chosen.sample(quiet, min(args.resume_sample, len(quiet)))
-    resume_ms, resumed, resume_errors = await _resumes(
-        server.base_url + "/v1/ws", resumed_sample, fleet.session_of()
-    )
+    with phones_collected(args.phones_gc) as phones_gc:
+        buckets = await flap_metrics.server_buckets(server.base_url, http)
+        says = await timed_says(sample, talking, errors)
+        stalls = flap_metrics.server_figures(
+            buckets, await flap_metrics.server_buckets(server.base_url, http)
+        )
+        resume_ms, resumed, resume_errors = await _resumes(
+            server.base_url + "/v1/ws", resumed_sample, fleet.session_of()
+        )
     cpu_before, started = procs.process_cpu_s(ps), time.perf_counter()
     errors += await hold_links(phones, [], args, hold=args.idle_window)
     cpu_idle = (procs.process_cpu_s(ps) - cpu_before) / (time.perf_counter() - started)
@@ -197,6 +199,8 @@ async def _step(
         "first_delta_p99_over_active_ms": _minus(delta["quiet"]["p99"], delta["talking"]["p99"]),
         # While the says were timed: how late the loop ran, and its collections (bounds, ms).
         "server_while_timed": stalls,
+        # The phones' own collector over the timed says and resumes (bench/phones_gc.py).
+        "phones_gc": phones_gc,
         "resume_ms": percentiles(resume_ms),
         "resumed": resumed,
         "resume_sample": len(resumed_sample),
@@ -297,6 +301,7 @@ def ramp_table(report: dict[str, Any]) -> str:
         ("first delta p99 quiet, ms", lambda s: s["first_delta_ms"]["quiet"]["p99"]),
         ("first delta p99 active, ms", lambda s: s["first_delta_ms"]["talking"]["p99"]),
         ("quiet over active p99, ms", lambda s: s["first_delta_p99_over_active_ms"]),
+        ("phones' longest GC pause, ms", lambda s: s["phones_gc"]["pause_ms_max"]),
     ]
     steps = report["steps"]
     lines = [

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -95,3 +96,16 @@ class PhonesCollector:
         self.collections[generation] += 1
         if self.mode == "freeze":
             gc.freeze()
+
+
+@contextlib.contextmanager
+def phones_collected(mode: str) -> Iterator[dict[str, Any]]:
+    """A `PhonesCollector` in `mode` for the length of the block; the dict it yields is
+    filled with the collector's figures as the block ends."""
+    collector = PhonesCollector(mode)
+    figures: dict[str, Any] = {}
+    collector.start()
+    try:
+        yield figures
+    finally:
+        figures.update(collector.stop())

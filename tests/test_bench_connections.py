@@ -36,6 +36,9 @@ def test_connections(tmp_path: Path) -> None:
         for kind in ("quiet", "talking"):
             assert set(server["first_delta_ms"][kind]) == PERCENTILES
         assert server["errors"] == {}
+        # The phones' own collector held off while the says were timed (bench/phones_gc.py).
+        assert server["phones_gc"]["mode"] == "off"
+        assert server["phones_gc"]["collections"] == [0, 0, 0]
     assert off["actors_running"] == 20 and off["deactivations"] == 0
     # One phone talks every second; the other 19 were quiet past --actor-idle.
     assert on["actors_running"] <= 1 and on["deactivations"] >= 19
@@ -53,7 +56,7 @@ def test_connections_ramp_from_two_addresses(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "bench.connections", "--steps", "6,12", "--sources", "2"]
     command += ["--hold", "3s", "--idle-window", "1s", "--actor-idle", "1s"]
     command += ["--say-every", "1s", "--ping-every", "1s", "--sample", "3", "--resume-sample", "4"]
-    command += ["--json", str(path), "--plot", str(png)]
+    command += ["--phones-gc", "plain", "--json", str(path), "--plot", str(png)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=220)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(path.read_text())
@@ -72,5 +75,6 @@ def test_connections_ramp_from_two_addresses(tmp_path: Path) -> None:
         lag = step["server_while_timed"]["server_loop_lag_ms"]
         assert lag["n"] >= 1 and lag["p100_le"] is not None  # the loop's timer ran meanwhile
         assert step["errors"] == {}
+        assert step["phones_gc"]["mode"] == "plain" and step["phones_gc"]["pause_ms_max"] >= 0
         assert step["actors_running"] <= 1 and step["deactivations"] >= n - 1
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
