@@ -9,8 +9,10 @@ from types import SimpleNamespace
 
 import aiohttp
 import orjson
+import pytest
 
 from tests.conftest import Harness, eventually
+from transport import websocket
 
 
 async def _receive(ws: aiohttp.ClientWebSocketResponse) -> aiohttp.WSMessage:
@@ -57,3 +59,43 @@ async def test_a_phone_that_talks_is_not_pinged_and_its_pings_are_answered(
         assert (pong.type, pong.data) == (aiohttp.WSMsgType.PONG, b"are you there")
         await asyncio.sleep(0.2)
     await ws.close()
+
+
+async def test_the_sweep_lets_the_loop_run_between_slices_of_links(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 10,000 links one sweep in a piece held the loop for tens of milliseconds, and
+    every say arriving meanwhile waited: the sweep yields after every `BEAT_SLICE` links."""
+    await harness.start()
+    harness.server.ping_after, harness.server.pong_within = 0.2, 0.3
+    monkeypatch.setattr(websocket, "BEAT_SLICE", 1, raising=False)
+    turns = 0  # how often the loop has come round to other work
+
+    async def other_work() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    seen: list[int] = []  # `turns` at each beat
+    beat = websocket.WebSocketLink.beat
+
+    def counted(link: websocket.WebSocketLink, *args: float) -> None:
+        seen.append(turns)
+        beat(link, *args)
+
+    monkeypatch.setattr(websocket.WebSocketLink, "beat", counted)
+    phones = [await harness.http.ws_connect(harness.url("/v1/ws")) for _ in range(3)]
+    for ws in phones:
+        device = "device-" + uuid.uuid4().hex
+        await ws.send_str(orjson.dumps({"type": "hello", "v": 1, "device": device}).decode())
+        assert orjson.loads((await _receive(ws)).data)["type"] == "welcome"
+    seen.clear()  # from a sweep that sees all three links
+    running = asyncio.create_task(other_work())
+    try:
+        await eventually(lambda: len(seen) >= 3)
+    finally:
+        running.cancel()
+    assert len(set(seen[:3])) == 3, f"three links beaten in one go: {seen[:3]}"
+    for ws in phones:
+        await ws.close()
