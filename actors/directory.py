@@ -35,6 +35,7 @@ from actors.messages import Attach, CardsWithdrawn, End, Interrupt, Park, Snapsh
 from actors.ownership import Ownership
 from actors.runtime import ActorFailed, Reply, Runtime
 from actors.stream import ConversationStream, Frame, Link
+from providers.slices import in_slices
 from storage.owners import Fenced
 from storage.records import ConversationRecord
 
@@ -45,6 +46,9 @@ MOVED: Frame = {"type": "bye", "reason": "moved"}
 # How long a turn under way may go on once its person is handed over (its reply is stored
 # and replayed by the next owner); then it is cut, as an interrupt would.
 HANDOFF_GRACE_S = 2.0
+# Conversations the quiet-actor pass looks at between two yields to the loop: a few
+# milliseconds should every one of them be deactivated, a fraction of one otherwise.
+SCAN_SLICE = 200
 
 
 class Draining(Exception):
@@ -306,26 +310,29 @@ class Directory:
 
     # -- deactivating and activating ------------------------------------------------------
 
-    def deactivate_quiet(self) -> int:
+    async def deactivate_quiet(self) -> int:
         """Deactivate every actor that has had nothing to do for `--actor-idle`; how many.
-        On the loop, in one step: no message can reach an actor between the look at its
-        snapshot and its deactivation."""
+        The look at an actor's snapshot and its deactivation are one step on the loop, so
+        no message can reach it in between; the loop is yielded to after every
+        `SCAN_SLICE` conversations (at 10,000 a pass took 5 ms, and deactivating 3,000
+        of them 70 to 100 ms)."""
         idle_s = self._rt.settings.actor_idle_s
         if idle_s <= 0:
             return 0
-        now = self._rt.clock.now()
         count = 0
-        for live in self._live.values():
-            quiet = self._quiet_for(live, now)
-            if quiet is not None and quiet >= idle_s:
-                live.deactivate()
-                count += 1
-                log.debug(
-                    "deactivated conversation %s, quiet %d s, %d links",
-                    str(live.id)[:8],
-                    quiet,
-                    len(live.stream.links),
-                )
+        async for part in in_slices(list(self._live.values()), SCAN_SLICE):
+            now = self._rt.clock.now()
+            for live in part:
+                quiet = self._quiet_for(live, now)
+                if quiet is not None and quiet >= idle_s:
+                    live.deactivate()
+                    count += 1
+                    log.debug(
+                        "deactivated conversation %s, quiet %d s, %d links",
+                        str(live.id)[:8],
+                        quiet,
+                        len(live.stream.links),
+                    )
         self.deactivated += count
         self._rt.metrics.deactivations.inc(count)
         return count
@@ -347,7 +354,7 @@ class Directory:
         while True:
             await asyncio.sleep(max(idle_s / 4, 0.05))
             try:
-                self.deactivate_quiet()
+                await self.deactivate_quiet()
             except Exception:  # the next round tries again: a dead loop would keep every actor
                 log.exception("deactivating quiet actors failed")
 
@@ -617,7 +624,7 @@ class Directory:
             if since is not None and (now - since).total_seconds() >= rt.settings.park_after_s:
                 async with self._lock(live.person):  # a hello waits rather than race us
                     parked += await self.park(live)
-        self.deactivate_quiet()
+        await self.deactivate_quiet()
         report: dict[str, Any] = {
             "at": now.isoformat(),
             "archived": archived,

@@ -6,10 +6,11 @@ HTTP, and a phone client."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -164,6 +165,25 @@ async def eventually(predicate: Any, timeout: float = 10.0) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0.005)
+
+
+@contextlib.asynccontextmanager
+async def loop_turns() -> AsyncIterator[Callable[[], int]]:
+    """How often the loop has come round to other work, while the block runs: two readings
+    that differ had the loop run something else between them."""
+    turns = 0
+
+    async def other_work() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other_work())
+    try:
+        yield lambda: turns
+    finally:
+        task.cancel()
 
 
 async def renewals(db: asyncpg.Connection, count: int, node: str = "a") -> None:

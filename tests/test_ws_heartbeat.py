@@ -11,7 +11,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.conftest import Harness, eventually
+from tests.conftest import Harness, eventually, loop_turns
 from transport import websocket
 
 
@@ -69,33 +69,21 @@ async def test_the_sweep_lets_the_loop_run_between_slices_of_links(
     await harness.start()
     harness.server.ping_after, harness.server.pong_within = 0.2, 0.3
     monkeypatch.setattr(websocket, "BEAT_SLICE", 1, raising=False)
-    turns = 0  # how often the loop has come round to other work
-
-    async def other_work() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    seen: list[int] = []  # `turns` at each beat
-    beat = websocket.WebSocketLink.beat
-
-    def counted(link: websocket.WebSocketLink, *args: float) -> None:
-        seen.append(turns)
-        beat(link, *args)
-
-    monkeypatch.setattr(websocket.WebSocketLink, "beat", counted)
     phones = [await harness.http.ws_connect(harness.url("/v1/ws")) for _ in range(3)]
     for ws in phones:
         device = "device-" + uuid.uuid4().hex
         await ws.send_str(orjson.dumps({"type": "hello", "v": 1, "device": device}).decode())
         assert orjson.loads((await _receive(ws)).data)["type"] == "welcome"
-    seen.clear()  # from a sweep that sees all three links
-    running = asyncio.create_task(other_work())
-    try:
+    async with loop_turns() as turns:
+        seen: list[int] = []  # the loop's turns at each beat
+        beat = websocket.WebSocketLink.beat
+
+        def counted(link: websocket.WebSocketLink, *args: float) -> None:
+            seen.append(turns())
+            beat(link, *args)
+
+        monkeypatch.setattr(websocket.WebSocketLink, "beat", counted)
         await eventually(lambda: len(seen) >= 3)
-    finally:
-        running.cancel()
     assert len(set(seen[:3])) == 3, f"three links beaten in one go: {seen[:3]}"
     for ws in phones:
         await ws.close()

@@ -14,6 +14,7 @@ import orjson
 from aiohttp import hdrs, web
 
 from actors.directory import CLOSE_MOVED
+from providers.slices import in_slices
 from transport.identity import Unauthorized
 from transport.link import Frame, QueuedLink
 from transport.protocol import (
@@ -271,11 +272,10 @@ async def keep_pinging(server: Server) -> None:
     while True:
         await asyncio.sleep(server.pong_within / 3)
         links = [link for link in server.links if isinstance(link, WebSocketLink)]
-        for start in range(0, len(links), BEAT_SLICE):
+        async for part in in_slices(links, BEAT_SLICE):
             now = loop.time()
-            for link in links[start : start + BEAT_SLICE]:
+            for link in part:
                 link.beat(now, server.ping_after, server.pong_within)
-            await asyncio.sleep(0)
 
 
 async def _on_frame(server: Server, session: Session, link: WebSocketLink, raw: bytes) -> bool:
