@@ -133,9 +133,13 @@ class PoolInbox:
 
     def close(self) -> None:
         """The actor has stopped: a message put from now on is refused at once, and those
-        already in are left to pykka's teardown."""
+        already in are left to pykka's teardown. Nothing serves the inbox again, so it lets
+        go of its actor (`_serve` is the actor's method, and the actor holds its inbox):
+        a stopped actor is freed as soon as nothing refers to it, not left to the next
+        full collection."""
         with self._lock:
             self._closed = True
+            self._pool = self._serve = None
 
 
 def _refuse(envelope: Envelope[Any]) -> None:
