@@ -322,20 +322,23 @@ class Directory:
         count = 0
         async for part in in_slices(list(self._live.values()), SCAN_SLICE):
             now = self._rt.clock.now()
-            for live in part:
-                quiet = self._quiet_for(live, now)
-                if quiet is not None and quiet >= idle_s:
-                    live.deactivate()
-                    count += 1
-                    log.debug(
-                        "deactivated conversation %s, quiet %d s, %d links",
-                        str(live.id)[:8],
-                        quiet,
-                        len(live.stream.links),
-                    )
+            count += sum(self._deactivate_if_quiet(live, now, idle_s) for live in part)
         self.deactivated += count
         self._rt.metrics.deactivations.inc(count)
         return count
+
+    def _deactivate_if_quiet(self, live: LiveConversation, now: datetime, idle_s: float) -> bool:
+        quiet = self._quiet_for(live, now)
+        if quiet is None or quiet < idle_s:
+            return False
+        live.deactivate()
+        log.debug(
+            "deactivated conversation %s, quiet %d s, %d links",
+            str(live.id)[:8],
+            quiet,
+            len(live.stream.links),
+        )
+        return True
 
     def _quiet_for(self, live: LiveConversation, now: datetime) -> float | None:
         """Seconds the actor has had nothing to do, as its snapshot says: None if it has
